@@ -1,0 +1,149 @@
+"""GemmProblem: D = alpha * op(A) @ op(B) + beta * C (+ bias, activation), batched.
+
+Layouts are spelled per operand as storage order of the logical matrix:
+A is M x K, B is K x N, C and D are M x N. ``row`` means the last logical index is
+contiguous. BLAS-style two-letter names (``tn``) follow CUTLASS: the first letter is A
+(``t`` = row-major, K contiguous), the second is B (``n`` = column-major, K contiguous).
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from ._fields import as_choice, as_float, as_int, reject_unknown
+from .dtypes import ACC_DTYPES, DTYPES, INPUT_DTYPES, OUTPUT_DTYPES
+from .errors import FieldError
+
+LAYOUTS = ("row", "col")
+ACTIVATIONS = ("none", "relu", "gelu")
+TARGETS = ("sm90a",)
+C_DTYPES = OUTPUT_DTYPES + ("void",)
+BLAS_LAYOUTS = {"tn": ("row", "col"), "nt": ("col", "row"), "nn": ("col", "col"), "tt": ("row", "row")}
+
+
+def default_alignment(dtype_name: str) -> int:
+    """Elements per 16 bytes: the alignment TMA needs (rulebook E02)."""
+    return 128 // DTYPES[dtype_name].bits
+
+
+@dataclass(frozen=True)
+class GemmProblem:
+    m: int
+    n: int
+    k: int
+    batch: int = 1
+    dtype_a: str = "bf16"
+    dtype_b: str = "bf16"
+    dtype_c: str = "bf16"
+    dtype_d: str = "bf16"
+    dtype_acc: str = "f32"
+    layout_a: str = "row"
+    layout_b: str = "col"
+    layout_c: str = "row"
+    alignment_a: int = 0          # elements; 0 = 16 bytes' worth
+    alignment_b: int = 0
+    alignment_c: int = 0
+    alpha: float = 1.0
+    beta: float = 0.0
+    bias: bool = False            # per-row (M) bias vector added before the activation
+    activation: str = "none"
+    target: str = "sm90a"
+
+    def __post_init__(self):
+        for name, lo in (("m", 1), ("n", 1), ("k", 1), ("batch", 1)):
+            object.__setattr__(self, name, as_int(name, getattr(self, name), lo=lo, hi=2**31 - 1))
+        as_choice("dtype_a", self.dtype_a, INPUT_DTYPES)
+        as_choice("dtype_b", self.dtype_b, INPUT_DTYPES)
+        as_choice("dtype_c", self.dtype_c, C_DTYPES)
+        as_choice("dtype_d", self.dtype_d, OUTPUT_DTYPES)
+        as_choice("dtype_acc", self.dtype_acc, ACC_DTYPES)
+        for name in ("layout_a", "layout_b", "layout_c"):
+            as_choice(name, getattr(self, name), LAYOUTS)
+        as_choice("activation", self.activation, ACTIVATIONS)
+        as_choice("target", self.target, TARGETS)
+        for name, dt in (("alignment_a", self.dtype_a), ("alignment_b", self.dtype_b),
+                         ("alignment_c", self.dtype_d)):
+            value = as_int(name, getattr(self, name), lo=0, hi=1024)
+            if value == 0:
+                value = default_alignment(dt)
+            if value & (value - 1):
+                raise FieldError(name, f"{value} is not a power of two")
+            object.__setattr__(self, name, value)
+        object.__setattr__(self, "alpha", as_float("alpha", self.alpha))
+        object.__setattr__(self, "beta", as_float("beta", self.beta))
+        if not isinstance(self.bias, bool):
+            raise FieldError("bias", f"expected true or false, got {self.bias!r}")
+        if self.dtype_c == "void" and self.beta != 0.0:
+            raise FieldError("beta", "beta must be 0 when dtype_c is void (there is no C to read)")
+
+    # --- derived facts -------------------------------------------------------------
+    @property
+    def a_k_major(self) -> bool:
+        return self.layout_a == "row"
+
+    @property
+    def b_k_major(self) -> bool:
+        return self.layout_b == "col"
+
+    @property
+    def blas_layout(self) -> str:
+        return ("t" if self.layout_a == "row" else "n") + ("n" if self.layout_b == "col" else "t")
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.m * self.n * self.k * self.batch
+
+    @property
+    def name(self) -> str:
+        """Stable, file-system-safe name: the key of generated/<target>/<name>/."""
+        parts = [f"{self.dtype_a}" if self.dtype_a == self.dtype_b else f"{self.dtype_a}{self.dtype_b}",
+                 self.blas_layout, f"m{self.m}n{self.n}k{self.k}"]
+        if self.batch != 1:
+            parts.append(f"b{self.batch}")
+        parts.append(f"c{self.dtype_c}d{self.dtype_d}")
+        if self.layout_c != "row":
+            parts.append("ccol")
+        if self.bias:
+            parts.append("bias")
+        if self.activation != "none":
+            parts.append(self.activation)
+        for fld in ("alignment_a", "alignment_b", "alignment_c"):
+            dt = {"alignment_a": self.dtype_a, "alignment_b": self.dtype_b, "alignment_c": self.dtype_d}[fld]
+            if getattr(self, fld) != default_alignment(dt):
+                parts.append(f"{fld[-1]}{getattr(self, fld)}")
+        return "_".join(parts)
+
+    # --- JSON ----------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "problem") -> "GemmProblem":
+        if not isinstance(data, dict):
+            raise FieldError(where, f"expected an object, got {type(data).__name__}")
+        data = dict(data)
+        if "layout" in data:
+            lay = as_choice(f"{where}.layout", data.pop("layout"), BLAS_LAYOUTS)
+            data.setdefault("layout_a", BLAS_LAYOUTS[lay][0])
+            data.setdefault("layout_b", BLAS_LAYOUTS[lay][1])
+        if "dtype" in data:
+            dt = data.pop("dtype")
+            for key in ("dtype_a", "dtype_b"):
+                data.setdefault(key, dt)
+            if dt in ("e4m3", "e5m2", "tf32"):
+                data.setdefault("dtype_c", "bf16" if dt != "tf32" else "f32")
+                data.setdefault("dtype_d", "bf16" if dt != "tf32" else "f32")
+            else:
+                data.setdefault("dtype_c", dt)
+                data.setdefault("dtype_d", dt)
+        reject_unknown(where, data, cls.__dataclass_fields__)
+        for required in ("m", "n", "k"):
+            if required not in data:
+                raise FieldError(f"{where}.{required}", "missing")
+        try:
+            return cls(**data)
+        except FieldError as e:
+            raise FieldError(f"{where}.{e.field}", e.message) from None
+
+    def replace(self, **changes) -> "GemmProblem":
+        return replace(self, **changes)
