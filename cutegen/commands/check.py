@@ -1,0 +1,115 @@
+"""`cutegen check`: ask the legality rules about one contract at a time.
+
+    cutegen check tensor-map --jsonl FILE|-    one cuTensorMapEncodeTiled argument set per line
+    cutegen check config ...                   GEMM configurations (cutegen/commands/check_config.py)
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from typing import IO, Iterator
+
+from ..errors import CutegenError, FieldError
+
+HELP = "check tensor maps or GEMM configurations against the legality rules"
+
+
+# --------------------------------------------------------------------------- tensor-map
+
+TENSOR_MAP_HELP = "will cuTensorMapEncodeTiled accept these maps on sm_90? (one JSON object per line)"
+
+
+def add_tensor_map_arguments(p) -> None:
+    p.add_argument("--jsonl", required=True, metavar="FILE",
+                   help="JSONL input, '-' for stdin; keys: data_type, rank, global_address, global_dim, "
+                        "global_strides (bytes, rank-1 entries), box_dim, element_strides, interleave, "
+                        "swizzle, l2_promotion, oob_fill (enums as CU_TENSOR_MAP_* names or integers)")
+    p.add_argument("--reasons", action="store_true",
+                   help="add a 'reasons' list (one line per broken rule, with the offending values)")
+
+
+def _lines(path: str) -> Iterator[str]:
+    if path == "-":
+        yield from sys.stdin
+        return
+    try:
+        f = open(path, encoding="utf-8")
+    except OSError as e:
+        raise CutegenError(f"--jsonl: cannot read {path}: {e.strerror}") from None
+    with f:
+        yield from f
+
+
+def check_tensor_map_lines(lines, out: IO[str], reasons: bool = False) -> int:
+    """Answer each input line with one output line, in order. Returns the number of lines that
+    did not parse (each answered with an error line naming the line and the field)."""
+    from ..legality.tensor_map import TensorMap, check_tensor_map
+
+    bad = 0
+    for n, raw in enumerate(lines, start=1):
+        line = raw.rstrip("\r\n")
+        try:
+            if not line.strip():
+                raise FieldError("input", "empty line")
+            try:
+                d = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise FieldError("input", f"not valid JSON ({e.msg}; column {e.colno})") from None
+            tm = TensorMap.from_dict(d)
+        except FieldError as e:
+            bad += 1
+            out.write(json.dumps({"error": f"line {n}: {e.field}: {e.message}"}) + "\n")
+            continue
+        vs = check_tensor_map(tm)
+        enforced = [v for v in vs if v.enforced]
+        answer = {"legal": not enforced, "rules": [v.rule_id for v in enforced],
+                  "warnings": [v.rule_id for v in vs if not v.enforced]}
+        if reasons:
+            answer["reasons"] = [str(v) for v in vs]
+        out.write(json.dumps(answer) + "\n")
+    return bad
+
+
+def run_tensor_map(args) -> int:
+    bad = check_tensor_map_lines(_lines(args.jsonl), sys.stdout, reasons=args.reasons)
+    sys.stdout.flush()
+    return 1 if bad else 0
+
+
+# --------------------------------------------------------------------------- config (another module)
+# check_config.py is written separately; load it only when `check config` is used so that
+# `check tensor-map` works without it.
+
+CONFIG_HELP = "are these GEMM configurations legal on sm_90a with CUTLASS 4.2? (resolved stages, smem bytes)"
+
+
+def _check_config():
+    try:
+        return importlib.import_module("cutegen.commands.check_config")
+    except ModuleNotFoundError as e:
+        if e.name == "cutegen.commands.check_config":
+            return None
+        raise
+
+
+def add_config_arguments(p) -> None:
+    mod = _check_config()
+    if mod is None:
+        p.add_argument("rest", nargs="*", help="(cutegen check config is not built yet)")
+        p.add_argument("--jsonl", metavar="FILE")
+        return
+    mod.add_arguments(p)
+
+
+def run_config(args) -> int:
+    mod = _check_config()
+    if mod is None:
+        raise CutegenError("cutegen check config is not available in this build")
+    return mod.run(args)
+
+
+SUBCOMMANDS = {
+    "tensor-map": (TENSOR_MAP_HELP, add_tensor_map_arguments, run_tensor_map),
+    "config": (CONFIG_HELP, add_config_arguments, run_config),
+}
