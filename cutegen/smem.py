@@ -1,0 +1,191 @@
+"""Byte-exact model of the shared memory a CUTLASS 4.2 SM90 TMA GEMM kernel declares.
+
+Three numbers matter: ``sizeof(CollectiveMainloop::SharedStorage)``,
+``sizeof(CollectiveEpilogue::SharedStorage)`` (which ``StageCountAutoCarveout`` subtracts
+before it counts stages) and ``sizeof(GemmKernel::SharedStorage)``, which is what the
+adapter asks the driver for and what must fit in 232,448 bytes (rulebook D02).  CUTLASS's
+own stage formula ignores the scheduler, order barriers and alignment padding, so the only
+safe check is this struct-layout model, which mirrors the C++ declarations:
+
+* mainloop: ``collective/sm90_mma_tma_gmma_ss_warpspecialized{,_fp8}.hpp`` SharedStorage
+  (TensorStorage is ``aligned_struct<128>`` of two 16-byte-aligned arrays; then
+  ``PipelineTmaAsync<Stages>::SharedStorage`` = 8-byte full + 8-byte empty barrier per stage);
+* epilogue: ``epilogue/collective/sm90_epilogue_tma_warpspecialized.hpp`` SharedStorage
+  (C and D buffers aligned to their swizzle repeat, D aliasing C when ReuseSmemC, one
+  C-load pipeline of StagesC transaction barriers); the no-smem epilogue is an empty struct;
+* kernel: ``kernel/sm90_gemm_tma_warpspecialized{,_cooperative,_pingpong}.hpp`` SharedStorage.
+
+Every number here was compared with nvcc's own ``sizeof`` on the rows of
+``oracles/smem_probe_results.jsonl`` (tests/test_smem_model.py).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .dtypes import DTYPES
+
+SM90_SMEM_CAPACITY = 232448          # sm90_common.inl: sm90_smem_capacity_bytes (227 KiB, rulebook D02)
+BARRIER_BYTES = 8                    # ClusterBarrier / ClusterTransactionBarrier: one uint64_t
+STAGE_PIPELINE_BYTES = 2 * BARRIER_BYTES
+FUSION_STORAGE_BYTES = 1             # sizeof of an empty struct: the epilogue's fusion SharedStorage   # PipelineTmaAsync<1>::SharedStorage: one full + one empty barrier
+SWIZZLE_BYTES = {"SW128": 128, "SW64": 64, "SW32": 32, "INTER": 16}
+# cutlass::detail::alignment_for_swizzle: 2^(B+M+S) of Swizzle<B,4,3> = 1024/512/256/128 bytes.
+SWIZZLE_ALIGNMENT = {"SW128": 1024, "SW64": 512, "SW32": 256, "INTER": 128}
+
+
+def round_up(x: int, a: int) -> int:
+    return (x + a - 1) // a * a
+
+
+def bits_to_bytes(bits: int) -> int:
+    return (bits + 7) // 8
+
+
+def _array_aligned(nbytes: int) -> int:
+    """cute::array_aligned<T, N> (alignas 16): its sizeof."""
+    return round_up(nbytes, 16)
+
+
+def largest_swizzle(contiguous_extent: int, bits: int) -> str | None:
+    """ss_smem_selector: the widest GMMA atom whose contiguous width (in elements) divides the extent."""
+    for swz in ("SW128", "SW64", "SW32", "INTER"):
+        if contiguous_extent % (SWIZZLE_BYTES[swz] * 8 // bits) == 0:
+            return swz
+    return None
+
+
+# --- mainloop ---------------------------------------------------------------------------------------
+
+def mainloop_stage_bytes(bits_a: int, bits_b: int, tile: tuple[int, int, int]) -> int:
+    """Bytes of one A tile plus one B tile (TmaTransactionBytes of a stage)."""
+    tm, tn, tk = tile
+    return bits_to_bytes(bits_a * tm * tk) + bits_to_bytes(bits_b * tn * tk)
+
+
+def auto_stage_count(bits_a: int, bits_b: int, tile: tuple[int, int, int], carveout: int,
+                     capacity: int = SM90_SMEM_CAPACITY) -> int:
+    """compute_stage_count_or_override(StageCountAutoCarveout<carveout>) of sm90_gmma_builder.inl.
+
+    No lower bound here: the mainloop's ``Stages >= 2`` static_assert is a separate rule (E06).
+    """
+    stage = round_up(mainloop_stage_bytes(bits_a, bits_b, tile), 128) + STAGE_PIPELINE_BYTES
+    return (capacity // 128 * 128 - round_up(carveout, 128)) // stage
+
+
+def mainloop_tensor_bytes(bits_a: int, bits_b: int, tile: tuple[int, int, int], stages: int) -> int:
+    """sizeof(CollectiveMainloop::TensorStorage): aligned_struct<128>{smem_A[]; smem_B[]}."""
+    tm, tn, tk = tile
+    a = _array_aligned(bits_to_bytes(bits_a * tm * tk * stages))
+    b = _array_aligned(bits_to_bytes(bits_b * tn * tk * stages))
+    return round_up(a + b, 128)
+
+
+def mainloop_storage_bytes(bits_a: int, bits_b: int, tile: tuple[int, int, int], stages: int) -> int:
+    """sizeof(CollectiveMainloop::SharedStorage): TensorStorage then PipelineTmaAsync<Stages> barriers."""
+    return round_up(mainloop_tensor_bytes(bits_a, bits_b, tile, stages) + STAGE_PIPELINE_BYTES * stages, 128)
+
+
+# --- epilogue ---------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class EpiloguePlan:
+    """What the SM90 TMA epilogue builder derives from the tile (sm90_builder.inl)."""
+    tile: tuple[int, int]       # EpilogueTile (M, N)
+    epi_tiles: int              # epilogue subtiles per CTA tile
+    stages_c: int
+    stages_d: int
+    reuse_smem_c: bool          # D written into the C buffers
+    align_c: int                # bytes: alignment_for_swizzle of the C smem layout
+    align_d: int
+    swizzle_c: str
+    swizzle_d: str
+
+
+def epilogue_plan(dtype_c: str, dtype_d: str, layout_c: str, cta_tile: tuple[int, int, int],
+                  epi_tile: tuple[int, int]) -> EpiloguePlan:
+    """sm90_get_tma_dispatch_policy + sm90_get_epilogue_smem_swizzle_layout_atom.
+
+    ``dtype_c == "void"``: no source; the C smem element falls back to D's (no storage is made).
+    Raises ValueError when no smem atom fits the epilogue tile (the builder's static_assert).
+    """
+    em, en = epi_tile
+    epi_tiles = (cta_tile[0] // em) * (cta_tile[1] // en)
+    bits_d = DTYPES[dtype_d].bits
+    bits_c = 0 if dtype_c == "void" else DTYPES[dtype_c].bits   # sizeof_bits_v<void> == 0
+    reuse = bits_c == bits_d and bits_d > 8
+    stages_d = min(epi_tiles, 2)
+    stages_c = max(min(epi_tiles, 4), stages_d + 1) if reuse else min(epi_tiles, 4)
+    smem_c_bits = bits_d if dtype_c == "void" else bits_c
+    # Row-major C/D is N-contiguous: the K-major selector over (M, N); column-major: MN-major over M.
+    extent = en if layout_c == "row" else em
+    swz_c = largest_swizzle(extent, smem_c_bits)
+    swz_d = largest_swizzle(extent, bits_d)
+    if swz_c is None or swz_d is None or em % 8 or en % 8:
+        raise ValueError(f"no GMMA smem atom fits epilogue tile {em}x{en}")
+    return EpiloguePlan((em, en), epi_tiles, stages_c, stages_d, reuse,
+                        SWIZZLE_ALIGNMENT[swz_c], SWIZZLE_ALIGNMENT[swz_d], swz_c, swz_d)
+
+
+def epilogue_tensor_bytes(dtype_c: str, dtype_d: str, plan: EpiloguePlan) -> tuple[int, int]:
+    """(sizeof, alignof) of CollectiveEpilogue::TensorStorage for the TMA epilogue.
+
+    ``TensorStorage`` is ``{collective; thread}``: the fusion callbacks' SharedStorage
+    (LinearCombination, per-row bias, activations) is an empty struct, one byte, which
+    pushes the struct to the next alignment boundary.
+    """
+    em, en = plan.tile
+    d_stages = plan.stages_c if plan.reuse_smem_c else plan.stages_d
+    d_bytes = _array_aligned(em * en * d_stages * DTYPES[dtype_d].bits // 8)
+    fusion = FUSION_STORAGE_BYTES
+    if dtype_c == "void":                     # union CollectiveStorageWithoutC
+        return round_up(round_up(d_bytes, plan.align_d) + fusion, plan.align_d), plan.align_d
+    c_bytes = _array_aligned(em * en * plan.stages_c * DTYPES[dtype_c].bits // 8)
+    align = max(plan.align_c, plan.align_d)
+    if plan.reuse_smem_c:                     # union CollectiveStorageReuseC
+        return round_up(round_up(max(c_bytes, d_bytes), align) + fusion, align), align
+    end = round_up(c_bytes, plan.align_d) + d_bytes   # struct CollectiveStorageWithC
+    return round_up(round_up(end, align) + fusion, align), align
+
+
+def epilogue_storage_bytes(dtype_c: str, dtype_d: str, plan: EpiloguePlan | None) -> int:
+    """sizeof(CollectiveEpilogue::SharedStorage); ``plan`` None: the no-smem epilogue (an empty struct)."""
+    if plan is None:
+        return 1
+    t, align = epilogue_tensor_bytes(dtype_c, dtype_d, plan)
+    return round_up(t + STAGE_PIPELINE_BYTES * plan.stages_c, align)
+
+
+# --- kernel -----------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SharedStorage:
+    mainloop: int       # sizeof(CollectiveMainloop::SharedStorage)
+    epilogue: int       # sizeof(CollectiveEpilogue::SharedStorage)
+    kernel: int         # sizeof(GemmKernel::SharedStorage): the dynamic smem the launch requests
+
+
+def kernel_storage_bytes(schedule: str, bits_a: int, bits_b: int, tile: tuple[int, int, int], stages: int,
+                         dtype_c: str, dtype_d: str, plan: EpiloguePlan | None) -> int:
+    """sizeof(GemmKernel::SharedStorage) for the three SM90 TMA warp-specialized kernels."""
+    main_t = mainloop_tensor_bytes(bits_a, bits_b, tile, stages)
+    main_pipe = STAGE_PIPELINE_BYTES * stages
+    if plan is None:                          # DefaultEpilogue::SharedStorage {}; PipelineTransactionAsync<0>
+        epi_t, epi_align, epi_pipe = 1, 1, 0
+    else:
+        epi_t, epi_align = epilogue_tensor_bytes(dtype_c, dtype_d, plan)
+        epi_pipe = STAGE_PIPELINE_BYTES * plan.stages_c
+    if schedule == "warp_specialized":
+        # union TensorStorage {mainloop; epilogue}; then PipelineStorage {mainloop; epi_load}
+        t_align = max(128, epi_align)
+        tensors = round_up(max(main_t, epi_t), t_align)
+        pipes = round_up(round_up(main_pipe, 16) + epi_pipe, 16)
+        return round_up(tensors + pipes, t_align)
+    # Cooperative / Pingpong: PipelineStorage, scheduler, then TensorStorage {epilogue; mainloop}
+    order = 2 * BARRIER_BYTES                  # LoadWarpOrderBarrier = OrderedSequenceBarrier<1,2>
+    if schedule == "pingpong":
+        order += 2 * 2 * BARRIER_BYTES         # MathWarpGroupOrderBarrier = OrderedSequenceBarrier<2,2>
+    pipes = round_up(round_up(main_pipe, 16) + round_up(epi_pipe, 16) + order, 16)
+    scheduler_end = pipes + 1                  # TileScheduler::SharedStorage is an empty class (alignas 16)
+    t_align = max(128, epi_align)
+    tensors = round_up(round_up(epi_t, 128) + main_t, t_align)
+    return round_up(round_up(scheduler_end, t_align) + tensors, t_align)
