@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Copy the CUTLASS 4.2 headers the configuration oracle compiles against (include/ and
+# tools/util/include/ of the installed nvidia-cutlass wheel) into oracles/.cutlass/, which the lead
+# carries to the GPU machine. The folder is git-ignored through .git/info/exclude.
+set -eu
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd "$HERE/.." && pwd)
+PY=${PYTHON:-/work/venv/bin/python}
+SRC=$("$PY" -c "import cutlass_library, os; print(os.path.join(os.path.dirname(cutlass_library.__file__), 'source'))")
+DST="$HERE/.cutlass"
+[ -f "$SRC/include/cutlass/cutlass.h" ] || { echo "no CUTLASS headers under $SRC" >&2; exit 2; }
+rm -rf "$DST"
+mkdir -p "$DST/tools/util"
+cp -R "$SRC/include" "$DST/include"
+cp -R "$SRC/tools/util/include" "$DST/tools/util/include"
+GITDIR=$(cd "$REPO" && cd "$(git rev-parse --git-common-dir)" && pwd)
+EXCLUDE="$GITDIR/info/exclude"
+grep -qxF '/oracles/.cutlass/' "$EXCLUDE" 2>/dev/null || echo '/oracles/.cutlass/' >> "$EXCLUDE"
+echo "copied $(du -sh "$DST" | cut -f1) of CUTLASS headers to $DST"
