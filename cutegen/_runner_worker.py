@@ -1,0 +1,619 @@
+"""The GPU side of the runner: runs in a spawned child process (see ``runner.Worker``).
+
+Everything that touches torch, CUDA or a kernel library is here, imported lazily, so that a hang or
+a sticky CUDA fault costs this child only. Requests are dicts ``{"op": name, ...}``; each answer is
+``{"ok": bool, "value": ..., "error": str, "fatal": bool}`` where ``fatal`` says the CUDA context
+can no longer be trusted and the parent must start a new child.
+
+Also a tiny stand-alone driver for compute-sanitizer:
+``python -m cutegen._runner_worker --once REQUEST.json`` runs one request in this process and
+exits 0 only when it passed.
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import math
+import os
+import sys
+import time
+import traceback
+
+from . import abi
+from .problem import GemmProblem
+from . import runner as R
+
+_LIBS: dict[str, ctypes.CDLL] = {}
+
+
+# ------------------------------------------------------------------------------------------------
+# The request loop
+# ------------------------------------------------------------------------------------------------
+
+def serve(conn) -> None:
+    while True:
+        try:
+            task = conn.recv()
+        except (EOFError, OSError, KeyboardInterrupt):
+            return
+        op = task.get("op")
+        if op == "exit":
+            return
+        try:
+            value = handle(task)
+            msg = {"ok": True, "value": value, "fatal": _context_broken()}
+        except BaseException as e:  # noqa: BLE001 - every failure goes back to the parent
+            msg = {"ok": False, "value": getattr(e, "value", None),
+                   "error": f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=6)}",
+                   "fatal": _context_broken()}
+        try:
+            conn.send(msg)
+        except (OSError, BrokenPipeError):
+            return
+        if msg["fatal"]:
+            return
+
+
+def handle(task: dict):
+    op = task.get("op")
+    fn = OPS.get(op)
+    if fn is None:
+        raise ValueError(f"unknown op {op!r}")
+    return fn(task)
+
+
+def _context_broken() -> bool:
+    """True when the CUDA context has a sticky error (after a fault every later call fails)."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_initialized():
+        return False
+    try:
+        torch.cuda.synchronize()
+        return False
+    except Exception:  # noqa: BLE001
+        return True
+
+
+# ------------------------------------------------------------------------------------------------
+# Self-test ops: exercise the watchdog without a GPU
+# ------------------------------------------------------------------------------------------------
+
+def op_ping(task):
+    return {"pid": os.getpid()}
+
+
+def op_selftest_sleep(task):
+    seconds = task.get("seconds")
+    if seconds is None:
+        while True:  # a stand-in for a kernel that never finishes
+            time.sleep(3600)
+    time.sleep(float(seconds))
+    return {"slept": seconds, "pid": os.getpid()}
+
+
+def op_selftest_raise(task):
+    raise RuntimeError(task.get("message", "selftest failure"))
+
+
+def op_selftest_exit(task):
+    os._exit(int(task.get("code", 3)))
+
+
+# ------------------------------------------------------------------------------------------------
+# Torch helpers
+# ------------------------------------------------------------------------------------------------
+
+def _torch():
+    import torch
+    return torch
+
+
+def torch_dtype(name: str):
+    torch = _torch()
+    return {"bf16": torch.bfloat16, "f16": torch.float16, "tf32": torch.float32, "f32": torch.float32,
+            "e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}[name]
+
+
+def _device_info(probe_cublas: bool = True) -> dict:
+    torch = _torch()
+    if not torch.cuda.is_available():
+        raise RuntimeError("CUDA is not available to torch in the worker")
+    props = torch.cuda.get_device_properties(0)
+    info = {
+        "name": torch.cuda.get_device_name(0),
+        "compute_capability": f"{props.major}.{props.minor}",
+        "sm_count": props.multi_processor_count,
+        "memory_gib": round(props.total_memory / 2**30, 1),
+        "l2_bytes": int(getattr(props, "L2_cache_size", 0) or 50 * 2**20),
+        "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda,
+        "driver_api": _driver_api_version(),
+        "cublas": _cublas_version() if probe_cublas else None,
+    }
+    return info
+
+
+def _driver_api_version():
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+        v = ctypes.c_int()
+        if lib.cuDriverGetVersion(ctypes.byref(v)) == 0:
+            return v.value
+    except OSError:
+        pass
+    return None
+
+
+def _cublas_version():
+    """cuBLAS as torch loaded it: (major, minor, patch) from cublasGetProperty, after one matmul."""
+    torch = _torch()
+    a = torch.ones(16, 16, device="cuda", dtype=torch.bfloat16)
+    (a @ a).sum().item()
+    try:
+        with open("/proc/self/maps") as f:
+            paths = sorted({line.split()[-1] for line in f if "libcublas.so" in line and "Lt" not in line})
+        if not paths:
+            return None
+        lib = ctypes.CDLL(paths[0])
+        parts = []
+        for prop in (0, 1, 2):  # MAJOR_VERSION, MINOR_VERSION, PATCH_LEVEL
+            v = ctypes.c_int()
+            if lib.cublasGetProperty(prop, ctypes.byref(v)) != 0:
+                return None
+            parts.append(str(v.value))
+        return ".".join(parts)
+    except (OSError, AttributeError):
+        return None
+
+
+def op_init(task):
+    torch = _torch()
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.cuda.init()
+    # Under compute-sanitizer, run no cuBLAS work beyond the case itself.
+    info = _device_info(probe_cublas=not os.environ.get("CUTEGEN_SANITIZER"))
+    info["pid"] = os.getpid()
+    return info
+
+
+def load_library(path: str) -> ctypes.CDLL:
+    lib = _LIBS.get(path)
+    if lib is None:
+        lib = abi.bind(ctypes.CDLL(path))
+        _LIBS[path] = lib
+    return lib
+
+
+def op_describe(task):
+    lib = load_library(task["library"])
+    raw = lib.cutegen_describe()
+    return json.loads(raw.decode()) if raw else None
+
+
+def _round_to_tf32(t):
+    """Round float32 values to the nearest tf32 value (10 mantissa bits), ties to even, so that the
+    kernel and the float32 reference see identical inputs (as they do for bf16 inputs)."""
+    torch = _torch()
+    bits = t.view(torch.int32)
+    lsb = (bits >> 13) & 1
+    rounded = (bits + 0x0FFF + lsb) & ~0x1FFF
+    return rounded.view(torch.float32)
+
+
+def random_fill(flat, dtype: str, gen) -> None:
+    """Uniform values in [-1, 1) quantized to ``dtype``; never a buffer of zeros."""
+    torch = _torch()
+    vals = torch.rand(flat.numel(), device=flat.device, generator=gen, dtype=torch.float32) * 2 - 1
+    if dtype == "tf32":
+        vals = _round_to_tf32(vals)
+    flat.copy_(vals.to(flat.dtype))
+
+
+GUARD = 128  # elements of NaN before and after D's storage: writes outside the matrix show up there
+
+
+class Buffers:
+    """Flat device buffers for one problem size, with views of each operand as (batch, rows, cols)."""
+
+    def __init__(self, problem: GemmProblem, case: R.Case, gen, fill_inputs: bool = True):
+        torch = _torch()
+        self.problem, self.case = problem, case
+        self.geoms = R.geometries(problem, case.m, case.n, case.k)
+        probe = R.case_operands(problem, case, {name: 0 for name in self.geoms})
+        self.flat, self.ops, self.views = {}, {}, {}
+        for name, g in self.geoms.items():
+            op = probe[name]
+            offset = case.offset.get(name, 0)
+            storage = R.operand_storage_elements(g, op, case.batch)
+            flat = torch.empty(GUARD + offset + storage + GUARD, device="cuda", dtype=torch_dtype(g.dtype))
+            if name == "D":
+                flat.fill_(float("nan"))
+            elif fill_inputs:
+                random_fill(flat, g.dtype, gen)
+            base = flat.data_ptr() + GUARD * flat.element_size()
+            self.flat[name] = flat
+            self.ops[name] = R.Operand(base + offset * flat.element_size(), op.ld, op.batch_stride)
+            self.views[name] = self._view(flat, g, op, GUARD + offset, case.batch)
+        self.bias = None
+        if problem.bias:
+            self.bias = torch.empty(case.m, device="cuda", dtype=torch_dtype(problem.dtype_d))
+            random_fill(self.bias, problem.dtype_d, gen)
+
+    @staticmethod
+    def _view(flat, g, op, offset, batch):
+        torch = _torch()
+        strides = (op.batch_stride, op.ld, 1) if g.row_major else (op.batch_stride, 1, op.ld)
+        return torch.as_strided(flat, (batch, g.rows, g.cols), strides, offset)
+
+    def launch_args(self, alpha: float, beta: float, with_c: bool = True) -> R.LaunchArgs:
+        c = self.ops.get("C") if with_c else None
+        return R.LaunchArgs(self.case.m, self.case.n, self.case.k, self.case.batch, self.ops["A"], self.ops["B"],
+                            c, self.ops["D"], alpha, beta, self.bias.data_ptr() if self.bias is not None else 0)
+
+    def reset_d(self):
+        self.flat["D"].fill_(float("nan"))
+
+    def reference(self, alpha: float, beta: float):
+        """float32 reference from the same stored inputs: alpha*A@B + beta*C (+bias, activation)."""
+        torch = _torch()
+        prev = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = False
+        try:
+            ref = torch.matmul(self.views["A"].float(), self.views["B"].float())
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = prev
+        ref.mul_(alpha)
+        if "C" in self.views and beta != 0.0:
+            ref.add_(self.views["C"].float(), alpha=beta)
+        if self.bias is not None:
+            ref.add_(self.bias.float()[None, :, None])
+        if self.problem.activation == "relu":
+            ref.clamp_(min=0)
+        elif self.problem.activation == "gelu":
+            ref = torch.nn.functional.gelu(ref)
+        return ref
+
+    def check_d(self, ref, tol: float) -> dict:
+        """Relative Frobenius error of D against ``ref``; NaN (unwritten) and out-of-bounds writes."""
+        torch = _torch()
+        d = self.views["D"]
+        nan = int(torch.isnan(d).sum().item())
+        inf = int(torch.isinf(d).sum().item())
+        outside = self.flat["D"].clone()
+        self._view(outside, self.geoms["D"], self.ops["D"], GUARD + self.case.offset.get("D", 0),
+                   self.case.batch).fill_(float("nan"))
+        written_outside = int((~torch.isnan(outside)).sum().item())
+        num = torch.linalg.vector_norm(torch.nan_to_num(d.double(), nan=0.0) - ref.double()).item()
+        den = torch.linalg.vector_norm(ref.double()).item()
+        rel = num / den if den > 0 else (0.0 if num == 0 else math.inf)
+        ok = nan == 0 and inf == 0 and written_outside == 0 and rel < tol
+        reasons = []
+        if nan:
+            reasons.append(f"{nan} of {d.numel()} elements NaN (unwritten or computed NaN)")
+        if inf:
+            reasons.append(f"{inf} elements inf")
+        if written_outside:
+            reasons.append(f"{written_outside} elements written outside D (padding or guard)")
+        if not rel < tol:
+            reasons.append(f"relative Frobenius error {rel:.3e} >= tolerance {tol:g}")
+        return {"ok": ok, "rel_err": rel, "tol": tol, "nan": nan, "inf": inf,
+                "written_outside": written_outside, "reason": "; ".join(reasons)}
+
+
+def call_kernel(lib, args: R.LaunchArgs) -> tuple[int, str]:
+    """One cutegen_gemm call on the current stream with a workspace of the size the kernel asks."""
+    torch = _torch()
+    ws_bytes = int(lib.cutegen_workspace_size(args.m, args.n, args.k, args.batch))
+    ws = torch.empty(max(ws_bytes, 1), device="cuda", dtype=torch.uint8) if ws_bytes else None
+    stream = torch.cuda.current_stream().cuda_stream
+    status = lib.cutegen_gemm(*args.abi_tuple(), ws.data_ptr() if ws is not None else None, ws_bytes, stream)
+    msg = lib.cutegen_last_error()
+    return int(status), (msg.decode(errors="replace") if msg else "")
+
+
+# ------------------------------------------------------------------------------------------------
+# Validation
+# ------------------------------------------------------------------------------------------------
+
+def op_validate_case(task):
+    """Run one validation case (or refusal probe) on one kernel; see runner.validation_cases."""
+    torch = _torch()
+    problem = GemmProblem.from_dict(task["problem"])
+    config = R.KernelConfig.from_dict(task["config"]) if task.get("config") else None
+    case = R.Case.from_dict(task["case"])
+    tol = float(task.get("tolerance", R.tolerance(problem)))
+    lib = load_library(task["library"])
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(int(task.get("seed", 0)) * 1000 + case.seed)
+    t0 = time.monotonic()
+    bufs = Buffers(problem, case, gen)
+    args = bufs.launch_args(case.alpha, case.beta)
+    violations = R.preflight(problem, args, config)
+    out = {"case": case.name, "m": case.m, "n": case.n, "k": case.k, "batch": case.batch,
+           "alpha": case.alpha, "beta": case.beta, "violations": [v.to_dict() for v in violations]}
+    if case.is_probe:
+        # A call the launch contract refuses: assert the preflight names the intended rule, then ask
+        # the kernel itself, which must refuse it too (status 1) and launch nothing.
+        found = {v.rule_id for v in violations}
+        missing = [r for r in case.expect if r not in found]
+        status, message = call_kernel(lib, args)
+        torch.cuda.synchronize()
+        d_untouched = bool(torch.isnan(bufs.flat["D"]).all().item())
+        agree, why = R.refusal_agrees(violations, status, message)
+        ok = not missing and agree and d_untouched
+        reasons = []
+        if missing:
+            reasons.append(f"preflight did not find {missing} (found {sorted(found)})")
+        if not agree:
+            reasons.append(why)
+        if not d_untouched:
+            reasons.append("the kernel wrote D although it should have refused the call")
+        out.update(kind="probe", ok=ok, expect=list(case.expect), kernel_status=status, kernel_message=message,
+                   d_untouched=d_untouched, reason="; ".join(reasons) or why)
+        return out
+    if violations:
+        out.update(kind="case", ok=None, refused=True,
+                   reason="refused before launch: " + "; ".join(f"{v.rule_id}: {v.reason}" for v in violations))
+        return out
+    ref = bufs.reference(case.alpha, case.beta)
+    torch.cuda.synchronize()
+    t1 = time.monotonic()
+    status, message = call_kernel(lib, args)
+    torch.cuda.synchronize()
+    kernel_s = time.monotonic() - t1
+    if status != 0:
+        out.update(kind="case", ok=False, kernel_status=status, kernel_message=message,
+                   reason=f"kernel returned status {status} ({abi.STATUS.get(status, '?')}): {message}")
+        return out
+    check = bufs.check_d(ref, tol)
+    out.update(kind="case", kernel_status=0, kernel_seconds=round(kernel_s, 4),
+               total_seconds=round(time.monotonic() - t0, 3), **check)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# Benchmark
+# ------------------------------------------------------------------------------------------------
+
+def _sleep_cycles(n: int) -> None:
+    torch = _torch()
+    sleep = getattr(torch.cuda, "_sleep", None)
+    if sleep is not None and n > 0:
+        sleep(int(n))
+
+
+def time_calls(fn, n_sets: int, warmup: int, iters: int, cycles_per_iter: int = 100_000) -> list[float]:
+    """Milliseconds of each of ``iters`` calls ``fn(i)``, rotating over ``n_sets`` input sets.
+
+    Each call sits between two CUDA events on the current stream. A spin kernel queued first keeps
+    the GPU busy while the host queues every timed call, so host launch overhead (ctypes, Python)
+    does not show up as idle gaps inside the events; the same method times every contender.
+    """
+    torch = _torch()
+    for i in range(warmup):
+        fn(i % n_sets)
+    torch.cuda.synchronize()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    _sleep_cycles(cycles_per_iter * iters)
+    for i in range(iters):
+        s = (warmup + i) % n_sets
+        starts[i].record()
+        fn(s)
+        ends[i].record()
+    torch.cuda.synchronize()
+    return [a.elapsed_time(b) for a, b in zip(starts, ends)]
+
+
+def input_set_count(set_bytes: int, l2_bytes: int, l2_multiple: int = 4, min_sets: int = 2,
+                    max_sets: int = 64, max_total_bytes: int = 24 * 2**30) -> int:
+    """How many input sets to rotate over so that together they are ``l2_multiple`` times the L2."""
+    n = max(min_sets, -(-l2_multiple * l2_bytes // max(set_bytes, 1)))
+    n = min(n, max_sets, max(min_sets, max_total_bytes // max(set_bytes, 1)))
+    return int(n)
+
+
+class CublasCall:
+    """torch's cuBLAS path for the same problem, dtypes and layouts, writing into the same D."""
+
+    def __init__(self, problem: GemmProblem, sets: list, alpha: float, beta: float):
+        torch = _torch()
+        self.problem, self.sets, self.alpha, self.beta = problem, sets, alpha, beta
+        self.notes = []
+        self.fp8 = problem.dtype_a in ("e4m3", "e5m2")
+        self.tf32 = problem.dtype_a == "tf32"
+        self.one = torch.ones((), device="cuda", dtype=torch.float32)
+        p = problem
+        self.out_dtype = torch_dtype(p.dtype_d)
+        self.in_dtype = torch_dtype(p.dtype_a)
+        if not self.fp8 and self.out_dtype != self.in_dtype:
+            self.notes.append(f"D is {p.dtype_d} but torch.matmul of {p.dtype_a} writes {p.dtype_a}; "
+                              "cuBLAS output converted")
+        self.use_c = "C" in sets[0].views and beta != 0.0
+        if self.use_c and self.fp8:
+            self.notes.append("torch._scaled_mm has no beta*C: cuBLAS timed without the C term")
+        self.prepared = [self._prepare(b) for b in sets]
+
+    def _prepare(self, bufs):
+        """Operand views such that D (or its transpose, for column-major D) = A' @ B'."""
+        a, b, d = bufs.views["A"], bufs.views["B"], bufs.views["D"]
+        c = bufs.views.get("C")
+        if self.problem.layout_c == "col":
+            a, b = b.transpose(-1, -2), a.transpose(-1, -2)
+            d = d.transpose(-1, -2)
+            c = c.transpose(-1, -2) if c is not None else None
+        if self.problem.batch == 1 and a.shape[0] == 1:
+            a, b, d = a[0], b[0], d[0]
+            c = c[0] if c is not None else None
+        if c is not None and c.dtype != d.dtype:
+            c = c.to(d.dtype)
+        return a, b, c, d
+
+    def __call__(self, i: int):
+        torch = _torch()
+        a, b, c, d = self.prepared[i]
+        if self.fp8:
+            if a.dim() == 3:
+                for j in range(a.shape[0]):
+                    d[j].copy_(torch._scaled_mm(a[j], b[j], scale_a=self.one, scale_b=self.one,
+                                                out_dtype=self.out_dtype))
+            else:
+                d.copy_(torch._scaled_mm(a, b, scale_a=self.one, scale_b=self.one, out_dtype=self.out_dtype))
+            return
+        if self.out_dtype != self.in_dtype:
+            r = torch.matmul(a, b)
+            if self.alpha != 1.0:
+                r.mul_(self.alpha)
+            if self.use_c:
+                r = r.to(d.dtype).add_(c, alpha=self.beta)
+            d.copy_(r)
+            return
+        if self.use_c:
+            if a.dim() == 3:
+                torch.baddbmm(c, a, b, beta=self.beta, alpha=self.alpha, out=d)
+            else:
+                torch.addmm(c, a, b, beta=self.beta, alpha=self.alpha, out=d)
+        elif self.alpha != 1.0:
+            if a.dim() == 3:
+                torch.baddbmm(d, a, b, beta=0.0, alpha=self.alpha, out=d)
+            else:
+                torch.addmm(d, a, b, beta=0.0, alpha=self.alpha, out=d)
+        elif d.is_contiguous():
+            torch.matmul(a, b, out=d)
+        else:
+            d.copy_(torch.matmul(a, b))
+
+
+def op_bench_problem(task):
+    """Time the search-picked kernel, cuBLAS and the CUTLASS builder baseline on one problem.
+
+    All three see the same input sets and the same method (time_calls). Each is verified once
+    against the float32 reference before it is timed; a contender that fails verification is
+    reported, not timed.
+    """
+    torch = _torch()
+    problem = GemmProblem.from_dict(task["problem"])
+    warmup, iters = int(task.get("warmup", 10)), int(task.get("iters", 50))
+    alpha, beta = problem.alpha, problem.beta
+    tol = R.tolerance(problem)
+    info = _device_info()
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(int(task.get("seed", 0)) + 7)
+    case = R.Case("bench", problem.m, problem.n, problem.k, problem.batch, alpha, beta)
+    geoms = R.geometries(problem, case.m, case.n, case.k)
+    set_bytes = sum(g.rows * g.cols * case.batch * g.element_bytes for g in geoms.values())
+    n_sets = input_set_count(set_bytes, info["l2_bytes"], int(task.get("l2_multiple", 4)))
+    sets = [Buffers(problem, case, gen) for _ in range(n_sets)]
+    ref = sets[0].reference(alpha, beta)
+    torch.cuda.synchronize()
+    results = {}
+    for contender in task["contenders"]:
+        name = contender["name"]
+        res = {"status": "ok"}
+        results[name] = res
+        try:
+            if contender.get("library") is None and name != "cublas":
+                res.update(status="missing", reason=contender.get("reason", "no library"))
+                continue
+            if name == "cublas":
+                call = CublasCall(problem, sets, alpha, beta)
+                res["notes"] = call.notes
+                prev = torch.backends.cuda.matmul.allow_tf32
+                torch.backends.cuda.matmul.allow_tf32 = call.tf32
+                try:
+                    fn = call
+                    verify_tol = tol if not (call.fp8 and call.use_c) else None
+                    res.update(_verify_and_time(fn, sets, ref, verify_tol, n_sets, warmup, iters))
+                finally:
+                    torch.backends.cuda.matmul.allow_tf32 = prev
+                res["api"] = "torch._scaled_mm" if call.fp8 else "torch.matmul/addmm/baddbmm"
+            else:
+                lib = load_library(contender["library"])
+                args = [b.launch_args(alpha, beta) for b in sets]
+                violations = R.preflight(problem, args[0])
+                if violations:
+                    res.update(status="refused", reason="; ".join(f"{v.rule_id}: {v.reason}" for v in violations))
+                    continue
+                ws_bytes = int(lib.cutegen_workspace_size(case.m, case.n, case.k, case.batch))
+                ws = torch.empty(max(ws_bytes, 1), device="cuda", dtype=torch.uint8)
+                stream = torch.cuda.current_stream().cuda_stream
+                packed = [a.abi_tuple() for a in args]
+                status_box = []
+
+                def fn(i, lib=lib, packed=packed, ws=ws, ws_bytes=ws_bytes, stream=stream, box=status_box):
+                    st = lib.cutegen_gemm(*packed[i], ws.data_ptr(), ws_bytes, stream)
+                    if st != 0:
+                        box.append((st, lib.cutegen_last_error().decode(errors="replace")))
+
+                res.update(_verify_and_time(fn, sets, ref, tol, n_sets, warmup, iters, status_box))
+        except Exception as e:  # noqa: BLE001 - one contender's failure must not hide the others'
+            res.update(status="error", reason=f"{type(e).__name__}: {e}")
+            if _context_broken():
+                raise
+        finally:
+            for b in sets:
+                b.reset_d()
+    return {"problem": problem.to_dict(), "name": problem.name, "flops": problem.flops, "input_sets": n_sets,
+            "set_bytes": set_bytes, "warmup": warmup, "iters": iters, "tolerance": tol, "results": results,
+            "device": info}
+
+
+def _verify_and_time(fn, sets, ref, tol, n_sets, warmup, iters, status_box=None) -> dict:
+    torch = _torch()
+    out = {}
+    sets[0].reset_d()
+    fn(0)
+    torch.cuda.synchronize()
+    if status_box:
+        st, msg = status_box[0]
+        return {"status": "error", "reason": f"status {st}: {msg}"}
+    if tol is not None:
+        check = sets[0].check_d(ref, tol)
+        out["verify"] = {k: check[k] for k in ("ok", "rel_err", "tol", "nan", "reason")}
+        if not check["ok"]:
+            out.update(status="failed_verification", reason=check["reason"])
+            return out
+    else:
+        out["verify"] = {"ok": None, "reason": "not comparable (baseline computes a different function)"}
+    times = time_calls(fn, n_sets, warmup, iters)
+    if status_box:
+        st, msg = status_box[0]
+        return {"status": "error", "reason": f"status {st} while timing: {msg}"}
+    out["times_ms"] = [round(t, 5) for t in times]
+    out["median_ms"] = R.median(times)
+    out["min_ms"] = min(times)
+    return out
+
+
+OPS = {
+    "ping": op_ping,
+    "selftest_sleep": op_selftest_sleep,
+    "selftest_raise": op_selftest_raise,
+    "selftest_exit": op_selftest_exit,
+    "init": op_init,
+    "describe": op_describe,
+    "validate_case": op_validate_case,
+    "bench_problem": op_bench_problem,
+}
+
+
+def main(argv=None) -> int:
+    """``--once REQUEST.json``: run one request here (the compute-sanitizer driver)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if len(argv) != 2 or argv[0] != "--once":
+        print("usage: python -m cutegen._runner_worker --once REQUEST.json", file=sys.stderr)
+        return 2
+    with open(argv[1]) as f:
+        task = json.load(f)
+    op_init({})
+    value = handle(task)
+    print(json.dumps(value, default=R.json_default))
+    torch = _torch()
+    torch.cuda.synchronize()
+    ok = value.get("ok") if isinstance(value, dict) else None
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,305 @@
+"""``cutegen validate``: run built kernels on the GPU against a float32 reference, under a watchdog.
+
+For each kernel (a built directory with manifest.json and the library, or a folder of them): its own
+problem size, ragged M/N/K, batches 2 and 3 with padded strides, a sub-tile problem and any
+``--shapes``; then refusal probes (misaligned pointers, leading dimensions, extents) that the launch
+contract must refuse before launch, with the kernel's own status 1 agreeing. Every request runs in a
+spawned child with a timeout: a kernel that does not finish is reported as a hang with its
+configuration, the child is killed, and the run goes on with the next kernel.
+
+Also runnable without the rest of the CLI: ``python -m cutegen.commands.validate ...``.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from .. import runner as R
+from ..errors import CutegenError
+
+HELP = "validate built kernels on the GPU (random inputs vs float32 reference, ragged shapes, watchdog)"
+
+SANITIZER_TOOLS = ("memcheck", "racecheck", "synccheck")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("kernels", nargs="+", metavar="KERNEL_DIR_OR_SO",
+                   help="built kernel directories (manifest.json + library), libraries, or folders of them")
+    p.add_argument("--shapes", nargs="*", default=[], metavar="MxNxK[xB]",
+                   help="extra sizes to run every kernel at (its dtypes and layouts)")
+    p.add_argument("--no-probes", action="store_true", help="skip the refusal probes")
+    p.add_argument("--no-manifest-shape", action="store_true",
+                   help="do not run each kernel at its own (possibly large) problem size")
+    p.add_argument("--timeout", type=float, default=60.0,
+                   help="seconds one launch (with its reference) may take before it counts as a hang [60]")
+    p.add_argument("--startup-timeout", type=float, default=180.0,
+                   help="seconds a worker child may take to import torch and create its CUDA context [180]")
+    p.add_argument("--fresh-child", action="store_true",
+                   help="a new child process for every kernel (default: one child, replaced after a hang or fault)")
+    p.add_argument("--seed", type=int, default=0, help="varies the random inputs [0]")
+    p.add_argument("--sanitize", action="store_true",
+                   help="also run compute-sanitizer (memcheck, racecheck, synccheck) on a small problem")
+    p.add_argument("--sanitize-only", action="store_true", help="run only compute-sanitizer")
+    p.add_argument("--sanitize-tools", default=",".join(SANITIZER_TOOLS),
+                   help="comma-separated compute-sanitizer tools [memcheck,racecheck,synccheck]")
+    p.add_argument("--sanitize-timeout", type=float, default=240.0, help="seconds per sanitizer tool [240]")
+    p.add_argument("--deadline", type=float, default=0.0,
+                   help="stop starting new kernels after this many seconds (0: no limit); the rest are reported skipped")
+    p.add_argument("--json", metavar="FILE", help="write the full report as JSON")
+    p.add_argument("-q", "--quiet", action="store_true", help="print only failures and the summary")
+
+
+def run(args: argparse.Namespace) -> int:
+    kernels, unusable = R.discover_kernels(args.kernels)
+    shapes = [R.parse_shape(s) for s in args.shapes]
+    tools = [t.strip() for t in args.sanitize_tools.split(",") if t.strip()]
+    for t in tools:
+        if t not in SANITIZER_TOOLS + ("initcheck",):
+            raise CutegenError(f"--sanitize-tools: unknown tool {t!r} (memcheck, racecheck, synccheck, initcheck)")
+    if not kernels:
+        for path, why in unusable:
+            print(f"cutegen validate: {path}: {why}", file=sys.stderr)
+        raise CutegenError("no kernel to validate")
+    say = (lambda *a, **k: None) if args.quiet else print
+    report = {"schema": "cutegen-validate/1", "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+              "unusable": [{"path": p, "reason": w} for p, w in unusable], "kernels": [], "device": None}
+    for path, why in unusable:
+        print(f"UNUSABLE {path}: {why}")
+    t_start = time.monotonic()
+    if not args.sanitize_only:
+        report["kernels"] = validate_kernels(kernels, shapes, args, say, t_start)
+        report["device"] = _LAST_DEVICE.get("info")
+    if args.sanitize or args.sanitize_only:
+        report["sanitizer"] = [sanitize_kernel(k, tools, args.sanitize_timeout, say) for k in kernels]
+    report["summary"] = summarize(report)
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(report, indent=1, default=R.json_default) + "\n")
+    print_summary(report)
+    return 0 if report["summary"]["ok"] else 1
+
+
+_LAST_DEVICE: dict = {}
+
+
+def _new_worker(args) -> R.Worker:
+    return R.Worker(startup_timeout=args.startup_timeout, init={"op": "init"})
+
+
+def validate_kernels(kernels, shapes, args, say, t_start) -> list[dict]:
+    results = []
+    worker = _new_worker(args)
+    try:
+        for info in kernels:
+            if args.deadline and time.monotonic() - t_start > args.deadline:
+                results.append(_kernel_record(info, [], "skipped", f"deadline of {args.deadline:g} s reached"))
+                say(f"SKIP  {info.label}: deadline reached")
+                continue
+            if args.fresh_child:
+                worker.close()
+                worker = _new_worker(args)
+            results.append(validate_one(worker, info, shapes, args, say))
+            if worker.init_reply is not None and worker.init_reply.ok:
+                _LAST_DEVICE["info"] = worker.init_reply.value
+    finally:
+        worker.close()
+    return results
+
+
+def _kernel_record(info: R.KernelInfo, cases: list, verdict: str, reason: str = "") -> dict:
+    return {"kernel": info.label, **info.to_dict(), "cases": cases, "verdict": verdict, "reason": reason}
+
+
+def validate_one(worker: R.Worker, info: R.KernelInfo, shapes, args, say) -> dict:
+    """Every case and probe of one kernel; stops at the first hang or crash of the kernel."""
+    problem, config = info.problem, info.config
+    plan = R.validation_cases(problem, config, shapes, include_manifest=not args.no_manifest_shape)
+    if not args.no_probes:
+        plan += R.refusal_probes(problem, config)
+    tol = R.tolerance(problem)
+    cases = []
+    verdict, reason = "pass", ""
+    for case in plan:
+        task = {"op": "validate_case", "library": str(info.library), "problem": problem.to_dict(),
+                "config": config.to_dict(), "case": case.to_dict(), "tolerance": tol, "seed": args.seed}
+        reply = worker.request(task, args.timeout)
+        where = f"{info.label} {case.name} M={case.m} N={case.n} K={case.k} batch={case.batch}"
+        if reply.status in ("hang", "crash"):
+            kind = "HANG" if reply.status == "hang" else "CRASH"
+            cases.append({"case": case.name, "m": case.m, "n": case.n, "k": case.k, "batch": case.batch,
+                          "ok": False, "status": reply.status, "reason": reply.message,
+                          "seconds": round(reply.seconds, 2)})
+            verdict = reply.status
+            reason = f"{kind} in case {case.name}: {reply.message}; config {config.to_json()}"
+            print(f"{kind:5} {where}: {reply.message}\n      config {config.to_json()}")
+            break  # the rest of this kernel's cases would most likely do the same
+        if reply.status == "error":
+            msg = reply.message.strip().splitlines()[0] if reply.message else "error"
+            cases.append({"case": case.name, "m": case.m, "n": case.n, "k": case.k, "batch": case.batch,
+                          "ok": False, "status": "error", "reason": reply.message, "fatal": reply.fatal})
+            verdict, reason = "fail", reason or f"{case.name}: {msg}"
+            print(f"ERROR {where}: {msg}")
+            continue
+        rec = dict(reply.value)
+        rec["seconds"] = round(reply.seconds, 3)
+        if reply.fatal:
+            rec["ok"] = False
+            rec["reason"] = (rec.get("reason", "") + "; CUDA context broken afterwards (sticky fault)").strip("; ")
+        cases.append(rec)
+        if rec.get("refused"):
+            say(f"REFUSED {where}: {rec['reason']}")
+            continue
+        if rec.get("ok"):
+            detail = f"rel_err {rec['rel_err']:.2e} < {rec['tol']:g}" if rec.get("kind") == "case" else rec.get("reason", "")
+            say(f"ok    {where}: {detail}")
+        else:
+            verdict, reason = "fail", reason or f"{case.name}: {rec.get('reason', '')}"
+            print(f"FAIL  {where}: {rec.get('reason', '')}")
+    return _kernel_record(info, cases, verdict, reason)
+
+
+# ------------------------------------------------------------------------------------------------
+# compute-sanitizer
+# ------------------------------------------------------------------------------------------------
+
+def sanitizer_case(info: R.KernelInfo) -> R.Case:
+    """A small problem for the sanitizer: ragged in M, N and K, batch 2, C read when it exists."""
+    tm, tn, tk = info.config.tile_shape
+    u = R.dim_units(info.problem)
+    beta = 0.5 if info.problem.dtype_c != "void" else 0.0
+    return R.Case("sanitize", R.ragged_extent(tm, u["m"], 1), R.ragged_extent(tn, u["n"], 1),
+                  R.ragged_extent(tk, u["k"], 2), 2, 1.0, beta, seed=21)
+
+
+_SUMMARY = re.compile(r"(ERROR SUMMARY: \d+ errors?|RACECHECK SUMMARY: [^\n]*)")
+
+
+def sanitize_kernel(info: R.KernelInfo, tools, timeout: float, say) -> dict:
+    """compute-sanitizer over a child Python that runs one small case of the kernel."""
+    exe = shutil.which("compute-sanitizer")
+    out = {"kernel": info.label, "library": str(info.library), "tools": {}}
+    if exe is None:
+        out["verdict"] = "unavailable"
+        out["reason"] = "compute-sanitizer is not on the PATH"
+        print(f"SANITIZE {info.label}: compute-sanitizer not found")
+        return out
+    case = sanitizer_case(info)
+    out["case"] = case.to_dict()
+    task = {"op": "validate_case", "library": str(info.library), "problem": info.problem.to_dict(),
+            "config": info.config.to_dict(), "case": case.to_dict()}
+    with tempfile.TemporaryDirectory(prefix="cutegen-sanitize-") as tmp:
+        req = Path(tmp) / "request.json"
+        req.write_text(json.dumps(task))
+        env = dict(os.environ)
+        env["PYTORCH_NO_CUDA_MEMORY_CACHING"] = "1"   # one allocation per tensor: memcheck sees overruns
+        env["CUTEGEN_SANITIZER"] = "1"
+        env["PYTHONPATH"] = os.pathsep.join(p for p in [str(_package_root()), env.get("PYTHONPATH", "")] if p)
+        verdicts = []
+        for tool in tools:
+            cmd = [exe, "--tool", tool, "--error-exitcode", "86", "--print-limit", "20",
+                   sys.executable, "-m", "cutegen._runner_worker", "--once", str(req)]
+            t0 = time.monotonic()
+            rc, text = run_with_timeout(cmd, timeout, env)
+            secs = round(time.monotonic() - t0, 1)
+            summary = "; ".join(_SUMMARY.findall(text))
+            if rc is None:
+                v = "timeout"
+            elif rc == 0:
+                v = "clean"
+            elif rc == 86:
+                v = "errors"
+            else:
+                v = "failed"   # the driver itself failed (wrong result, or the tool could not run)
+            verdicts.append(v)
+            out["tools"][tool] = {"verdict": v, "exit_code": rc, "seconds": secs, "summary": summary,
+                                  "tail": text[-3000:]}
+            line = f"SANITIZE {tool:9} {info.label}: {v} ({secs:g} s) {summary}"
+            (say if v == "clean" else print)(line)
+    out["verdict"] = "clean" if verdicts and all(v == "clean" for v in verdicts) else \
+        next(v for v in ("errors", "failed", "timeout") if v in verdicts)
+    return out
+
+
+def run_with_timeout(cmd, timeout: float, env=None) -> tuple[int | None, str]:
+    """Run ``cmd`` in its own process group; on timeout kill the whole group (the sanitizer and the
+    Python under it). Returns (exit code or None on timeout, stdout+stderr)."""
+    import signal
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                            start_new_session=True)
+    try:
+        text, _ = proc.communicate(timeout=timeout)
+        return proc.returncode, text or ""
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        try:
+            text, _ = proc.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            text = ""
+        return None, (text or "") + f"\n[killed after {timeout:g} s]"
+
+
+def _package_root() -> Path:
+    return Path(R.__file__).resolve().parent.parent
+
+
+# ------------------------------------------------------------------------------------------------
+# Summary
+# ------------------------------------------------------------------------------------------------
+
+def summarize(report: dict) -> dict:
+    ks = report.get("kernels", [])
+    by = {v: [k["kernel"] for k in ks if k["verdict"] == v] for v in ("pass", "fail", "hang", "crash", "skipped")}
+    cases = [c for k in ks for c in k["cases"]]
+    probes = [c for c in cases if c.get("kind") == "probe"]
+    runs = [c for c in cases if c.get("kind") == "case" and not c.get("refused")]
+    san = report.get("sanitizer") or []
+    san_bad = [s["kernel"] for s in san if s.get("verdict") not in ("clean",)]
+    ok = not (by["fail"] or by["hang"] or by["crash"] or san_bad or report.get("unusable"))
+    return {"ok": ok, "kernels": len(ks), **{k: v for k, v in by.items()},
+            "cases_run": len(runs), "cases_passed": sum(1 for c in runs if c.get("ok")),
+            "probes": len(probes), "probes_agreed": sum(1 for c in probes if c.get("ok")),
+            "refused": sum(1 for c in cases if c.get("refused")),
+            "max_rel_err": max((c["rel_err"] for c in runs if isinstance(c.get("rel_err"), float)), default=None),
+            "sanitizer_not_clean": san_bad, "unusable": len(report.get("unusable", []))}
+
+
+def print_summary(report: dict) -> None:
+    s = report["summary"]
+    print(f"validate: {s['kernels']} kernels: {len(s['pass'])} pass, {len(s['fail'])} fail, "
+          f"{len(s['hang'])} hang, {len(s['crash'])} crash, {len(s['skipped'])} skipped; "
+          f"{s['cases_passed']}/{s['cases_run']} cases, {s['probes_agreed']}/{s['probes']} refusal probes agreed"
+          + (f", max rel err {s['max_rel_err']:.2e}" if s["max_rel_err"] is not None else ""))
+    for v in ("fail", "hang", "crash"):
+        for k in s[v]:
+            print(f"  {v.upper()}: {k}")
+    for k in s["sanitizer_not_clean"]:
+        print(f"  SANITIZER: {k}")
+    if s["unusable"]:
+        print(f"  {s['unusable']} path(s) unusable (see above)")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="cutegen validate", description=HELP)
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        return run(args)
+    except CutegenError as e:
+        print(f"cutegen validate: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
