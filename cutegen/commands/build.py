@@ -1,0 +1,46 @@
+"""cutegen build: compile rendered kernels (kernel directories or .cu files) through the cache."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..errors import CutegenError
+
+HELP = "compile rendered kernels with nvcc (content-addressed cache, parallel, bounded by memory)"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("paths", nargs="+", metavar="KERNEL",
+                   help="kernel directories (kernel.cu + manifest.json), folders of them, or .cu files")
+    p.add_argument("--jobs", "-j", type=int,
+                   help="parallel compiles (default: half the cores, at most MemAvailable / 3.5 GB)")
+    p.add_argument("--cache", metavar="DIR", help="cache directory (default: $CUTEGEN_CACHE or ~/.cache/cutegen)")
+    p.add_argument("--timeout", type=float, help="seconds before one nvcc is killed (default: none)")
+
+
+def expand(paths: list[str]) -> list[str]:
+    """A folder without kernel.cu stands for every kernel directory under it."""
+    from pathlib import Path
+    out: list[str] = []
+    for raw in paths:
+        p = Path(raw)
+        if p.is_dir() and not (p / "kernel.cu").is_file():
+            found = sorted(str(c.parent) for c in p.rglob("kernel.cu"))
+            if not found:
+                raise CutegenError(f"{p}: no kernel.cu under it")
+            out += found
+        else:
+            out.append(raw)
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+    from ..build import build
+    summary = build(expand(args.paths), jobs=args.jobs, cache=Path(args.cache) if args.cache else None,
+                    progress=sys.stderr, timeout=args.timeout)
+    for r in summary.results:
+        if r.ok:
+            print(f"{r.status:7s} {r.library}")
+    print(summary.line())
+    return 0 if summary.ok else 1

@@ -1,0 +1,135 @@
+"""cutegen generate: search, render and (with nvcc) compile a kernel for one GEMM problem."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from ..config import KernelConfig
+from ..errors import CutegenError, FieldError
+from ..problem import ACTIVATIONS, BLAS_LAYOUTS, C_DTYPES, GemmProblem, OUTPUT_DTYPES
+from ..dtypes import INPUT_DTYPES
+
+HELP = "search, render and compile a kernel for a GEMM problem (the default command)"
+DEFAULT_PROBLEM = {"m": 4096, "n": 4096, "k": 4096, "dtype": "bf16", "layout": "tn"}
+
+
+def add_problem_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("problem (default: 4096x4096x4096 bf16 TN)")
+    g.add_argument("--m", type=int, help="rows of A and D")
+    g.add_argument("--n", type=int, help="columns of B and D")
+    g.add_argument("--k", type=int, help="the reduction extent")
+    g.add_argument("--batch", type=int, default=1)
+    g.add_argument("--dtype", choices=INPUT_DTYPES, default="bf16", help="A and B element type")
+    g.add_argument("--layout", choices=tuple(BLAS_LAYOUTS), default="tn",
+                   help="tn: A row-major, B column-major (both K-contiguous); nt, nn, tt likewise")
+    g.add_argument("--dtype-c", choices=C_DTYPES, help="C's type (default: by dtype; void: no C)")
+    g.add_argument("--dtype-d", choices=OUTPUT_DTYPES, help="D's type (default: by dtype)")
+    g.add_argument("--layout-c", choices=("row", "col"), default="row")
+    g.add_argument("--beta", type=float, default=0.0)
+    g.add_argument("--bias", action="store_true", help="add a per-row (M) bias")
+    g.add_argument("--activation", choices=ACTIVATIONS, default="none")
+    g.add_argument("--problem", metavar="JSON", help="the whole problem as a JSON object (overrides the above)")
+
+
+def problem_from_args(args: argparse.Namespace) -> GemmProblem:
+    if args.problem:
+        try:
+            data = json.loads(args.problem)
+        except json.JSONDecodeError as e:
+            raise FieldError("--problem", f"not valid JSON: {e}") from None
+        return GemmProblem.from_dict(data, where="--problem")
+    given = [x for x in (args.m, args.n, args.k) if x is not None]
+    if given and len(given) != 3:
+        raise FieldError("--m/--n/--k", "give all three extents or none (none: 4096x4096x4096)")
+    data = dict(DEFAULT_PROBLEM)
+    if given:
+        data.update(m=args.m, n=args.n, k=args.k)
+    data.update(dtype=args.dtype, layout=args.layout, batch=args.batch, layout_c=args.layout_c,
+                beta=args.beta, bias=args.bias, activation=args.activation)
+    if args.dtype_c:
+        data["dtype_c"] = args.dtype_c
+    if args.dtype_d:
+        data["dtype_d"] = args.dtype_d
+    return GemmProblem.from_dict(data, where="problem")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_problem_arguments(p)
+    p.add_argument("-o", "--output", metavar="DIR",
+                   help="kernel directory (default: generated/<target>/<problem name>)")
+    p.add_argument("--backend", choices=("cutlass", "cutlass_builder"), default="cutlass")
+    p.add_argument("--config", metavar="JSON", help="render this configuration instead of searching")
+    p.add_argument("--no-build", action="store_true", help="render only, even if nvcc is present")
+    p.add_argument("--jobs", type=int, help="parallel compiles (default: from cores and memory)")
+
+
+def choose(problem: GemmProblem) -> tuple[KernelConfig, object, list[str]]:
+    """The search's best configuration, its cost estimate and the reasons to print."""
+    try:
+        from ..search import search  # egglog lives behind this import
+    except ImportError as e:
+        return _fallback_until_search_lands(problem, e)
+    result = search(problem, 1)
+    if not result.ranked:
+        raise CutegenError(f"the search found no legal configuration for {problem.name}")
+    best = result.ranked[0]
+    why = [f"search ranked {len(result.ranked)} legal configuration(s); picked the cheapest"]
+    for attr in ("explain", "why", "reason"):
+        text = getattr(best, attr, None)
+        if callable(text):
+            text = text()
+        if text:
+            why.append(str(text))
+            break
+    why.append(f"estimated cost: {best.cost}")
+    return best.config, best.cost, why
+
+
+# TEMPORARY: cutegen.search is being written now. Until it exports search(), generate renders this
+# fixed configuration (CUTLASS users' usual first choice) and says so. Remove once search lands.
+_FALLBACK_CONFIG = {"tile_shape": [128, 256, 64], "cluster_shape": [2, 1, 1], "stages": "auto",
+                    "mainloop_schedule": "cooperative", "epilogue_schedule": "tma_warp_specialized_cooperative"}
+
+
+def _fallback_until_search_lands(problem: GemmProblem, error: Exception):
+    config = KernelConfig.from_dict(_FALLBACK_CONFIG)
+    return config, None, [f"FALLBACK: cutegen.search is not available ({error}); rendered the fixed "
+                          "default configuration 128x256x64, cluster 2x1x1, cooperative"]
+
+
+def run(args: argparse.Namespace) -> int:
+    from .. import render as render_mod
+    from ..build import build, find_nvcc
+
+    problem = problem_from_args(args)
+    if args.config:
+        try:
+            config = KernelConfig.from_dict(json.loads(args.config), where="--config")
+        except json.JSONDecodeError as e:
+            raise FieldError("--config", f"not valid JSON: {e}") from None
+        cost, why = None, ["configuration given with --config (no search)"]
+    else:
+        config, cost, why = choose(problem)
+    kernel = render_mod.render(problem, config, args.backend, cost=cost)
+    out = Path(args.output) if args.output else Path("generated") / problem.target / problem.name
+    kernel.write(out)
+    print(f"kernel   {out / 'kernel.cu'}")
+    print(f"manifest {out / 'manifest.json'}")
+    print(f"problem  {problem.name}")
+    print(f"config   {kernel.config.short_name()} (hash {kernel.kernel_hash})")
+    for line in why:
+        print(f"why      {line}")
+    if args.no_build:
+        return 0
+    if find_nvcc() is None:
+        print("build    skipped: nvcc not found (run `cutegen build` where it is)")
+        return 0
+    summary = build([out], jobs=args.jobs, progress=sys.stderr)
+    result = summary.results[0]
+    if not result.ok:
+        print(result.message, file=sys.stderr)
+        return 1
+    print(f"library  {result.library} ({result.status}, {result.seconds:.1f} s)")
+    return 0

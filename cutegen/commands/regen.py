@@ -1,0 +1,130 @@
+"""cutegen regen: re-render every kernel of the benchmark suite; --check fails on any changed byte."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ..errors import CutegenError, FieldError, IllegalConfig
+from ..problem import GemmProblem
+
+HELP = "re-render generated/ for bench/suite.toml (search + render); --check: fail if any byte would change"
+BASELINE = {"tile_shape": [128, 256, 64], "cluster_shape": [2, 1, 1], "stages": "auto",
+            "mainloop_schedule": "cooperative", "epilogue_schedule": "tma_warp_specialized_cooperative"}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--check", action="store_true", help="write nothing; exit 1 naming every file that would change")
+    p.add_argument("--suite", default="bench/suite.toml", help="the problem list (default: bench/suite.toml)")
+    p.add_argument("--out", default="generated", help="root of the generated tree (default: generated)")
+    p.add_argument("--from-manifests", action="store_true",
+                   help="re-render from the stored manifests instead of searching (no egglog needed)")
+    p.add_argument("--only", action="append", default=[], metavar="NAME",
+                   help="only the suite problems with this name (repeatable)")
+
+
+def load_suite(path: str | Path) -> list[tuple[str, GemmProblem]]:
+    """(suite name, problem) for every entry of a suite TOML file: any array of tables of problems."""
+    import tomllib
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise CutegenError(f"{path}: no such suite file") from None
+    except tomllib.TOMLDecodeError as e:
+        raise FieldError(str(path), f"not valid TOML: {e}") from None
+    tables = [(k, v) for k, v in data.items() if isinstance(v, list) and v and all(isinstance(x, dict) for x in v)]
+    if len(tables) != 1:
+        raise FieldError(str(path), f"expected one array of problem tables, found {[k for k, _ in tables] or 'none'}")
+    key, entries = tables[0]
+    out = []
+    for i, entry in enumerate(entries):
+        entry = dict(entry)
+        name = str(entry.pop("name", ""))
+        for extra in ("note", "notes", "comment", "why", "tags", "group"):
+            entry.pop(extra, None)
+        problem = GemmProblem.from_dict(entry, where=f"{path.name}:{key}[{i}]")
+        out.append((name or problem.name, problem))
+    return out
+
+
+def kernel_dir(root: Path, problem: GemmProblem) -> Path:
+    return root / problem.target / problem.name
+
+
+def baseline_dir(root: Path, problem: GemmProblem) -> Path:
+    return root / "baseline" / problem.target / problem.name
+
+
+def _render_searched(problem: GemmProblem):
+    from .. import render as render_mod
+    from .generate import choose
+    config, cost, _ = choose(problem)
+    return render_mod.render(problem, config, "cutlass", cost=cost)
+
+
+def _render_baseline(problem: GemmProblem):
+    from .. import render as render_mod
+    from ..config import KernelConfig
+    return render_mod.render(problem, KernelConfig.from_dict(BASELINE), "cutlass_builder")
+
+
+def run(args: argparse.Namespace) -> int:
+    from .. import render as render_mod
+    root = Path(args.out)
+    suite = load_suite(args.suite)
+    if args.only:
+        unknown = sorted(set(args.only) - {n for n, _ in suite})
+        if unknown:
+            raise FieldError("--only", f"not in {args.suite}: {', '.join(unknown)}")
+        suite = [(n, p) for n, p in suite if n in args.only]
+    changed: list[Path] = []
+    failures: list[str] = []
+    expected_dirs: set[Path] = set()
+    for name, problem in suite:
+        for kind, directory, make in (
+                ("kernel", kernel_dir(root, problem), _render_searched),
+                ("baseline", baseline_dir(root, problem), _render_baseline)):
+            expected_dirs.add(directory)
+            try:
+                if args.from_manifests:
+                    if not (directory / "manifest.json").is_file():
+                        raise CutegenError(f"{directory}: no manifest.json to re-render from")
+                    kernel = render_mod.render_manifest(directory, keep_toolchain=False)
+                else:
+                    kernel = make(problem)
+            except IllegalConfig as e:
+                if kind == "baseline":  # the fixed baseline does not fit every problem; say so, go on
+                    print(f"skip     {name} baseline: {e}", file=sys.stderr)
+                    expected_dirs.discard(directory)
+                    continue
+                failures.append(f"{name}: {e}")
+                continue
+            except CutegenError as e:
+                failures.append(f"{name} ({kind}): {e}")
+                continue
+            if args.check:
+                diff = kernel.differences(directory)
+                changed += diff
+                print(f"{'differs' if diff else 'same':8s} {directory}")
+            else:
+                written = kernel.write(directory)
+                changed += written
+                print(f"{'wrote' if written else 'same':8s} {directory}")
+    stale = sorted(d.parent for d in root.rglob("manifest.json") if d.parent not in expected_dirs) \
+        if root.is_dir() else []
+    for d in stale:
+        print(f"stale    {d} (not in {args.suite})", file=sys.stderr)
+    for f in failures:
+        print(f"error    {f}", file=sys.stderr)
+    if args.check:
+        if changed or stale:
+            print(f"regen --check: {len(changed)} file(s) would change" +
+                  (f", {len(stale)} stale kernel dir(s)" if stale else "") + ":", file=sys.stderr)
+            for path in changed:
+                print(f"  {path}", file=sys.stderr)
+            return 1
+        print(f"regen --check: {len(suite)} problem(s), no byte would change")
+    else:
+        print(f"regen: {len(changed)} file(s) written for {len(suite)} problem(s)")
+    return 1 if failures else 0

@@ -1,0 +1,170 @@
+"""manifest.json: what a rendered kernel is, why it is legal, and what produced it.
+
+The manifest sits beside ``kernel.cu`` and is itself rendered output, so it obeys the same
+contract: the same (problem, config, legality report, cost, toolchain) gives the same bytes.
+That rules out timestamps, host names and absolute paths; keys are sorted.
+
+It is also the kernel's portable description: ``load`` gives back the problem, the config and
+the backend, which is all ``cutegen.render`` needs to re-render the kernel on a machine without
+the search (the GPU machine has no egglog).
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .config import KernelConfig
+from .errors import CutegenError, FieldError
+from .problem import GemmProblem
+
+SCHEMA = 1
+
+
+def kernel_hash(problem: GemmProblem, config: KernelConfig, backend: str) -> str:
+    """Names a kernel by what it computes and how: 16 hex digits of a canonical digest."""
+    ident = json.dumps({"backend": backend, "config": config.to_dict(), "problem": problem.to_dict()},
+                       sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(ident.encode()).hexdigest()[:16]
+
+
+def cutlass_version(include_dir: str | os.PathLike | None = None) -> str | None:
+    """CUTLASS version from the headers the kernel compiles against (cutlass/version.h)."""
+    if include_dir is None:
+        from .build import cutlass_include_dirs  # build has no heavy imports
+        try:
+            include_dir = cutlass_include_dirs()[0]
+        except CutegenError:
+            return None
+    return _cutlass_version_at(str(include_dir))
+
+
+@functools.lru_cache(maxsize=None)
+def _cutlass_version_at(include_dir: str) -> str | None:
+    try:
+        text = Path(include_dir, "cutlass", "version.h").read_text()
+    except OSError:
+        return None
+    parts = [re.search(rf"#define\s+CUTLASS_{p}\s+(\d+)", text) for p in ("MAJOR", "MINOR", "PATCH")]
+    if not all(parts):
+        return None
+    return ".".join(m.group(1) for m in parts)
+
+
+@functools.lru_cache(maxsize=None)
+def nvcc_version(nvcc: str = "nvcc") -> str | None:
+    """``major.minor`` of the nvcc on PATH (e.g. "13.0"), or None without one.
+
+    Only the release is recorded: patch builds of one release generate identical kernels, and
+    recording them would make ``regen --check`` fail on every toolkit patch update.
+    """
+    exe = shutil.which(nvcc)
+    if exe is None:
+        return None
+    try:
+        out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = re.search(r"release (\d+\.\d+)", out)
+    return m.group(1) if m else None
+
+
+def nvcc_full_version(nvcc: str = "nvcc") -> str | None:
+    """The complete ``V13.0.88``-style build string; part of the compile cache key."""
+    exe = shutil.which(nvcc)
+    if exe is None:
+        return None
+    try:
+        out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = re.search(r"\bV(\d+\.\d+\.\d+)", out)
+    return m.group(1) if m else None
+
+
+def to_jsonable(value: Any) -> Any:
+    """Cost estimates and legality reports come from other modules; store them as plain JSON."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return round(value, 9)  # stable text for values computed by float arithmetic
+    if hasattr(value, "to_dict"):
+        return to_jsonable(value.to_dict())
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return to_jsonable(dataclasses.asdict(value))
+    if isinstance(value, dict):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_jsonable(v) for v in value]
+    return str(value)
+
+
+def build_manifest(*, problem: GemmProblem, config: KernelConfig, backend: str, source: str,
+                   legality: Any, cost: Any, toolchain: dict[str, Any]) -> dict[str, Any]:
+    from . import __version__
+    return {
+        "schema": SCHEMA,
+        "backend": backend,
+        "problem": problem.to_dict(),
+        "problem_name": problem.name,
+        "config": config.to_dict(),
+        "config_name": config.short_name(),
+        "kernel_hash": kernel_hash(problem, config, backend),
+        "hash": kernel_hash(problem, config, backend),  # the name cutegen_describe and the runner use
+        "legality": to_jsonable(legality),
+        "cost": to_jsonable(cost),
+        "cutegen": __version__,
+        "toolchain": to_jsonable(toolchain),
+        "files": {"kernel.cu": {"sha256": hashlib.sha256(source.encode()).hexdigest(),
+                                "bytes": len(source.encode())}},
+    }
+
+
+def dumps(manifest: dict[str, Any]) -> str:
+    return json.dumps(manifest, sort_keys=True, indent=2) + "\n"
+
+
+@dataclass(frozen=True)
+class Manifest:
+    problem: GemmProblem
+    config: KernelConfig
+    backend: str
+    data: dict[str, Any]
+
+    @property
+    def kernel_hash(self) -> str:
+        return self.data["kernel_hash"]
+
+    @property
+    def legal(self) -> bool | None:
+        leg = self.data.get("legality")
+        return leg.get("legal") if isinstance(leg, dict) else None
+
+
+def load(path: str | os.PathLike) -> Manifest:
+    """Read a manifest.json (or the manifest.json inside a kernel directory)."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "manifest.json"
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise CutegenError(f"{path}: no manifest.json (render the kernel first)") from None
+    except json.JSONDecodeError as e:
+        raise FieldError(str(path), f"not valid JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise FieldError(str(path), "expected a JSON object")
+    for key in ("problem", "config", "backend"):
+        if key not in data:
+            raise FieldError(f"{path}.{key}", "missing")
+    return Manifest(GemmProblem.from_dict(data["problem"], where=f"{path.name}.problem"),
+                    KernelConfig.from_dict(data["config"], where=f"{path.name}.config"),
+                    str(data["backend"]), data)

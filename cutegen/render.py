@@ -1,0 +1,378 @@
+"""render: a (problem, legal config) pair becomes kernel source and its manifest.
+
+Two C++ backends share one ABI (cutegen/abi.py):
+
+``cutlass``          the configuration spelled out in explicit CuTe/CUTLASS types
+                     (templates/cutlass_sm90_gemm.cu.j2); nothing in the mainloop is re-decided.
+``cutlass_builder``  the same problem through CUTLASS's CollectiveBuilders for a given tile, cluster,
+                     stage count and schedule (templates/cutlass_builder_gemm.cu.j2): the
+                     "hand-written CUTLASS" baseline and a cross-check of the explicit rendering.
+
+A configuration is completed (``cutegen.collective_builder.complete``) and checked against every
+legality rule (``cutegen.legality.check_config``) before anything is rendered; a broken rule
+raises ``IllegalConfig`` naming it. Rendering is deterministic: the same input gives the same
+bytes. This module imports neither egglog nor the search, so it runs on the GPU machine.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import manifest as manifest_mod
+from .config import KernelConfig
+from .dtypes import DTYPES
+from .errors import CutegenError, FieldError, IllegalConfig
+from .problem import GemmProblem
+
+BACKENDS = ("cutlass", "cutlass_builder")
+TEMPLATES = {"cutlass": "cutlass_sm90_gemm.cu.j2", "cutlass_builder": "cutlass_builder_gemm.cu.j2"}
+SMEM_CAPACITY = 232448  # bytes a block may opt into on sm_90 (rulebook D02)
+
+# WGMMA N values CuTe declares without CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED (mma_traits_sm90_gmma.hpp).
+_BASE_MMA_N = frozenset((8, 16, 32, 64, 96, 128, 192, 256))
+
+_KERNEL_SCHEDULES = {
+    "warp_specialized": "cutlass::gemm::KernelTmaWarpSpecialized",
+    "cooperative": "cutlass::gemm::KernelTmaWarpSpecializedCooperative",
+    "pingpong": "cutlass::gemm::KernelTmaWarpSpecializedPingpong",
+}
+_EPILOGUE_SCHEDULES = {
+    "tma_warp_specialized": "cutlass::epilogue::TmaWarpSpecialized",
+    "tma_warp_specialized_cooperative": "cutlass::epilogue::TmaWarpSpecializedCooperative",
+    "no_smem": "cutlass::epilogue::NoSmemWarpSpecialized",
+}
+_TILE_SCHEDULERS = {"persistent": "cutlass::gemm::PersistentScheduler",
+                    "stream_k": "cutlass::gemm::StreamKScheduler"}
+_RASTER = {"heuristic": "Heuristic", "along_m": "AlongM", "along_n": "AlongN"}
+_TMA = {"tma": "cute::SM90_TMA_LOAD", "tma_multicast": "cute::SM90_TMA_LOAD_MULTICAST"}
+_MMA_TYPE = {"bf16": "BF16", "f16": "F16", "tf32": "TF32", "e4m3": "E4M3", "e5m2": "E5M2"}
+_ACTIVATIONS = {"relu": "cutlass::epilogue::thread::ReLu", "gelu": "cutlass::epilogue::thread::GELU"}
+
+
+@dataclass(frozen=True)
+class RenderedKernel:
+    """The files of one kernel, ready to write: ``kernel.cu`` and ``manifest.json``."""
+    problem: GemmProblem
+    config: KernelConfig
+    backend: str
+    kernel_hash: str
+    files: dict[str, str] = field(repr=False)
+    manifest: dict[str, Any] = field(repr=False)
+
+    @property
+    def source(self) -> str:
+        return self.files["kernel.cu"]
+
+    def write(self, directory: str | os.PathLike) -> list[Path]:
+        """Write every file atomically; returns the paths whose bytes changed."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        changed = []
+        for name in sorted(self.files):
+            path = directory / name
+            data = self.files[name].encode()
+            if path.exists() and path.read_bytes() == data:
+                continue
+            atomic_write(path, data)
+            changed.append(path)
+        return changed
+
+    def differences(self, directory: str | os.PathLike) -> list[Path]:
+        """Files under ``directory`` that are missing or whose bytes differ from this rendering."""
+        directory = Path(directory)
+        out = []
+        for name in sorted(self.files):
+            path = directory / name
+            if not path.exists() or path.read_bytes() != self.files[name].encode():
+                out.append(path)
+        return out
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write through a temporary file in the same directory and rename: readers never see half."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+# --- completion and legality (owned by other modules; imported late so that a missing or ----
+# --- heavy dependency never stops `import cutegen.render`) --------------------------------------
+def complete_config(problem: GemmProblem, config: KernelConfig) -> KernelConfig:
+    try:
+        from .collective_builder import complete
+    except ModuleNotFoundError as e:
+        if e.name != "cutegen.collective_builder":
+            raise
+        if config.is_complete:
+            return config
+        raise CutegenError("config is incomplete (stages, smem layouts, TMA atoms, WGMMA instruction or "
+                           "warpgroup layout unset) and cutegen.collective_builder is not available "
+                           "to complete it") from None
+    return complete(problem, config)
+
+
+def check_legality(problem: GemmProblem, config: KernelConfig):
+    """The legality report of ``config`` for ``problem``; raises IllegalConfig on any violation."""
+    try:
+        from .legality import check_config
+    except ImportError as e:
+        raise CutegenError(f"cannot check legality: cutegen.legality.check_config is unavailable ({e}); "
+                           "refusing to render an unchecked configuration") from None
+    report = check_config(problem, config)
+    violations = list(getattr(report, "violations", report or []))
+    if violations:
+        raise IllegalConfig(violations)
+    return report
+
+
+def legality_summary(report: Any) -> dict[str, Any]:
+    """What the manifest keeps of a (passing) legality report."""
+    if hasattr(report, "to_dict"):
+        data = manifest_mod.to_jsonable(report.to_dict())
+        if isinstance(data, dict):
+            data.setdefault("legal", True)
+            return data
+    violations = list(getattr(report, "violations", []) or [])
+    return {"legal": not violations, "violations": [manifest_mod.to_jsonable(v) for v in violations]}
+
+
+# --- the template context --------------------------------------------------------------------------
+def epilogue_tile(problem: GemmProblem, config: KernelConfig) -> tuple[int, int]:
+    """The epilogue tile, as CUTLASS 4.2's EpilogueTileAuto computes it when the config leaves it unset.
+
+    sm90_builder.inl sm90_compute_tile_shape_or_override (rulebook E19): cooperative epilogues take
+    (min(128, Tile_M), gcd(min(32, Tile_N), Tile_N)); the others (min(64, Tile_M),
+    gcd(min(N_perf, Tile_N), Tile_N)) with N_perf = 64 for an 8-bit D and Tile_N % 64 == 0, else 32.
+    """
+    if config.epilogue_tile is not None:
+        return tuple(config.epilogue_tile)  # type: ignore[return-value]
+    tm, tn, _ = config.tile_shape
+    if config.epilogue_schedule == "tma_warp_specialized_cooperative":
+        return (min(128, tm), math.gcd(min(32, tn), tn))
+    n_perf = 64 if DTYPES[problem.dtype_d].bits == 8 and tn % 64 == 0 else 32
+    return (min(64, tm), math.gcd(min(n_perf, tn), tn))
+
+
+def epilogue_stages(problem: GemmProblem, config: KernelConfig, epi: tuple[int, int]) -> tuple[int, int]:
+    """(StagesC, StagesD) of sm90_get_tma_dispatch_policy for this tile (sm90_builder.inl, E19)."""
+    tm, tn, _ = config.tile_shape
+    epi_tiles = (tm // epi[0]) * (tn // epi[1])
+    bits_c = 0 if problem.dtype_c == "void" else DTYPES[problem.dtype_c].bits
+    bits_d = DTYPES[problem.dtype_d].bits
+    reuse_smem = bits_c == bits_d and bits_d > 8
+    stages_d = min(epi_tiles, 2)
+    stages_c = max(min(epi_tiles, 4), stages_d + 1) if reuse_smem else min(epi_tiles, 4)
+    return stages_c, stages_d
+
+
+def _layout_tag(layout: str) -> str:
+    return "cutlass::layout::RowMajor" if layout == "row" else "cutlass::layout::ColumnMajor"
+
+
+def _element(dtype_name: str) -> str:
+    # tf32 operands are f32 in memory; CUTLASS's mainloop has TMA round them to tf32 when ElementA
+    # is float (sm90_mma_tma_gmma_ss_warpspecialized.hpp ConvertF32toTF32A, rulebook A04).
+    return "float" if dtype_name == "tf32" else DTYPES[dtype_name].cutlass
+
+
+def _mma_atom(problem: GemmProblem, config: KernelConfig) -> tuple[str, bool]:
+    m, n, k = config.mma_instruction
+    ta, tb = _MMA_TYPE[problem.dtype_a], _MMA_TYPE[problem.dtype_b]
+    name = f"cute::SM90_{m}x{n}x{k}_F32{ta}{tb}_SS"
+    if problem.dtype_a in ("bf16", "f16"):
+        major_a = "cute::GMMA::Major::K" if config.smem_layout_a.major == "K" else "cute::GMMA::Major::MN"
+        major_b = "cute::GMMA::Major::K" if config.smem_layout_b.major == "K" else "cute::GMMA::Major::MN"
+        return f"{name}<{major_a}, {major_b}>", True
+    # tf32 and fp8 WGMMA have no transpose operands: both K-major (rulebook B07).
+    return f"{name}_TN<>", False
+
+
+def _smem_atom(atom, element_mma: str) -> str:
+    return f"cute::GMMA::Layout_{atom.major}_{atom.swizzle}_Atom<{element_mma}>"
+
+
+def _fusion(problem: GemmProblem, element_c: str) -> tuple[str, str, str]:
+    """(fusion operation type, comment, bias element) for the problem's epilogue."""
+    d = "ElementD"
+    c = "ElementC"
+    act = problem.activation
+    if problem.bias:
+        # Bias has D's type (abi.py). Alignment 1 keeps the bias loads scalar and predicated, so any M
+        # and any element-aligned bias pointer are safe; per-row loads are not contiguous per thread
+        # in the WGMMA accumulator layout anyway.
+        bias = "ElementD"
+        fn = _ACTIVATIONS.get(act, "cutlass::epilogue::thread::Identity")
+        op = (f"cutlass::epilogue::fusion::LinCombPerRowBiasEltAct<{fn}, {d}, ElementCompute, {bias}, {c}, "
+              f"ElementCompute, 1>")
+        text = f"D = {act if act != 'none' else 'identity'}(alpha * acc + beta * C + bias[m]), bias per row (M)"
+        return op, text, bias
+    if act != "none":
+        op = f"cutlass::epilogue::fusion::LinCombEltAct<{_ACTIVATIONS[act]}, {d}, ElementCompute, {c}, ElementCompute>"
+        return op, f"D = {act}(alpha * acc + beta * C)", ""
+    return (f"cutlass::epilogue::fusion::LinearCombination<{d}, ElementCompute, {c}, ElementCompute>",
+            "D = alpha * acc + beta * C", "")
+
+
+def _cstring(text: str) -> str:
+    """A C string literal for ``text`` (ASCII JSON), split into short lines."""
+    out, line = [], ""
+    for ch in text:
+        esc = {"\\": "\\\\", '"': '\\"', "\n": "\\n"}.get(ch, ch)
+        if not (32 <= ord(ch) < 127) and ch != "\n":
+            raise ValueError(f"non-ASCII character {ch!r} in a C string")
+        if len(line) + len(esc) > 96:
+            out.append(f'"{line}"')
+            line = ""
+        line += esc
+    out.append(f'"{line}"')
+    return "\n    ".join(out)
+
+
+def _describe(problem: GemmProblem, config: KernelConfig, backend: str, khash: str) -> str:
+    from . import __version__
+    return json.dumps({"backend": backend, "config": config.to_dict(), "cutegen": __version__, "hash": khash,
+                       "problem": problem.to_dict()}, sort_keys=True, separators=(",", ":"))
+
+
+def template_context(problem: GemmProblem, config: KernelConfig, backend: str) -> dict[str, Any]:
+    """Everything the templates need, derived from (problem, config) alone."""
+    from . import __version__
+    khash = manifest_mod.kernel_hash(problem, config, backend)
+    element_c = "void" if problem.dtype_c == "void" else DTYPES[problem.dtype_c].cutlass
+    fusion_op, fusion_comment, bias_element = _fusion(problem, element_c)
+    ctx: dict[str, Any] = {
+        "version": __version__,
+        "kernel_hash": khash,
+        "problem_name": problem.name,
+        "config_name": config.short_name(),
+        "config_lines": [f"{k} = {json.dumps(v)}" for k, v in sorted(config.to_dict().items())],
+        "dtype_a": problem.dtype_a, "dtype_b": problem.dtype_b,
+        "dtype_c": problem.dtype_c, "dtype_d": problem.dtype_d,
+        "element_a": _element(problem.dtype_a), "element_b": _element(problem.dtype_b),
+        "element_a_mma": DTYPES[problem.dtype_a].cutlass, "element_b_mma": DTYPES[problem.dtype_b].cutlass,
+        "element_c": element_c, "element_d": DTYPES[problem.dtype_d].cutlass,
+        "c_is_void": problem.dtype_c == "void",
+        "layout_tag_a": _layout_tag(problem.layout_a), "layout_tag_b": _layout_tag(problem.layout_b),
+        "layout_tag_c": _layout_tag(problem.layout_c),
+        "a_k_major": problem.a_k_major, "b_k_major": problem.b_k_major,
+        "alignment_a": problem.alignment_a, "alignment_b": problem.alignment_b,
+        "alignment_c": problem.alignment_c,
+        "tile": list(config.tile_shape), "cluster": list(config.cluster_shape),
+        "kernel_schedule": _KERNEL_SCHEDULES[config.mainloop_schedule],
+        "epilogue_schedule": _EPILOGUE_SCHEDULES[config.epilogue_schedule],
+        "epilogue_is_tma": config.epilogue_schedule != "no_smem",
+        "tile_scheduler": _TILE_SCHEDULERS[config.tile_scheduler],
+        "raster_order": _RASTER[config.raster_order],
+        "raster_swizzle": config.raster_swizzle,
+        "fusion_op": fusion_op, "fusion_comment": fusion_comment,
+        "has_bias": problem.bias, "bias_element": bias_element,
+        "smem_capacity": SMEM_CAPACITY,
+        "describe_json": _describe(problem, config, backend, khash),
+        "is_fp8": problem.dtype_a in ("e4m3", "e5m2"),
+    }
+    if config.epilogue_schedule == "no_smem" and (problem.bias or problem.activation != "none"):
+        # NoSmemWarpSpecialized only takes LinearCombination (sm90_builder.inl, the NoSmem builder).
+        raise CutegenError("epilogue_schedule: no_smem cannot apply a bias or an activation "
+                           "(CUTLASS's no-smem epilogue is a plain linear combination); use a TMA epilogue")
+    if config.epilogue_schedule != "no_smem":
+        epi = epilogue_tile(problem, config)
+        ctx["epi_tile"] = list(epi)
+        ctx["epi_tile_auto"] = config.epilogue_tile is None
+        ctx["epi_stages_c"], ctx["epi_stages_d"] = epilogue_stages(problem, config, epi)
+    if backend == "cutlass":
+        mma_atom, has_major = _mma_atom(problem, config)
+        ctx.update({
+            "stages": config.stages,
+            "mma_m": config.mma_instruction[0], "mma_n": config.mma_instruction[1],
+            "mma_k": config.mma_instruction[2],
+            "mma_atom": mma_atom, "mma_has_major": has_major,
+            "major_a_word": config.smem_layout_a.major, "major_b_word": config.smem_layout_b.major,
+            "extended_mma_shapes": config.mma_instruction[1] not in _BASE_MMA_N,
+            "warpgroups": list(config.warpgroup_layout),
+            "smem_atom_a": _smem_atom(config.smem_layout_a, "ElementAMma"),
+            "smem_atom_b": _smem_atom(config.smem_layout_b, "ElementBMma"),
+            "smem_a_word": str(config.smem_layout_a), "smem_b_word": str(config.smem_layout_b),
+            "smem_a_shape": list(config.smem_layout_a.shape(DTYPES[problem.dtype_a].bits)),
+            "smem_b_shape": list(config.smem_layout_b.shape(DTYPES[problem.dtype_b].bits)),
+            "tma_a": _TMA[config.tma_a], "tma_b": _TMA[config.tma_b],
+            # FP8 keeps the builder's two-level accumulation (MainloopSm90TmaGmmaWarpSpecializedFP8):
+            # the FP8 WGMMA accumulator loses precision over long K otherwise.
+            "dispatch_policy": ("cutlass::gemm::MainloopSm90TmaGmmaWarpSpecializedFP8" if ctx["is_fp8"]
+                                else "cutlass::gemm::MainloopSm90TmaGmmaWarpSpecialized"),
+        })
+    else:
+        ctx["stages"] = config.stages
+    return ctx
+
+
+# --- Jinja2 --------------------------------------------------------------------------------------
+_ENV = None
+
+
+def _environment():
+    global _ENV
+    if _ENV is None:
+        import jinja2
+        import cutegen.templates as templates_pkg
+        _ENV = jinja2.Environment(
+            loader=jinja2.FileSystemLoader(os.path.dirname(templates_pkg.__file__)),
+            undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False,
+            trim_blocks=False, lstrip_blocks=False)
+        _ENV.filters["cstring"] = _cstring
+    return _ENV
+
+
+def render_source(problem: GemmProblem, config: KernelConfig, backend: str = "cutlass") -> str:
+    """kernel.cu for an already completed and checked configuration."""
+    if backend not in BACKENDS:
+        raise FieldError("backend", f"{backend!r} is not one of {', '.join(BACKENDS)}")
+    ctx = template_context(problem, config, backend)
+    return _environment().get_template(TEMPLATES[backend]).render(**ctx)
+
+
+def render(problem: GemmProblem, config: KernelConfig, backend: str = "cutlass", *,
+           cost: Any = None, toolchain: dict[str, Any] | None = None) -> RenderedKernel:
+    """Complete ``config``, refuse it if any legality rule is broken, then render the kernel.
+
+    ``cost`` (the search's estimate) is recorded in the manifest as given. ``toolchain`` overrides
+    the detected CUTLASS and nvcc versions (a stored manifest's, when re-rendering elsewhere).
+    """
+    if not isinstance(problem, GemmProblem):
+        raise FieldError("problem", f"expected a GemmProblem, got {type(problem).__name__}")
+    if not isinstance(config, KernelConfig):
+        raise FieldError("config", f"expected a KernelConfig, got {type(config).__name__}")
+    if backend not in BACKENDS:
+        raise FieldError("backend", f"{backend!r} is not one of {', '.join(BACKENDS)}")
+    if backend == "cutlass_builder":
+        # The builder decides the mainloop itself; only what it is given is checked: complete a copy
+        # to check legality, but render the configuration as the user wrote it.
+        report = check_legality(problem, complete_config(problem, config))
+    else:
+        config = complete_config(problem, config)
+        report = check_legality(problem, config)
+    source = render_source(problem, config, backend)
+    if toolchain is None:
+        toolchain = {"cutlass": manifest_mod.cutlass_version(), "nvcc": manifest_mod.nvcc_version()}
+    man = manifest_mod.build_manifest(problem=problem, config=config, backend=backend, source=source,
+                                      legality=legality_summary(report), cost=cost, toolchain=toolchain)
+    return RenderedKernel(problem, config, backend, man["kernel_hash"],
+                          {"kernel.cu": source, "manifest.json": manifest_mod.dumps(man)}, man)
+
+
+def render_manifest(path: str | os.PathLike, *, keep_toolchain: bool = True) -> RenderedKernel:
+    """Re-render the kernel a stored manifest.json describes (no search needed)."""
+    m = manifest_mod.load(path)
+    toolchain = m.data.get("toolchain") if keep_toolchain else None
+    return render(m.problem, m.config, m.backend, cost=m.data.get("cost"), toolchain=toolchain)
