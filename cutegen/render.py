@@ -29,7 +29,7 @@ from .dtypes import DTYPES
 from .errors import CutegenError, FieldError, IllegalConfig
 from .problem import GemmProblem
 
-BACKENDS = ("cutlass", "cutlass_builder")
+BACKENDS = ("cutlass", "cutlass_builder", "dsl")   # dsl: cutegen/dsl.py (CuTe DSL, issue 6)
 TEMPLATES = {"cutlass": "cutlass_sm90_gemm.cu.j2", "cutlass_builder": "cutlass_builder_gemm.cu.j2"}
 SMEM_CAPACITY = 232448  # bytes a block may opt into on sm_90 (rulebook D02)
 
@@ -336,7 +336,7 @@ def _environment():
 
 def render_source(problem: GemmProblem, config: KernelConfig, backend: str = "cutlass") -> str:
     """kernel.cu for an already completed and checked configuration."""
-    if backend not in BACKENDS:
+    if backend not in TEMPLATES:
         raise FieldError("backend", f"{backend!r} is not one of {', '.join(BACKENDS)}")
     ctx = template_context(problem, config, backend)
     return _environment().get_template(TEMPLATES[backend]).render(**ctx)
@@ -355,6 +355,12 @@ def render(problem: GemmProblem, config: KernelConfig, backend: str = "cutlass",
         raise FieldError("config", f"expected a KernelConfig, got {type(config).__name__}")
     if backend not in BACKENDS:
         raise FieldError("backend", f"{backend!r} is not one of {', '.join(BACKENDS)}")
+    if backend == "dsl":
+        from .dsl import render_files  # completes, checks both backends' rules, writes its manifest
+        files = render_files(problem, config, cost=cost)
+        man = json.loads(files["manifest.json"])
+        return RenderedKernel(problem, KernelConfig.from_dict(man["config"]), backend, man["kernel_hash"],
+                              files, man)
     if backend == "cutlass_builder":
         # The builder decides the mainloop itself; only what it is given is checked: complete a copy
         # to check legality, but render the configuration as the user wrote it.

@@ -24,8 +24,9 @@ def expand(paths: list[str]) -> list[str]:
     out: list[str] = []
     for raw in paths:
         p = Path(raw)
-        if p.is_dir() and not (p / "kernel.cu").is_file():
-            found = sorted(str(c.parent) for c in p.rglob("kernel.cu"))
+        if p.is_dir() and not (p / "kernel.cu").is_file() and not (p / "kernel.py").is_file():
+            found = sorted(str(c.parent) for c in p.rglob("manifest.json")
+                           if (c.parent / "kernel.cu").is_file() or (c.parent / "kernel.py").is_file())
             if not found:
                 raise CutegenError(f"{p}: no kernel.cu under it")
             out += found
@@ -34,13 +35,35 @@ def expand(paths: list[str]) -> list[str]:
     return out
 
 
+def _build_dsl(paths: list[str], cache) -> int:
+    """CuTe DSL kernel directories (kernel.py) build through cutegen.dsl, one at a time."""
+    from ..dsl import build_dsl
+    from ..manifest import load
+    failed = 0
+    for raw in paths:
+        m = load(raw)
+        try:
+            print(f"built   {build_dsl(m.problem, m.config, raw, cache=cache, cost=m.data.get('cost'))}")
+        except CutegenError as e:
+            failed += 1
+            print(f"failed  {raw}: {e}", file=sys.stderr)
+    return failed
+
+
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
     from ..build import build
-    summary = build(expand(args.paths), jobs=args.jobs, cache=Path(args.cache) if args.cache else None,
-                    progress=sys.stderr, timeout=args.timeout)
+    cache = Path(args.cache) if args.cache else None
+    paths = expand(args.paths)
+    dsl = [p for p in paths if Path(p).is_dir() and (Path(p) / "kernel.py").is_file()
+           and not (Path(p) / "kernel.cu").is_file()]
+    failed = _build_dsl(dsl, cache) if dsl else 0
+    paths = [p for p in paths if p not in dsl]
+    if not paths:
+        return 1 if failed else 0
+    summary = build(paths, jobs=args.jobs, cache=cache, progress=sys.stderr, timeout=args.timeout)
     for r in summary.results:
         if r.ok:
             print(f"{r.status:7s} {r.library}")
     print(summary.line())
-    return 0 if summary.ok else 1
+    return 0 if summary.ok and not failed else 1

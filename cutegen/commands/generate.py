@@ -59,7 +59,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_problem_arguments(p)
     p.add_argument("-o", "--output", metavar="DIR",
                    help="kernel directory (default: generated/<target>/<problem name>)")
-    p.add_argument("--backend", choices=("cutlass", "cutlass_builder"), default="cutlass")
+    p.add_argument("--backend", choices=("cutlass", "cutlass_builder", "dsl"), default="cutlass",
+                   help="cutlass: explicit CuTe types (default); cutlass_builder: CUTLASS's CollectiveBuilder "
+                        "baseline; dsl: CuTe DSL")
     p.add_argument("--config", metavar="JSON", help="render this configuration instead of searching")
     p.add_argument("--no-build", action="store_true", help="render only, even if nvcc is present")
     p.add_argument("--jobs", type=int, help="parallel compiles (default: from cores and memory)")
@@ -115,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
     kernel = render_mod.render(problem, config, args.backend, cost=cost)
     out = Path(args.output) if args.output else Path("generated") / problem.target / problem.name
     kernel.write(out)
-    print(f"kernel   {out / 'kernel.cu'}")
+    print(f"kernel   {out / ('kernel.py' if args.backend == 'dsl' else 'kernel.cu')}")
     print(f"manifest {out / 'manifest.json'}")
     print(f"problem  {problem.name}")
     print(f"config   {kernel.config.short_name()} (hash {kernel.kernel_hash})")
@@ -125,6 +127,10 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if find_nvcc() is None:
         print("build    skipped: nvcc not found (run `cutegen build` where it is)")
+        return 0
+    if args.backend == "dsl":
+        from ..dsl import build_dsl
+        print(f"library  {build_dsl(problem, kernel.config, out, cost=cost)}")
         return 0
     summary = build([out], jobs=args.jobs, progress=sys.stderr)
     result = summary.results[0]
