@@ -111,7 +111,11 @@ def classify(case: dict, compile_rc: str | None, compile_info: dict, run_rc: str
     if compile_rc in ("124", "137"):
         return "infra_error", "compile timeout"
     if compile_rc != "0":
-        if compile_info.get("first_error") or compile_info.get("static_asserts"):
+        first = compile_info.get("first_error") or ""
+        if re.match(r"\S*config_probe\.cu\(\d+\)", first) and not compile_info.get("static_asserts"):
+            # an error located in the probe's own code is a probe bug, not CUTLASS's answer
+            return "infra_error", "probe source error"
+        if first or compile_info.get("static_asserts"):
             return "compile_error", "compile"
         return "infra_error", f"compiler exit {compile_rc} without an error line"
     if run_rc is None:

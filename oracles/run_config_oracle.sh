@@ -17,6 +17,7 @@ BUILD=${BUILD:-/tmp/cutegen-config-oracle}
 CUTLASS_DIR=${CUTLASS_DIR:-$HERE/.cutlass}
 JOBS=${JOBS:-16}
 PY=${PYTHON:-python3}
+command -v nvcc > /dev/null || export PATH="$PATH:/usr/local/cuda/bin"
 export ORACLE_T0=$(date +%s)
 export COMPILE_START_END_S=${COMPILE_START_END_S:-400}
 export COMPILE_END_S=${COMPILE_END_S:-470}

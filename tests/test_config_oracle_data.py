@@ -74,7 +74,7 @@ def test_case_list_covers_the_rule_boundaries_it_claims():
             and cfg["tile_scheduler"] == "stream_k"]
     assert {(tuple(cfg["cluster_shape"][:2]), p["m"]) for cfg, p in hang} >= {((2, 2), 2048), ((2, 2), 4096),
                                                                                ((1, 1), 2048), ((1, 1), 4096)}
-    assert {"auto", 1, 2, 7, 8} <= {cfg["stages"] for cfg, _ in cfgs}
+    assert {"auto", 1, 3, 7, 8, 9} <= {cfg["stages"] for cfg, _ in cfgs}
     assert any(p["m"] % 128 and p["k"] % 64 for _, p in cfgs)  # ragged problems
 
 
@@ -168,6 +168,11 @@ def test_classification(crc, rrc, probe, expect):
     case = {"problem": {"dtype_a": "bf16"}}
     info = collect_mod.parse_compile_log(_SA_LOG if crc == "1" else "")
     assert collect_mod.classify(case, crc, info, rrc, probe, "static")[0] == expect
+
+
+def test_an_error_in_the_probe_itself_is_not_cutlass_evidence():
+    info = collect_mod.parse_compile_log('/b/oracles/config_probe.cu(301): error: identifier "x" is undefined\n')
+    assert collect_mod.classify({"problem": {"dtype_a": "bf16"}}, "1", info, None, {}, None)[0] == "infra_error"
 
 
 def test_tf32_tolerance_is_tighter():
