@@ -175,4 +175,11 @@ def complete(problem: GemmProblem, config: KernelConfig) -> KernelConfig:
                              f"{tm}x{tn}x{tk}: not one stage fits beside the epilogue's "
                              f"{epilogue_storage_bytes(problem, config)} bytes")
         changes["stages"] = stages
-    return config.replace(**changes) if changes else config
+    if not changes:
+        return config
+    # Every value above is already canonical (ints in tuples, SmemAtom, choice strings), so skip
+    # KernelConfig's field validation: completion runs on thousands of search candidates.
+    done = object.__new__(KernelConfig)
+    done.__dict__.update(config.__dict__)
+    done.__dict__.update(changes)
+    return done

@@ -1,0 +1,178 @@
+"""Legality: every hardware and CUTLASS contract a Hopper GEMM configuration must satisfy.
+
+One entry point for everyone:
+
+* ``CONFIG_RULESETS`` -- the rule sets evaluated on a ``ConfigContext`` (wgmma, mbarrier,
+  resources, cutlass_sm90; the last one also judges the TMA descriptors with tensor_map's rules);
+* ``check_config(problem, config) -> ConfigReport`` -- complete the config as CUTLASS's
+  CollectiveBuilder would, evaluate every rule, resolve stages and shared memory;
+* ``all_rules()`` -- every Rule of every contract, tensor_map included.
+
+For a search that evaluates many candidates: build ``ConfigContext(problem, complete(problem, cfg))``
+once per candidate and call ``evaluate_config(ctx)``; every derived number is computed once.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from cutegen import collective_builder as cb
+from cutegen import smem
+from cutegen.config import KernelConfig
+from cutegen.dtypes import DTYPES
+from cutegen.errors import IllegalConfig
+from cutegen.problem import GemmProblem
+
+from .rule import Rule, RuleSet, Violation, evaluate_all
+
+NUM_THREADS_PER_WARPGROUP = 128
+
+
+class ConfigContext:
+    """Derived facts of one (problem, completed config) pair. ``requested`` is the config as given."""
+
+    __slots__ = ("problem", "config", "requested", "tm", "tn", "tk", "cm", "cn", "ck", "cluster_size",
+                 "bits_a", "bits_b", "bits_c", "bits_d", "wgmma_k", "major_a", "major_b", "stages",
+                 "mma_threads", "tma_epilogue", "epi_plan", "epi_error", "__dict__")
+
+    def __init__(self, problem: GemmProblem, config: KernelConfig, requested: KernelConfig | None = None):
+        self.problem = problem
+        self.config = config
+        self.requested = requested if requested is not None else config
+        self.tm, self.tn, self.tk = config.tile_shape
+        self.cm, self.cn, self.ck = config.cluster_shape
+        self.cluster_size = self.cm * self.cn * self.ck
+        self.bits_a = DTYPES[problem.dtype_a].bits
+        self.bits_b = DTYPES[problem.dtype_b].bits
+        self.bits_c = 0 if problem.dtype_c == "void" else DTYPES[problem.dtype_c].bits
+        self.bits_d = DTYPES[problem.dtype_d].bits
+        self.wgmma_k = DTYPES[problem.dtype_a].wgmma_k
+        self.major_a = cb.gmma_major(problem, "a")
+        self.major_b = cb.gmma_major(problem, "b")
+        self.stages = config.stages if config.stages != "auto" else cb.resolve_stages(problem, config)
+        wg = config.warpgroup_layout or cb.warpgroup_layout(config.mainloop_schedule)
+        self.mma_threads = NUM_THREADS_PER_WARPGROUP * wg[0] * wg[1] * wg[2]
+        self.tma_epilogue = config.epilogue_schedule in cb.TMA_EPILOGUES
+        try:
+            self.epi_plan = cb.epilogue_plan(problem, config)
+            self.epi_error = None
+        except ValueError as e:
+            self.epi_plan, self.epi_error = None, str(e)
+
+    # --- shared memory --------------------------------------------------------------------------------
+    @cached_property
+    def storage(self) -> smem.SharedStorage | None:
+        """The three sizeofs; None when the epilogue cannot be built (then a rule already says why)."""
+        if self.tma_epilogue and self.epi_plan is None:
+            return None
+        plan = self.epi_plan
+        return smem.SharedStorage(
+            mainloop=smem.mainloop_storage_bytes(self.bits_a, self.bits_b, self.config.tile_shape, self.stages),
+            epilogue=smem.epilogue_storage_bytes(self.problem.dtype_c, self.problem.dtype_d, plan),
+            kernel=smem.kernel_storage_bytes(self.config.mainloop_schedule, self.bits_a, self.bits_b,
+                                             self.config.tile_shape, self.stages, self.problem.dtype_c,
+                                             self.problem.dtype_d, plan))
+
+    @property
+    def smem_bytes(self) -> int | None:
+        s = self.storage
+        return None if s is None else s.kernel
+
+    # --- threads and registers ------------------------------------------------------------------------
+    @cached_property
+    def threads(self) -> int:
+        """MaxThreadsPerBlock: one producer warpgroup plus the MMA warpgroups (pingpong: two tiles' worth)."""
+        if self.config.mainloop_schedule == "pingpong":
+            return 2 * self.mma_threads + NUM_THREADS_PER_WARPGROUP
+        return self.mma_threads + NUM_THREADS_PER_WARPGROUP
+
+    @cached_property
+    def acc_regs_per_thread(self) -> int:
+        """f32 accumulator registers each MMA thread holds for one CTA tile (CUTLASS RegsPerThread)."""
+        return self.tm * self.tn // self.mma_threads
+
+    @cached_property
+    def setmaxnreg(self) -> tuple[int, int] | None:
+        """(producer, consumer) setmaxnreg values of the Cooperative / Pingpong kernels; None for plain WS."""
+        if self.config.mainloop_schedule == "warp_specialized":
+            return None
+        heavy = self.acc_regs_per_thread >= 208
+        return (24, 240) if heavy else (40, 232)
+
+    # --- mainloop TMA boxes ---------------------------------------------------------------------------
+    def operand_box(self, operand: str) -> list[int]:
+        """The TMA box CuTe builds for one stage of A or B, innermost first, before the multicast split.
+
+        The smem layout is the GMMA atom tiled over (MN, K): the contiguous extent of the box is the
+        atom's width, then the tile's other mode, then the remaining repeats of the atom along the
+        contiguous mode (tile_to_shape order of the SS mainloop)."""
+        atom = self.config.smem_layout_a if operand == "a" else self.config.smem_layout_b
+        bits = self.bits_a if operand == "a" else self.bits_b
+        mn = self.tm if operand == "a" else self.tn
+        width = atom.contiguous_elems(bits)
+        contiguous, other = (self.tk, mn) if atom.major == "K" else (mn, self.tk)
+        box = [min(width, contiguous), other]
+        if contiguous > width:
+            box.append(-(-contiguous // width))
+        return box
+
+
+# --- the rule sets ---------------------------------------------------------------------------------------
+from .wgmma import WGMMA_RULES            # noqa: E402  (the rule modules need nothing from here)
+from .mbarrier import MBARRIER_RULES      # noqa: E402
+from .resources import RESOURCE_RULES     # noqa: E402
+from .cutlass_sm90 import CUTLASS_SM90_RULES  # noqa: E402
+
+CONFIG_RULESETS: list[RuleSet] = [WGMMA_RULES, MBARRIER_RULES, RESOURCE_RULES, CUTLASS_SM90_RULES]
+
+
+def all_rules() -> list[Rule]:
+    """Every rule of every contract, in a stable order (tensor_map first)."""
+    out: list[Rule] = []
+    try:
+        from .tensor_map import TENSOR_MAP_RULES
+        out.extend(TENSOR_MAP_RULES)
+    except ImportError:  # pragma: no cover - tensor_map is another engineer's module
+        pass
+    for rs in CONFIG_RULESETS:
+        out.extend(rs)
+    return out
+
+
+def evaluate_config(ctx: ConfigContext) -> list[Violation]:
+    """Every configuration rule the context breaks, enforced or not, in rule order."""
+    return evaluate_all(CONFIG_RULESETS, ctx)
+
+
+@dataclass
+class ConfigReport:
+    legal: bool
+    violations: list[Violation]                 # enforced rules broken
+    warnings: list[Violation] = field(default_factory=list)   # documented, not enforced
+    config: KernelConfig | None = None          # completed; None when completion failed
+    stages: int | None = None
+    smem_bytes: int | None = None               # sizeof(GemmKernel::SharedStorage)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"legal": self.legal, "rules": [v.rule_id for v in self.violations], "stages": self.stages,
+                "smem_bytes": self.smem_bytes, "warnings": [v.rule_id for v in self.warnings],
+                "reasons": [str(v) for v in self.violations + self.warnings]}
+
+
+def check_config(problem: GemmProblem, config: KernelConfig) -> ConfigReport:
+    """Complete ``config`` as CUTLASS 4.2's SM90 CollectiveBuilder would and evaluate every rule."""
+    try:
+        done = cb.complete(problem, config)
+    except IllegalConfig as e:
+        stages = config.stages if config.stages != "auto" else None
+        return ConfigReport(False, list(e.violations), [], None, stages, None)
+    ctx = ConfigContext(problem, done, config)
+    vs = evaluate_config(ctx)
+    enforced = [v for v in vs if v.enforced]
+    return ConfigReport(not enforced, enforced, [v for v in vs if not v.enforced], done, ctx.stages,
+                        ctx.smem_bytes)
+
+
+__all__ = ["CONFIG_RULESETS", "ConfigContext", "ConfigReport", "check_config", "evaluate_config", "all_rules",
+           "Rule", "RuleSet", "Violation"]

@@ -1,0 +1,290 @@
+"""CUTLASS 4.2's SM90 TMA GEMM contract (rulebook section E, generator facts of F, section H).
+
+The static_asserts of the collective builders, the SS mainloop, the TMA epilogue and the
+three warp-specialized kernels, their runtime ``can_implement`` checks (which depend on the
+problem), the TMA descriptors the kernel encodes for A, B, C and D (judged by the
+tensor-map rules of ``tensor_map.py``), and what the H100 showed beyond the documents.
+Evaluated on ``cutegen.legality.ConfigContext``.
+
+F (the generator's filters) is mostly heuristic -- "at least two stages on the
+cluster-scaled shape", level pruning -- and is deliberately not enforced (rulebook G.18);
+its real constraints (F05 Tile_M % 64, Tile_N % 8, Tile_K % 8, cluster <= 16; F06 the
+cooperative Tile_M) are the WGMMA-*, RES-* and SM90-COOP-* rules.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+
+from cutegen import collective_builder as cb
+from cutegen.dtypes import DTYPES
+
+from .rule import RuleSet
+
+CUTLASS_SM90_RULES = RuleSet("cutlass_sm90")
+_rule = CUTLASS_SM90_RULES.rule
+_B = "CUTLASS 4.2 gemm/collective/builders/sm90_gmma_builder.inl"
+_C = "CUTLASS 4.2 gemm/collective/builders/sm90_common.inl"
+_EB = "CUTLASS 4.2 epilogue/collective/builders/sm90_builder.inl"
+_E = "CUTLASS 4.2 epilogue/collective/sm90_epilogue_tma_warpspecialized.hpp"
+_ML = "CUTLASS 4.2 gemm/collective/sm90_mma_tma_gmma_ss_warpspecialized.hpp"
+
+
+# --- builder routing and alignment -------------------------------------------------------------------
+
+@_rule("SM90-SS-BUILDER-ROUTE", rulebook="E05", source=f"{_C}:394-430 is_use_rmem_A",
+       summary="the problem goes to the SS (smem A and B) TMA builder: both inputs 16-bit, or both K-major, and of equal width")
+def _route(c):
+    if cb.uses_register_a(c.problem):
+        p = c.problem
+        return (f"dtype_a={p.dtype_a}, dtype_b={p.dtype_b}, layout_a={p.layout_a}, layout_b={p.layout_b}: "
+                f"CUTLASS routes this to the register-A (RS) mainloop, which cutegen does not build")
+    return None
+
+
+@_rule("SM90-TMA-ALIGNMENT", rulebook="E02", source=f"{_B}:230 static_assert (Should meet TMA alignment requirement)",
+       summary="alignment_a x bits(A) and alignment_b x bits(B) are multiples of 128 bits")
+def _tma_alignment(c):
+    p = c.problem
+    for name, align, bits in (("a", p.alignment_a, c.bits_a), ("b", p.alignment_b, c.bits_b)):
+        if align * bits % 128:
+            return f"alignment_{name}={align} elements x {bits} bits is not a multiple of 16 bytes"
+    return None
+
+
+@_rule("SM90-EPILOGUE-ALIGNMENT", rulebook="E19/E16", source=f"{_EB}:297 static_assert (C/D Should meet TMA alignment requirement)",
+       summary="a TMA epilogue's C and D alignments are multiples of 128 bits")
+def _epi_alignment(c):
+    if not c.tma_epilogue:
+        return None
+    align = c.problem.alignment_c
+    for name, bits in (("D", c.bits_d), ("C", c.bits_c)):
+        if bits and align * bits % 128:
+            return f"alignment_c={align} elements x {bits}-bit {name} is not a multiple of 16 bytes"
+    return None
+
+
+# --- mainloop and kernel static_asserts --------------------------------------------------------------
+
+@_rule("SM90-STAGES-MIN", rulebook="E06/C07", source=f"{_ML}:137 static_assert (Stages set to value 2 or more)",
+       summary="the mainloop pipeline has at least 2 stages")
+def _stages(c):
+    return None if c.stages >= 2 else f"stages={c.stages} < 2"
+
+
+@_rule("SM90-COOP-TILE-M", rulebook="E09", source="kernel/sm90_gemm_tma_warpspecialized_cooperative.hpp:357 static_assert",
+       summary="the cooperative kernel needs Tile_M >= 128")
+def _coop_m(c):
+    if c.config.mainloop_schedule == "cooperative" and c.tm < 128:
+        return f"cooperative with Tile_M={c.tm} < 128"
+    return None
+
+
+@_rule("SM90-STREAMK-COOPERATIVE", rulebook="E10/E11",
+       source="pingpong kernel :105, warp-specialized kernel :111 static_asserts",
+       summary="the stream-K tile scheduler is used only with the cooperative kernel")
+def _streamk(c):
+    if c.config.tile_scheduler == "stream_k" and c.config.mainloop_schedule != "cooperative":
+        return f"tile_scheduler=stream_k with {c.config.mainloop_schedule} (only cooperative supports it)"
+    return None
+
+
+@_rule("SM90-CLUSTER-SHAPE", rulebook="E14", source=f"{_ML}:325-366 (cluster indexed with k = 0 only)",
+       summary="the cluster's K extent is 1")
+def _cluster_k(c):
+    return None if c.ck == 1 else f"cluster_shape K={c.ck}: SM90 GEMM clusters are M x N x 1"
+
+
+@_rule("SM90-CLUSTER-DIVIDES-TILE", rulebook="E14/H",
+       source=f"{_ML}:110 CtaShape_MNK = shape_div(TileShape, ClusterShape): cute/int_tuple.hpp:408 static_assert (Divisibility Condition)",
+       summary="for M and N, the tile extent and the cluster extent divide one another")
+def _cluster_divides(c):
+    for name, t, k in (("M", c.tm, c.cm), ("N", c.tn, c.cn)):
+        if t % k and k % t:
+            return f"Tile_{name}={t} and cluster {name}={k} do not divide one another"
+    return None
+
+
+@_rule("SM90-TMA-MULTICAST-CLUSTER", rulebook="E14/A26", source=f"{_C}:112-125 sm90_cluster_shape_to_tma_atom; {_ML}:325-366",
+       summary="an operand shared by more than one CTA of the cluster is loaded with SM90_TMA_LOAD_MULTICAST "
+               "(A when cluster N > 1, B when cluster M > 1)")
+def _multicast_atom(c):
+    for name, copy, ext, axis in (("a", c.config.tma_a, c.cn, "N"), ("b", c.config.tma_b, c.cm, "M")):
+        if ext > 1 and copy != "tma_multicast":
+            return f"tma_{name}={copy} with cluster {axis}={ext}: the CTAs sharing {name.upper()} would each load a slice only"
+    return None
+
+
+# --- epilogue -----------------------------------------------------------------------------------------
+
+@_rule("SM90-EPILOGUE-SCHEDULE-PAIR", rulebook="E20", source="cutlass_library/sm90_utils.py:613-713 (the pairs CUTLASS emits)",
+       summary="cooperative pairs with the cooperative TMA epilogue or no-smem; pingpong and warp-specialized "
+               "with the plain TMA epilogue or no-smem")
+def _epi_pair(c):
+    sched, epi = c.config.mainloop_schedule, c.config.epilogue_schedule
+    ok = {"cooperative": ("tma_warp_specialized_cooperative", "no_smem"),
+          "pingpong": ("tma_warp_specialized", "no_smem"),
+          "warp_specialized": ("tma_warp_specialized", "no_smem")}[sched]
+    return None if epi in ok else f"epilogue_schedule={epi} with mainloop_schedule={sched}"
+
+
+@_rule("SM90-EPILOGUE-TILE-DIVIDES", rulebook="E19", source=f"{_E}:129-130 static_assert (EPI_TILE_M/N must divide CTA_M/N)",
+       summary="the epilogue tile divides the CTA tile")
+def _epi_divides(c):
+    if not c.tma_epilogue:
+        return None
+    em, en = c.config.epilogue_tile or cb.auto_epilogue_tile(c.problem, c.config)
+    if c.tm % em or c.tn % en:
+        return f"epilogue tile {em}x{en} does not divide the CTA tile {c.tm}x{c.tn}"
+    return None
+
+
+@_rule("SM90-EPILOGUE-TILE-EXPLICIT", rulebook="E19", source=f"{_EB}:151-153 static_asserts (Unsupported tile shape)",
+       summary="an epilogue tile other than EpilogueTileAuto's has M = 128 (cooperative) or 64 (otherwise) and N % 16 == 0")
+def _epi_explicit(c):
+    et = c.config.epilogue_tile
+    if not c.tma_epilogue or et is None or tuple(et) == cb.auto_epilogue_tile(c.problem, c.config):
+        return None
+    want_m = 128 if c.config.epilogue_schedule == "tma_warp_specialized_cooperative" else 64
+    if et[0] != want_m or et[1] % 16:
+        return f"explicit epilogue tile {et[0]}x{et[1]}: needs M={want_m} and N a multiple of 16"
+    return None
+
+
+@_rule("SM90-EPILOGUE-SMEM-ATOM", rulebook="E19/E04", source=f"{_EB}:91-110 (ss_smem_selector on the epilogue tile); "
+       f"{_EB}:318-333 (CopyAtomC: STSM needs N % 8)",
+       summary="a GMMA smem atom and an STSM copy atom fit the epilogue tile (its M and N multiples of 8)")
+def _epi_atom(c):
+    if c.tma_epilogue and c.epi_plan is None and c.epi_error and "does not divide" not in c.epi_error:
+        return c.epi_error
+    return None
+
+
+@_rule("SM90-EPILOGUE-DEADLOCK", rulebook="E19", source=f"{_E}:731 static_assert (This TMA epilogue configuration will deadlock)",
+       summary="not (DelayTmaStore and ReuseSmemC and StagesC <= StagesD)")
+def _epi_deadlock(c):
+    p = c.epi_plan
+    if p is not None and c.problem.dtype_c == "void" and p.reuse_smem_c and p.stages_c <= p.stages_d:
+        return f"delayed TMA store with reused C smem and StagesC={p.stages_c} <= StagesD={p.stages_d}"
+    return None
+
+
+@_rule("SM90-NOSMEM-FUSION", rulebook="E20", source=f"{_EB}:420-470 (the no-smem builder exists only for LinearCombination)",
+       summary="the no-smem epilogue computes only alpha*acc + beta*C: no bias, no activation")
+def _nosmem_fusion(c):
+    p = c.problem
+    if c.config.epilogue_schedule == "no_smem" and (p.bias or p.activation != "none"):
+        return f"no_smem epilogue with bias={p.bias}, activation={p.activation} (needs a TMA epilogue)"
+    return None
+
+
+# --- can_implement: the problem against the kernel ----------------------------------------------------
+
+def _contiguous(c, operand: str) -> tuple[str, int]:
+    p = c.problem
+    if operand == "a":
+        return ("K", p.k) if p.a_k_major else ("M", p.m)
+    if operand == "b":
+        return ("K", p.k) if p.b_k_major else ("N", p.n)
+    return ("N", p.n) if p.layout_c == "row" else ("M", p.m)
+
+
+@_rule("SM90-CAN-IMPLEMENT-AB", rulebook="E15", source=f"{_ML}:242-261 can_implement; cutlass/detail/layout.hpp:398-415",
+       summary="A's and B's contiguous extents (K for K-major, else M / N) are multiples of 128 bits' worth of elements")
+def _can_ab(c):
+    for name, bits in (("a", c.bits_a), ("b", c.bits_b)):
+        dim, ext = _contiguous(c, name)
+        need = 128 // bits
+        if ext % need:
+            return f"{name.upper()} is {dim}-contiguous and {dim}={ext} is not a multiple of {need}"
+    return None
+
+
+@_rule("SM90-CAN-IMPLEMENT-CD", rulebook="E16", source=f"{_E}:324-379 can_implement",
+       summary="with a TMA epilogue, C's (if any) and D's contiguous extent (N for row-major, else M) is a multiple of 128 bits' worth")
+def _can_cd(c):
+    if not c.tma_epilogue:
+        return None
+    dim, ext = _contiguous(c, "c")
+    for name, bits in (("D", c.bits_d), ("C", c.bits_c)):
+        if bits and ext % (128 // bits):
+            return f"{name} is {dim}-contiguous and {dim}={ext} is not a multiple of {128 // bits}"
+    return None
+
+
+# --- the TMA descriptors the kernel encodes -----------------------------------------------------------
+
+_TMA_TYPE = {8: "UINT8", 16: "UINT16", 32: "UINT32"}   # A04: non-float operands are encoded as same-width uint
+_SWIZZLE = {"SW128": "128B", "SW64": "64B", "SW32": "32B", "INTER": "NONE"}
+
+
+def _tensor_map_keys(c) -> dict:
+    """The tensor maps for A, B (and C, D for TMA epilogues) as hashable argument tuples
+    (bits, global_dim, box_dim, swizzle): packed gmem (contiguous, other, batch), boxes of one
+    smem atom width by the tile's other extent, CUTLASS's interleave/L2/OOB settings (E24).
+    The address is left unknown (pointer alignment is the caller's, E18)."""
+    cached = c.__dict__.get("_tensor_map_keys")
+    if cached is not None:
+        return cached
+    p = c.problem
+    out = {}
+    for name, atom, bits, mn in (("A", c.config.smem_layout_a, c.bits_a, p.m), ("B", c.config.smem_layout_b, c.bits_b, p.n)):
+        tile_mn = c.tm if name == "A" else c.tn
+        k_major = atom.major == "K"
+        dims = (p.k, mn, p.batch) if k_major else (mn, p.k, p.batch)
+        box = (atom.contiguous_elems(bits), tile_mn if k_major else c.tk, 1)
+        out[name] = (bits, dims, box, atom.swizzle)
+    plan = c.epi_plan
+    if plan is not None:
+        em, en = plan.tile
+        row = p.layout_c == "row"
+        dims = (p.n, p.m, p.batch) if row else (p.m, p.n, p.batch)
+        for name, bits, swz in (("C", c.bits_c, plan.swizzle_c), ("D", c.bits_d, plan.swizzle_d)):
+            if bits:
+                width = _SWIZZLE_BYTES[swz] * 8 // bits
+                out[name] = (bits, dims, (min(width, en if row else em), em if row else en, 1), swz)
+    c.__dict__["_tensor_map_keys"] = out
+    return out
+
+
+_SWIZZLE_BYTES = {"SW128": 128, "SW64": 64, "SW32": 32, "INTER": 16}
+
+
+def tensor_map_of(bits: int, dims: tuple, box: tuple, swizzle: str):
+    """The ``TensorMap`` record (legality/tensor_map.py) of one operand descriptor."""
+    from .tensor_map import TensorMap
+    e = bits // 8
+    cont, other, batch = dims
+    return TensorMap(data_type="CU_TENSOR_MAP_DATA_TYPE_" + _TMA_TYPE[bits], global_dim=dims,
+                     global_strides=(cont * e, cont * other * e), box_dim=box, swizzle=_SWIZZLE[swizzle],
+                     l2_promotion="L2_128B", oob_fill="NONE")
+
+
+@lru_cache(maxsize=8192)
+def _tensor_map_reason(key: tuple) -> str | None:
+    """Verdict of the tensor-map rules on one descriptor; cached because a search asks about the
+    same few boxes over and over (the answer depends on nothing else)."""
+    from .tensor_map import check_tensor_map
+    tm = tensor_map_of(*key)
+    bad = [v for v in check_tensor_map(tm) if v.enforced]
+    if not bad:
+        return None
+    return f"box {list(tm.box_dim)} over {list(tm.global_dim)}: " + "; ".join(str(v) for v in bad)
+
+
+def _descriptor_rule(operand: str):
+    def check(c):
+        key = _tensor_map_keys(c).get(operand)
+        if key is None:
+            return None
+        why = _tensor_map_reason(key)
+        return None if why is None else f"{operand}'s tensor map, {why}"
+    return check
+
+
+for _op in ("A", "B", "C", "D"):
+    _rule(f"SM90-TMA-DESCRIPTOR-{_op}", rulebook="A03-A19/E24",
+          source="cuTensorMapEncodeTiled via legality/tensor_map.py; cute/atom/copy_traits_sm90_tma.hpp:1033-1035",
+          summary=f"the tensor map the kernel encodes for {_op} passes every enforced tensor-map rule")(_descriptor_rule(_op))
+
+
+# --- what the H100 showed ----------------------------------------------------------------------------
