@@ -289,7 +289,11 @@ def template_context(problem: GemmProblem, config: KernelConfig, backend: str) -
     if config.epilogue_schedule != "no_smem":
         epi = epilogue_tile(problem, config)
         ctx["epi_tile"] = list(epi)
-        ctx["epi_tile_auto"] = config.epilogue_tile is None
+        # The tile is spelled out unless the builder forbids it: an explicit tile needs N % 16 == 0, which
+        # the tiles Auto itself picks for Tile_N = 8 * odd do not have; those are written as
+        # EpilogueTileAuto, and the static_assert in the template pins what Auto resolves to
+        # (sm90_compute_tile_shape_or_override).
+        ctx["epi_tile_auto"] = epi[1] % 16 != 0 and epi == epilogue_tile(problem, config.replace(epilogue_tile=None))
         ctx["epi_stages_c"], ctx["epi_stages_d"] = epilogue_stages(problem, config, epi)
     if backend == "cutlass":
         mma_atom, has_major = _mma_atom(problem, config)
