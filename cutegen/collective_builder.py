@@ -169,7 +169,8 @@ def complete(problem: GemmProblem, config: KernelConfig) -> KernelConfig:
         try:
             stages = resolve_stages(problem, config)
         except ValueError as e:
-            raise _violation("SM90-EPI-TILE-DIVIDES", f"stages auto needs the epilogue's smem size: {e}") from None
+            rule = "SM90-EPILOGUE-TILE-DIVIDES" if "does not divide" in str(e) else "SM90-EPILOGUE-SMEM-ATOM"
+            raise _violation(rule, f"stages auto needs the epilogue's smem size: {e}") from None
         if stages < 1:
             raise _violation("SM90-STAGES-MIN", f"StageCountAutoCarveout gives {stages} stages for tile "
                              f"{tm}x{tn}x{tk}: not one stage fits beside the epilogue's "

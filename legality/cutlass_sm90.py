@@ -63,6 +63,19 @@ def _epi_alignment(c):
     return None
 
 
+@_rule("SM90-SMEM-ATOM-FIT", rulebook="E04", source=f"{_C}:270-319 ss_smem_selector static_asserts",
+       summary="for an smem atom left to the builder: Tile_MN and Tile_K are multiples of 8 and some GMMA atom's "
+               "contiguous width divides the operand's contiguous tile extent")
+def _atom_fit(c):
+    for name, mn in (("a", c.tm), ("b", c.tn)):
+        if getattr(c.requested, "smem_layout_" + name) is None:
+            major = c.major_a if name == "a" else c.major_b
+            dt = getattr(c.problem, "dtype_" + name)
+            if cb.smem_atom(major, dt, mn, c.tk) is None:
+                return f"no {major}-major {dt} GMMA atom fits operand {name.upper()}'s {mn}x{c.tk} tile"
+    return None
+
+
 # --- mainloop and kernel static_asserts --------------------------------------------------------------
 
 @_rule("SM90-STAGES-MIN", rulebook="E06/C07", source=f"{_ML}:137 static_assert (Stages set to value 2 or more)",

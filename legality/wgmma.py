@@ -147,6 +147,17 @@ def _instr_divides(c):
     return None if c.tn % n == 0 else f"Tile_N={c.tn} is not a multiple of the instruction N={n}"
 
 
+@_rule("WGMMA-SS-OP-SELECT", rulebook="B20", source=f"{_SEL} (N in 256,192,128,96,64,32,16,8 without "
+       "CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED, which the 4.2 headers do not define)",
+       summary="for an instruction left to the builder: some N of ss_op_selector divides Tile_N")
+def _op_select(c):
+    if c.requested.mma_instruction is None:
+        from cutegen.collective_builder import SS_OP_N
+        if not any(c.tn % n == 0 for n in SS_OP_N):
+            return f"no ss_op_selector N in {list(SS_OP_N)} divides Tile_N={c.tn}"
+    return None
+
+
 @_rule("WGMMA-SETMAXNREG", rulebook="B18", source="PTX §9.7.19.5; cooperative :115-137, pingpong :132-148",
        summary="the setmaxnreg values the kernel uses are multiples of 8 in [24, 256]")
 def _setmaxnreg(c):

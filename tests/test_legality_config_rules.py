@@ -1,0 +1,326 @@
+"""Every configuration rule on both sides of its boundary.
+
+Each test changes one thing from a configuration the rule accepts to one it rejects (or
+flags), and checks the rule's own ID -- not just "illegal" -- so a test cannot pass because
+some other rule fired. Predicates that CUTLASS's own choices never break (setmaxnreg values,
+arrival counts, the epilogue deadlock guard) are driven through a context with the derived
+number changed, which is the only way to reach their other side.
+"""
+import random
+
+import pytest
+
+from cutegen.collective_builder import complete
+from cutegen.config import KernelConfig
+from cutegen.legality import CONFIG_RULESETS, ConfigContext, all_rules, check_config, evaluate_config
+from cutegen.problem import GemmProblem
+from cutegen.smem import EpiloguePlan
+
+BASE_P = dict(m=4096, n=4096, k=4096)
+BASE_C = dict(tile_shape=(128, 128, 64))
+
+
+def ids(problem=None, **config):
+    """Broken rule IDs (enforced and warnings) for BASE_P/BASE_C with changes."""
+    p = GemmProblem(**{**BASE_P, **(problem or {})})
+    r = check_config(p, KernelConfig(**{**BASE_C, **config}))
+    return {v.rule_id for v in r.violations} | {v.rule_id for v in r.warnings}
+
+
+def ctx_ids(ctx):
+    return {v.rule_id for v in evaluate_config(ctx)}
+
+
+def base_ctx(problem=None, **config):
+    p = GemmProblem(**{**BASE_P, **(problem or {})})
+    c = KernelConfig(**{**BASE_C, **config})
+    return ConfigContext(p, complete(p, c), c)
+
+
+def test_base_is_legal():
+    r = check_config(GemmProblem(**BASE_P), KernelConfig(**BASE_C))
+    assert r.legal and r.violations == [] and r.warnings == []
+    assert r.stages == 6 and r.smem_bytes == 230400
+
+
+def test_rule_ids_unique_and_documented():
+    rules = all_rules()
+    assert len({r.id for r in rules}) == len(rules)
+    for r in rules:
+        assert r.summary and r.source and r.contract
+    config_rules = [r for rs in CONFIG_RULESETS for r in rs]
+    assert all(r.rulebook for r in config_rules)
+
+
+# --- wgmma ----------------------------------------------------------------------------------------------
+
+def test_target():
+    ctx = base_ctx()
+    assert "WGMMA-TARGET-SM90A" not in ctx_ids(ctx)
+    object.__setattr__(ctx.problem, "target", "sm90")   # the model refuses it; the predicate must too
+    assert "WGMMA-TARGET-SM90A" in ctx_ids(ctx)
+
+
+def test_input_types():
+    assert "WGMMA-INPUT-TYPES" not in ids({"dtype_a": "e4m3", "dtype_b": "e5m2"}, tile_shape=(128, 128, 128))
+    assert "WGMMA-INPUT-TYPES" in ids({"dtype_a": "bf16", "dtype_b": "f16"})
+    assert "WGMMA-INPUT-TYPES" not in ids({"dtype_a": "f16", "dtype_b": "f16"})
+
+
+def test_shape_m_k_n():
+    assert not {"WGMMA-SHAPE-M", "WGMMA-SHAPE-K"} & ids(mma_instruction=(64, 128, 16))
+    assert "WGMMA-SHAPE-M" in ids(mma_instruction=(128, 128, 16))
+    assert "WGMMA-SHAPE-K" in ids(mma_instruction=(64, 128, 8))
+    assert "WGMMA-SHAPE-K" in ids({"dtype_a": "e4m3", "dtype_b": "e4m3"}, mma_instruction=(64, 128, 16))
+    assert "WGMMA-SHAPE-N" not in ids(tile_shape=(128, 256, 64), mma_instruction=(64, 256, 16))
+    assert "WGMMA-SHAPE-N" in ids(tile_shape=(128, 264, 64), mma_instruction=(64, 264, 16))
+    assert "WGMMA-SHAPE-N" in ids(tile_shape=(128, 264, 64), mma_instruction=(64, 132, 16))
+
+
+def test_tile_m_n_k():
+    assert "WGMMA-TILE-M" not in ids(tile_shape=(64, 128, 64), mainloop_schedule="pingpong",
+                                     epilogue_schedule="tma_warp_specialized")
+    assert "WGMMA-TILE-M" in ids(tile_shape=(96, 128, 64), mainloop_schedule="pingpong",
+                                 epilogue_schedule="tma_warp_specialized", stages=4)
+    set_b = dict(smem_layout_b="K_SW128", mma_instruction=(64, 8, 16), epilogue_schedule="no_smem")
+    assert "WGMMA-TILE-N" not in ids(tile_shape=(128, 8, 64), **set_b)
+    assert "WGMMA-TILE-N" in ids(tile_shape=(128, 12, 64), **set_b)
+    assert "WGMMA-TILE-K" not in ids(tile_shape=(128, 128, 16))
+    assert "WGMMA-TILE-K" in ids(tile_shape=(128, 128, 24))
+    assert "WGMMA-TILE-K" in ids({"dtype_a": "e4m3", "dtype_b": "e4m3"}, tile_shape=(128, 128, 16))
+
+
+def test_tiled_mma_divides_and_warpgroups():
+    assert "WGMMA-TILED-MMA-DIVIDES" not in ids(tile_shape=(256, 128, 64), epilogue_schedule="no_smem")
+    assert "WGMMA-TILED-MMA-DIVIDES" in ids(tile_shape=(192, 128, 64), epilogue_schedule="no_smem")
+    assert "WGMMA-WARPGROUP-LAYOUT" not in ids(warpgroup_layout=(2, 1, 1))
+    assert "WGMMA-WARPGROUP-LAYOUT" in ids(warpgroup_layout=(1, 1, 1))
+    assert "WGMMA-WARPGROUP-LAYOUT" in ids(tile_shape=(128, 128, 64), mainloop_schedule="pingpong",
+                                           epilogue_schedule="tma_warp_specialized", warpgroup_layout=(2, 1, 1))
+
+
+def test_smem_atom_majorness():
+    tf32 = {"dtype_a": "tf32", "dtype_b": "tf32", "dtype_c": "f32", "dtype_d": "f32"}
+    assert "WGMMA-OPERAND-MAJOR" not in ids(tf32, tile_shape=(128, 128, 32))
+    assert "WGMMA-OPERAND-MAJOR" in ids(tf32, tile_shape=(128, 128, 32), smem_layout_a="MN_SW128")
+    assert "WGMMA-SMEM-ATOM-MAJOR" not in ids(smem_layout_a="K_SW64")
+    assert "WGMMA-SMEM-ATOM-MAJOR" in ids(smem_layout_a="MN_SW128")
+    assert "WGMMA-SMEM-ATOM-MAJOR" not in ids({"layout_a": "col"}, smem_layout_a="MN_SW64")
+
+
+def test_smem_atom_divides():
+    assert "WGMMA-SMEM-ATOM-DIVIDES" not in ids(tile_shape=(128, 128, 32), smem_layout_a="K_SW64")
+    assert "WGMMA-SMEM-ATOM-DIVIDES" in ids(tile_shape=(128, 128, 32), smem_layout_a="K_SW128")
+    assert "WGMMA-SMEM-ATOM-DIVIDES" in ids({"layout_b": "row"}, tile_shape=(128, 96, 64), smem_layout_b="MN_SW128")
+    assert "WGMMA-SMEM-ATOM-DIVIDES" not in ids({"layout_b": "row"}, tile_shape=(128, 96, 64), smem_layout_b="MN_SW64")
+
+
+def test_instruction_divides_and_selector():
+    assert "WGMMA-INSTRUCTION-DIVIDES-TILE" not in ids(tile_shape=(128, 192, 64), mma_instruction=(64, 64, 16))
+    assert "WGMMA-INSTRUCTION-DIVIDES-TILE" in ids(tile_shape=(128, 192, 64), mma_instruction=(64, 128, 16))
+    r = check_config(GemmProblem(**BASE_P), KernelConfig(tile_shape=(128, 12, 64), smem_layout_b="K_SW128"))
+    assert not r.legal and r.config is None and [v.rule_id for v in r.violations] == ["WGMMA-SS-OP-SELECT"]
+    ctx = base_ctx(tile_shape=(128, 8, 64))
+    assert "WGMMA-SS-OP-SELECT" not in ctx_ids(ctx)
+    ctx.tn = 12
+    assert "WGMMA-SS-OP-SELECT" in ctx_ids(ctx)
+
+
+def test_setmaxnreg_and_register_pool():
+    ctx = base_ctx()
+    assert ctx.setmaxnreg == (40, 232)
+    assert not {"WGMMA-SETMAXNREG", "RES-REGISTER-POOL"} & ctx_ids(ctx)
+    ctx.__dict__["setmaxnreg"] = (20, 232)
+    assert "WGMMA-SETMAXNREG" in ctx_ids(ctx)
+    ctx.__dict__["setmaxnreg"] = (40, 236)
+    assert "WGMMA-SETMAXNREG" in ctx_ids(ctx)
+    ctx.__dict__["setmaxnreg"] = (24, 248)          # 128 x (24 + 2 x 248) = 66,560 > 65,536
+    assert "RES-REGISTER-POOL" in ctx_ids(ctx)
+    ctx.__dict__["setmaxnreg"] = (24, 240)          # CUTLASS's heavy split: exactly 64,512
+    assert "RES-REGISTER-POOL" not in ctx_ids(ctx)
+    assert base_ctx(tile_shape=(256, 256, 64)).setmaxnreg == (24, 240)   # 256 regs >= 208: heavy
+
+
+def test_accumulator_registers_warning():
+    pp = dict(mainloop_schedule="pingpong", epilogue_schedule="tma_warp_specialized")
+    assert "WGMMA-ACCUMULATOR-REGISTERS" not in ids(tile_shape=(128, 128, 64), **pp)
+    r = check_config(GemmProblem(**BASE_P), KernelConfig(tile_shape=(128, 256, 64), **pp))
+    assert "WGMMA-ACCUMULATOR-REGISTERS" in [v.rule_id for v in r.warnings]
+    assert "WGMMA-ACCUMULATOR-REGISTERS" not in [v.rule_id for v in r.violations]
+
+
+# --- mbarrier -------------------------------------------------------------------------------------------
+
+def test_tx_count_range():
+    assert "MBAR-TX-COUNT-RANGE" not in ids(tile_shape=(256, 256, 512), stages=2)     # 524,288 B
+    assert "MBAR-TX-COUNT-RANGE" in ids(tile_shape=(256, 256, 1024), stages=2)        # 1,048,576 B
+
+
+def test_arrival_count():
+    ctx = base_ctx(cluster_shape=(2, 1, 1))
+    assert "MBAR-ARRIVAL-COUNT" not in ctx_ids(ctx)
+    ctx.mma_threads = 0
+    assert "MBAR-ARRIVAL-COUNT" in ctx_ids(ctx)
+
+
+def test_multicast_box_split():
+    assert "MBAR-MULTICAST-TX-BYTES" not in ids(cluster_shape=(2, 1, 1))
+    assert "MBAR-MULTICAST-TX-BYTES" not in ids(tile_shape=(128, 128, 128), cluster_shape=(1, 4, 1))
+    assert "MBAR-MULTICAST-TX-BYTES" in ids(cluster_shape=(3, 1, 1))
+    assert "MBAR-MULTICAST-TX-BYTES" in ids(cluster_shape=(1, 3, 1))
+
+
+# --- resources ------------------------------------------------------------------------------------------
+
+def test_smem_capacity():
+    assert "RES-SMEM-CAPACITY" not in ids(stages=6)          # 230,400 B
+    assert "RES-SMEM-CAPACITY" in ids(stages=7)              # 263,168 B
+    # the pingpong 64x128x64 bf16 kernel: 9 stages fit, 10 do not
+    pp = dict(tile_shape=(64, 128, 64), mainloop_schedule="pingpong", epilogue_schedule="tma_warp_specialized")
+    assert "RES-SMEM-CAPACITY" not in ids(stages=8, **pp)
+    assert "RES-SMEM-CAPACITY" in ids(stages=9, **pp) or "RES-SMEM-CAPACITY" in ids(stages=10, **pp)
+
+
+def test_threads_cluster():
+    ws = dict(mainloop_schedule="warp_specialized", epilogue_schedule="tma_warp_specialized")
+    assert "RES-THREADS-PER-BLOCK" not in ids(warpgroup_layout=(2, 1, 1), **ws)
+    assert "RES-THREADS-PER-BLOCK" in ids(tile_shape=(512, 128, 64), warpgroup_layout=(8, 1, 1), **ws)
+    assert "RES-CLUSTER-SIZE" not in ids(cluster_shape=(4, 4, 1))
+    assert "RES-CLUSTER-SIZE" in ids(cluster_shape=(8, 4, 1))
+    r = check_config(GemmProblem(**BASE_P), KernelConfig(tile_shape=(128, 128, 64), cluster_shape=(4, 4, 1)))
+    assert r.legal and [v.rule_id for v in r.warnings] == ["RES-CLUSTER-PORTABLE"]
+    assert "RES-CLUSTER-PORTABLE" not in ids(cluster_shape=(2, 4, 1))
+
+
+# --- cutlass_sm90 ---------------------------------------------------------------------------------------
+
+def test_builder_route():
+    fp8 = {"dtype_a": "e4m3", "dtype_b": "e4m3"}
+    assert "SM90-SS-BUILDER-ROUTE" not in ids(fp8, tile_shape=(128, 128, 128))
+    assert "SM90-SS-BUILDER-ROUTE" in ids({**fp8, "layout_a": "col"}, tile_shape=(128, 128, 128))
+    assert "SM90-SS-BUILDER-ROUTE" not in ids({"layout_a": "col", "layout_b": "row"})
+
+
+def test_alignment_rules():
+    assert "SM90-TMA-ALIGNMENT" not in ids({"alignment_a": 8})
+    assert "SM90-TMA-ALIGNMENT" in ids({"alignment_a": 4})
+    assert "SM90-TMA-ALIGNMENT" in ids({"alignment_b": 2})
+    assert "SM90-EPILOGUE-ALIGNMENT" not in ids({"alignment_c": 8})
+    assert "SM90-EPILOGUE-ALIGNMENT" in ids({"alignment_c": 4})
+    assert "SM90-EPILOGUE-ALIGNMENT" not in ids({"alignment_c": 4}, epilogue_schedule="no_smem")
+
+
+def test_stage_and_schedule_rules():
+    assert "SM90-STAGES-MIN" not in ids(stages=2)
+    assert "SM90-STAGES-MIN" in ids(stages=1)
+    assert "SM90-STAGES-MIN" in ids(tile_shape=(256, 256, 128))      # auto gives 1 (rulebook H #11)
+    assert "SM90-COOP-TILE-M" not in ids(tile_shape=(128, 128, 64))
+    assert "SM90-COOP-TILE-M" in ids(tile_shape=(64, 128, 64))
+    assert "SM90-STREAMK-COOPERATIVE" not in ids(tile_scheduler="stream_k")
+    assert "SM90-STREAMK-COOPERATIVE" in ids(tile_scheduler="stream_k", mainloop_schedule="pingpong",
+                                             epilogue_schedule="tma_warp_specialized")
+    assert "SM90-STREAMK-COOPERATIVE" in ids(tile_scheduler="stream_k", mainloop_schedule="warp_specialized",
+                                             epilogue_schedule="tma_warp_specialized")
+
+
+def test_cluster_rules():
+    assert "SM90-CLUSTER-SHAPE" not in ids(cluster_shape=(2, 1, 1))
+    assert "SM90-CLUSTER-SHAPE" in ids(cluster_shape=(1, 1, 2))
+    assert "SM90-CLUSTER-DIVIDES-TILE" not in ids(cluster_shape=(4, 1, 1))
+    assert "SM90-CLUSTER-DIVIDES-TILE" in ids(cluster_shape=(3, 1, 1))
+    assert "SM90-CLUSTER-DIVIDES-TILE" in ids(tile_shape=(128, 96, 64), cluster_shape=(1, 5, 1))
+    assert "SM90-TMA-MULTICAST-CLUSTER" not in ids(cluster_shape=(1, 2, 1))
+    assert "SM90-TMA-MULTICAST-CLUSTER" in ids(cluster_shape=(1, 2, 1), tma_a="tma")
+    assert "SM90-TMA-MULTICAST-CLUSTER" in ids(cluster_shape=(2, 1, 1), tma_b="tma")
+    assert "SM90-TMA-MULTICAST-CLUSTER" not in ids(cluster_shape=(2, 1, 1), tma_a="tma")
+
+
+def test_epilogue_rules():
+    assert "SM90-EPILOGUE-SCHEDULE-PAIR" not in ids(epilogue_schedule="no_smem")
+    assert "SM90-EPILOGUE-SCHEDULE-PAIR" in ids(epilogue_schedule="tma_warp_specialized")
+    # 192 rows: the cooperative epilogue's 128-row subtile does not divide them
+    r = check_config(GemmProblem(**BASE_P), KernelConfig(tile_shape=(192, 128, 64)))
+    assert [v.rule_id for v in r.violations] == ["SM90-EPILOGUE-TILE-DIVIDES"]
+    assert "SM90-EPILOGUE-TILE-DIVIDES" in ids(tile_shape=(192, 128, 64), stages=3)
+    assert "SM90-EPILOGUE-TILE-DIVIDES" not in ids(tile_shape=(256, 128, 64), stages=3)
+    assert "SM90-EPILOGUE-TILE-EXPLICIT" not in ids(epilogue_tile=(128, 64))
+    assert "SM90-EPILOGUE-TILE-EXPLICIT" in ids(epilogue_tile=(64, 64))
+    assert "SM90-EPILOGUE-TILE-EXPLICIT" in ids(epilogue_tile=(128, 24), tile_shape=(128, 96, 64))
+    # equal to what EpilogueTileAuto picks: fine even though N = 8 is not a multiple of 16
+    assert "SM90-EPILOGUE-TILE-EXPLICIT" not in ids(tile_shape=(128, 8, 64), epilogue_tile=(128, 8))
+    pp = dict(tile_shape=(64, 48, 64), mainloop_schedule="pingpong", epilogue_schedule="tma_warp_specialized")
+    assert "SM90-EPILOGUE-SMEM-ATOM" not in ids(epilogue_tile=(64, 16), **pp)
+    assert "SM90-EPILOGUE-SMEM-ATOM" in ids(epilogue_tile=(64, 12), **pp)
+    assert "SM90-EPILOGUE-SMEM-ATOM" in ids(epilogue_tile=(64, 12), stages=4, **pp)
+
+
+def test_epilogue_deadlock_guard():
+    ctx = base_ctx({"dtype_c": "void"})
+    assert "SM90-EPILOGUE-DEADLOCK" not in ctx_ids(ctx)
+    p = ctx.epi_plan
+    ctx.epi_plan = EpiloguePlan(p.tile, p.epi_tiles, 2, 2, True, p.align_c, p.align_d, p.swizzle_c, p.swizzle_d)
+    assert "SM90-EPILOGUE-DEADLOCK" in ctx_ids(ctx)
+
+
+def test_nosmem_fusion():
+    assert "SM90-NOSMEM-FUSION" not in ids({"bias": True, "activation": "relu"})
+    assert "SM90-NOSMEM-FUSION" in ids({"bias": True}, epilogue_schedule="no_smem")
+    assert "SM90-NOSMEM-FUSION" in ids({"activation": "gelu"}, epilogue_schedule="no_smem")
+
+
+def test_can_implement_and_descriptors():
+    # rulebook H #13: K = 4100 is not a multiple of 8 bf16 elements; 4104 is
+    assert not {"SM90-CAN-IMPLEMENT-AB", "SM90-TMA-DESCRIPTOR-A"} & ids({"k": 4104})
+    bad = ids({"k": 4100})
+    assert {"SM90-CAN-IMPLEMENT-AB", "SM90-TMA-DESCRIPTOR-A", "SM90-TMA-DESCRIPTOR-B"} <= bad
+    # M-major A: M is the contiguous extent
+    assert "SM90-CAN-IMPLEMENT-AB" in ids({"layout_a": "col", "m": 4100})
+    assert "SM90-CAN-IMPLEMENT-AB" not in ids({"layout_a": "row", "m": 4100})
+    # C/D: row-major C is N-contiguous; f32 C with N = 4100 is 16,400 B per row (fine), bf16 D 8,200 B (not)
+    got = ids({"n": 4100, "dtype_c": "f32", "dtype_d": "bf16"})
+    assert "SM90-CAN-IMPLEMENT-CD" in got and "SM90-TMA-DESCRIPTOR-D" in got and "SM90-TMA-DESCRIPTOR-C" not in got
+    assert "SM90-CAN-IMPLEMENT-CD" not in ids({"n": 4100, "layout_c": "col"})
+    assert "SM90-CAN-IMPLEMENT-CD" not in ids({"n": 4100}, epilogue_schedule="no_smem")
+    # a 512-row tile would need a 512-wide TMA box (boxDim <= 256)
+    assert "SM90-TMA-DESCRIPTOR-A" in ids(tile_shape=(512, 64, 64), epilogue_schedule="no_smem", stages=2)
+    assert "SM90-TMA-DESCRIPTOR-A" not in ids(tile_shape=(256, 64, 64), epilogue_schedule="no_smem", stages=2)
+
+
+def test_smem_atom_fit():
+    r = check_config(GemmProblem(**BASE_P), KernelConfig(tile_shape=(128, 12, 64)))
+    assert [v.rule_id for v in r.violations] == ["SM90-SMEM-ATOM-FIT"] and r.config is None
+    ctx = base_ctx(tile_shape=(128, 8, 64))
+    assert "SM90-SMEM-ATOM-FIT" not in ctx_ids(ctx)
+    ctx.tk = 4
+    assert "SM90-SMEM-ATOM-FIT" in ctx_ids(ctx)
+
+
+# --- properties of the whole ----------------------------------------------------------------------------
+
+def test_random_configs_never_crash_and_are_deterministic():
+    rng = random.Random(7)
+    for _ in range(400):
+        p = GemmProblem(m=rng.choice([1, 100, 2048, 4100]), n=rng.choice([8, 2050, 4096]), k=rng.choice([16, 4096, 4100]),
+                        dtype_a=(d := rng.choice(["bf16", "f16", "e4m3", "tf32"])), dtype_b=d,
+                        dtype_c=rng.choice(["bf16", "f32", "void"]), dtype_d=rng.choice(["bf16", "f32"]),
+                        layout_a=rng.choice(["row", "col"]), layout_b=rng.choice(["row", "col"]),
+                        layout_c=rng.choice(["row", "col"]))
+        c = KernelConfig(tile_shape=(rng.choice([64, 128, 192, 256]), rng.choice([8, 16, 24, 96, 128, 200, 256]),
+                                     rng.choice([16, 32, 64, 128])),
+                         cluster_shape=(rng.choice([1, 2, 3, 4]), rng.choice([1, 2, 4]), 1),
+                         stages=rng.choice(["auto", 1, 2, 4, 8]),
+                         mainloop_schedule=rng.choice(["warp_specialized", "cooperative", "pingpong"]),
+                         epilogue_schedule=rng.choice(["tma_warp_specialized", "tma_warp_specialized_cooperative", "no_smem"]),
+                         tile_scheduler=rng.choice(["persistent", "stream_k"]))
+        a, b = check_config(p, c).to_dict(), check_config(p, c).to_dict()
+        assert a == b
+        assert a["legal"] == (a["rules"] == [])
+        if a["legal"]:
+            assert a["smem_bytes"] <= 232448 and a["stages"] >= 2
+
+
+def test_report_dict_shape():
+    d = check_config(GemmProblem(**BASE_P), KernelConfig(tile_shape=(128, 128, 64), stages=7)).to_dict()
+    assert set(d) == {"legal", "rules", "stages", "smem_bytes", "warnings", "reasons"}
+    assert d["legal"] is False and d["rules"] == ["RES-SMEM-CAPACITY"] and d["stages"] == 7
+    assert d["smem_bytes"] == 263168 and "263168" in d["reasons"][0]
