@@ -52,6 +52,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sanitize-tools", default=",".join(SANITIZER_TOOLS),
                    help="comma-separated compute-sanitizer tools [memcheck,racecheck,synccheck]")
     p.add_argument("--sanitize-timeout", type=float, default=240.0, help="seconds per sanitizer tool [240]")
+    p.add_argument("--sanitize-parallel", action="store_true",
+                   help="run the sanitizer tools at the same time (each its own process on the one GPU)")
     p.add_argument("--deadline", type=float, default=0.0,
                    help="stop starting new kernels after this many seconds (0: no limit); the rest are reported skipped")
     p.add_argument("--json", metavar="FILE", help="write the full report as JSON")
@@ -79,7 +81,8 @@ def run(args: argparse.Namespace) -> int:
         report["kernels"] = validate_kernels(kernels, shapes, args, say, t_start)
         report["device"] = _LAST_DEVICE.get("info")
     if args.sanitize or args.sanitize_only:
-        report["sanitizer"] = [sanitize_kernel(k, tools, args.sanitize_timeout, say) for k in kernels]
+        report["sanitizer"] = [sanitize_kernel(k, tools, args.sanitize_timeout, say, args.sanitize_parallel)
+                               for k in kernels]
     report["summary"] = summarize(report)
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
@@ -183,7 +186,7 @@ def sanitizer_case(info: R.KernelInfo) -> R.Case:
 _SUMMARY = re.compile(r"(ERROR SUMMARY: \d+ errors?|RACECHECK SUMMARY: [^\n]*)")
 
 
-def sanitize_kernel(info: R.KernelInfo, tools, timeout: float, say) -> dict:
+def sanitize_kernel(info: R.KernelInfo, tools, timeout: float, say, parallel: bool = False) -> dict:
     """compute-sanitizer over a child Python that runs one small case of the kernel."""
     exe = shutil.which("compute-sanitizer")
     out = {"kernel": info.label, "library": str(info.library), "tools": {}}
@@ -203,30 +206,40 @@ def sanitize_kernel(info: R.KernelInfo, tools, timeout: float, say) -> dict:
         env["PYTORCH_NO_CUDA_MEMORY_CACHING"] = "1"   # one allocation per tensor: memcheck sees overruns
         env["CUTEGEN_SANITIZER"] = "1"
         env["PYTHONPATH"] = os.pathsep.join(p for p in [str(_package_root()), env.get("PYTHONPATH", "")] if p)
-        verdicts = []
-        for tool in tools:
+
+        def one(tool: str) -> dict:
             cmd = [exe, "--tool", tool, "--error-exitcode", "86", "--print-limit", "20",
                    sys.executable, "-m", "cutegen._runner_worker", "--once", str(req)]
             t0 = time.monotonic()
             rc, text = run_with_timeout(cmd, timeout, env)
             secs = round(time.monotonic() - t0, 1)
-            summary = "; ".join(_SUMMARY.findall(text))
-            if rc is None:
-                v = "timeout"
-            elif rc == 0:
-                v = "clean"
-            elif rc == 86:
-                v = "errors"
-            else:
-                v = "failed"   # the driver itself failed (wrong result, or the tool could not run)
-            verdicts.append(v)
-            out["tools"][tool] = {"verdict": v, "exit_code": rc, "seconds": secs, "summary": summary,
-                                  "tail": text[-3000:]}
-            line = f"SANITIZE {tool:9} {info.label}: {v} ({secs:g} s) {summary}"
-            (say if v == "clean" else print)(line)
+            return {"verdict": sanitizer_verdict(rc), "exit_code": rc, "seconds": secs,
+                    "summary": "; ".join(_SUMMARY.findall(text)), "tail": text[-3000:]}
+
+        if parallel and len(tools) > 1:
+            from concurrent.futures import ThreadPoolExecutor
+            with ThreadPoolExecutor(len(tools)) as pool:
+                results = dict(zip(tools, pool.map(one, tools)))
+        else:
+            results = {t: one(t) for t in tools}
+        verdicts = []
+        for tool in tools:
+            r = results[tool]
+            out["tools"][tool] = r
+            verdicts.append(r["verdict"])
+            line = f"SANITIZE {tool:9} {info.label}: {r['verdict']} ({r['seconds']:g} s) {r['summary']}"
+            (say if r["verdict"] == "clean" else print)(line)
     out["verdict"] = "clean" if verdicts and all(v == "clean" for v in verdicts) else \
         next(v for v in ("errors", "failed", "timeout") if v in verdicts)
     return out
+
+
+def sanitizer_verdict(exit_code: int | None) -> str:
+    """clean: the tool found nothing and the case passed; errors: the tool reported errors (exit 86);
+    failed: the driver failed (wrong result, refused, or the tool could not run); timeout."""
+    if exit_code is None:
+        return "timeout"
+    return {0: "clean", 86: "errors"}.get(exit_code, "failed")
 
 
 def run_with_timeout(cmd, timeout: float, env=None) -> tuple[int | None, str]:

@@ -1,0 +1,420 @@
+"""``cutegen bench``: the search-picked kernel against cuBLAS and hand-written CUTLASS, per problem.
+
+For every problem of the suite, three contenders run in one process with one method
+(``_runner_worker.time_calls``: CUDA events around each call, warm-up, >= 50 timed calls, median,
+rotating among input sets that together are several times the L2): the kernel under
+``--kernels`` (``<dir>/<problem name>``), cuBLAS through torch on the same dtypes and layouts
+(``torch._scaled_mm`` with unit scales for fp8), and the CollectiveBuilder baseline (tile
+128x256x64, cluster 2x1x1, cooperative, auto stages) under ``--baselines``. Each contender's result
+is verified once against a float32 reference before it is timed. Writes
+``<out>/<date>-<device>.json`` and a PNG plot beside it.
+
+Also runnable without the rest of the CLI: ``python -m cutegen.commands.bench ...``.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import importlib.util
+import json
+import math
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from .. import runner as R
+from ..errors import CutegenError, FieldError
+from ..problem import GemmProblem
+
+HELP = "benchmark the generated kernels against cuBLAS and the CUTLASS CollectiveBuilder baseline"
+
+SCHEMA = "cutegen-bench/1"
+CONTENDERS = ("cutegen", "cublas", "cutlass_builder")
+PEAK_LABEL = "H100 SXM dense bf16/f16 datasheet peak"
+BASELINE_CONFIG = {"tile_shape": [128, 256, 64], "cluster_shape": [2, 1, 1], "stages": "auto",
+                   "mainloop_schedule": "cooperative", "epilogue_schedule": "tma_warp_specialized_cooperative",
+                   "tile_scheduler": "persistent"}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--suite", default="bench/suite.toml", help="problem list [bench/suite.toml]")
+    p.add_argument("--kernels", default="generated/sm90a",
+                   help="folder of built search-picked kernels, one directory per problem name [generated/sm90a]")
+    p.add_argument("--baselines", default="generated/baseline/sm90a",
+                   help="folder of built CollectiveBuilder baselines [generated/baseline/sm90a]")
+    p.add_argument("--out", default="bench/results", help="where the JSON and PNG go [bench/results]")
+    p.add_argument("--only", action="append", default=[], metavar="NAME", help="only these suite problems (repeatable)")
+    p.add_argument("--warmup", type=int, default=10, help="untimed calls per contender [10]")
+    p.add_argument("--iters", type=int, default=50, help="timed calls per contender, at least 50 [50]")
+    p.add_argument("--l2-multiple", type=int, default=4,
+                   help="rotate among input sets totalling at least this many times the L2 [4]")
+    p.add_argument("--timeout", type=float, default=240.0, help="seconds per problem before it counts as a hang [240]")
+    p.add_argument("--startup-timeout", type=float, default=180.0, help="seconds for the worker to start [180]")
+    p.add_argument("--deadline", type=float, default=0.0,
+                   help="stop starting new problems after this many seconds (0: none); the rest are reported skipped")
+    p.add_argument("--no-plot", action="store_true", help="do not draw the PNG")
+    p.add_argument("--versions-from", metavar="DIR",
+                   help="CUTLASS include folder to read the version from (default: $CUTEGEN_CUTLASS_INCLUDE or the wheel)")
+
+
+# ------------------------------------------------------------------------------------------------
+# Inputs
+# ------------------------------------------------------------------------------------------------
+
+def load_suite(path) -> list[tuple[str, GemmProblem]]:
+    """The suite as ``cutegen regen`` reads it (one source of truth for the format)."""
+    from .regen import load_suite as _load
+    return _load(path)
+
+
+def find_kernel(root: Path, problem: GemmProblem) -> tuple[R.KernelInfo | None, str]:
+    """The built kernel for ``problem`` under ``root`` (``root/<problem name>``), or why there is none."""
+    d = Path(root) / problem.name
+    if not d.is_dir():
+        return None, f"no kernel directory {d}"
+    try:
+        info = R.load_kernel_info(d)
+    except (CutegenError, ValueError) as e:
+        return None, str(e)
+    if info.problem != problem:
+        return None, f"{d}/manifest.json is for another problem ({info.problem.name})"
+    return info, ""
+
+
+# ------------------------------------------------------------------------------------------------
+# Arithmetic on the results
+# ------------------------------------------------------------------------------------------------
+
+def derive(entry: dict, peak_tflops: float = R.H100_SXM_DENSE_BF16_PEAK_TFLOPS) -> dict:
+    """Add TFLOP/s per contender, the ratios of cutegen to both baselines and the fraction of peak."""
+    flops = entry["flops"]
+    for res in entry["results"].values():
+        if res.get("status") == "ok" and res.get("median_ms"):
+            res["tflops"] = R.tflops(flops, res["median_ms"] * 1e-3)
+    get = lambda name: entry["results"].get(name, {}).get("tflops")  # noqa: E731
+    ours, cublas, cutlass = get("cutegen"), get("cublas"), get("cutlass_builder")
+    entry["ratio_vs_cublas"] = ours / cublas if ours and cublas else None
+    entry["ratio_vs_cutlass"] = ours / cutlass if ours and cutlass else None
+    entry["fraction_of_peak"] = {name: entry["results"][name]["tflops"] / peak_tflops
+                                 for name in entry["results"] if entry["results"][name].get("tflops")}
+    return entry
+
+
+def summarize(entries: list[dict], target_ratio: float = 0.9) -> dict:
+    """Geometric means of the ratios over the problems where both sides ran, overall and per input type."""
+    def geo(key, subset):
+        vals = [e[key] for e in subset if e.get(key)]
+        g = R.geometric_mean(vals)
+        return {"geomean": g, "n": len(vals)}
+
+    groups: dict[str, list[dict]] = {}
+    for e in entries:
+        groups.setdefault(e["problem"]["dtype_a"], []).append(e)
+    out = {
+        "problems": len(entries),
+        "vs_cublas": geo("ratio_vs_cublas", entries),
+        "vs_cutlass": geo("ratio_vs_cutlass", entries),
+        "by_dtype": {dt: {"vs_cublas": geo("ratio_vs_cublas", es), "vs_cutlass": geo("ratio_vs_cutlass", es)}
+                     for dt, es in sorted(groups.items())},
+        "below_target_vs_cublas": sorted(e["name"] for e in entries
+                                         if e.get("ratio_vs_cublas") is not None and e["ratio_vs_cublas"] < target_ratio),
+        "target_ratio": target_ratio,
+        "not_measured": sorted(e["name"] for e in entries
+                               if e["results"].get("cutegen", {}).get("status") != "ok"),
+    }
+    for name in CONTENDERS:
+        vals = [e["results"][name]["tflops"] for e in entries if e["results"].get(name, {}).get("tflops")]
+        out.setdefault("geomean_tflops", {})[name] = R.geometric_mean(vals)
+    return out
+
+
+def check_result_doc(doc) -> list[str]:
+    """What is wrong with a results document (empty when it has the schema bench/plot.py reads)."""
+    errs: list[str] = []
+
+    def need(obj, key, types, where):
+        if not isinstance(obj, dict) or key not in obj:
+            errs.append(f"{where}.{key}: missing")
+            return None
+        if not isinstance(obj[key], types):
+            errs.append(f"{where}.{key}: expected {types}, got {type(obj[key]).__name__}")
+            return None
+        return obj[key]
+
+    if not isinstance(doc, dict):
+        return ["document: expected an object"]
+    if doc.get("schema") != SCHEMA:
+        errs.append(f"schema: expected {SCHEMA!r}, got {doc.get('schema')!r}")
+    need(doc, "date", str, "doc")
+    dev = need(doc, "device", dict, "doc")
+    if dev is not None:
+        need(dev, "name", str, "device")
+    ver = need(doc, "versions", dict, "doc")
+    if ver is not None:
+        for k in ("cutegen", "nvcc", "cutlass", "torch", "driver", "cublas", "python"):
+            if k not in ver:
+                errs.append(f"versions.{k}: missing")
+    meth = need(doc, "method", dict, "doc")
+    if meth is not None:
+        it = need(meth, "iters", int, "method")
+        if isinstance(it, int) and it < 50:
+            errs.append(f"method.iters: {it} < 50")
+    need(doc, "peak_tflops", (int, float), "doc")
+    probs = need(doc, "problems", list, "doc")
+    for i, e in enumerate(probs or []):
+        w = f"problems[{i}]"
+        need(e, "name", str, w)
+        need(e, "problem", dict, w)
+        fl = need(e, "flops", int, w)
+        res = need(e, "results", dict, w)
+        for name in CONTENDERS:
+            r = need(res or {}, name, dict, f"{w}.results") if res is not None else None
+            if r is None:
+                continue
+            st = need(r, "status", str, f"{w}.results.{name}")
+            if st == "ok":
+                med = need(r, "median_ms", (int, float), f"{w}.results.{name}")
+                tf = need(r, "tflops", (int, float), f"{w}.results.{name}")
+                times = need(r, "times_ms", list, f"{w}.results.{name}")
+                if isinstance(times, list) and meth and isinstance(meth.get("iters"), int) and len(times) != meth["iters"]:
+                    errs.append(f"{w}.results.{name}.times_ms: {len(times)} values, method.iters is {meth['iters']}")
+                if isinstance(med, (int, float)) and isinstance(tf, (int, float)) and isinstance(fl, int) and med > 0:
+                    expect = fl / (med * 1e-3) / 1e12
+                    if not math.isclose(tf, expect, rel_tol=1e-6):
+                        errs.append(f"{w}.results.{name}.tflops: {tf} != flops / median ({expect})")
+                ver_ = r.get("verify")
+                if not isinstance(ver_, dict) or ver_.get("ok") is False:
+                    errs.append(f"{w}.results.{name}: timed without a passing verification")
+        for k in ("ratio_vs_cublas", "ratio_vs_cutlass"):
+            if k not in (e if isinstance(e, dict) else {}):
+                errs.append(f"{w}.{k}: missing")
+    summ = need(doc, "summary", dict, "doc")
+    if summ is not None:
+        for k in ("vs_cublas", "vs_cutlass", "below_target_vs_cublas"):
+            if k not in summ:
+                errs.append(f"summary.{k}: missing")
+    return errs
+
+
+def result_filename(date: _dt.datetime, device_name: str) -> str:
+    slug = re.sub(r"[^a-z0-9]+", "-", device_name.lower()).strip("-") or "unknown-device"
+    return f"{date.strftime('%Y-%m-%d')}-{slug}.json"
+
+
+# ------------------------------------------------------------------------------------------------
+# Versions
+# ------------------------------------------------------------------------------------------------
+
+def _run_text(cmd, timeout=20) -> str:
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def nvcc_version() -> str | None:
+    m = re.search(r"release [\d.]+, V([\d.]+)", _run_text(["nvcc", "--version"]))
+    return m.group(1) if m else None
+
+
+def driver_version() -> str | None:
+    out = _run_text(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]).strip()
+    return out.splitlines()[0] if out else None
+
+
+def cutlass_version(include_dir: str | None = None) -> str | None:
+    candidates = [include_dir, os.environ.get("CUTEGEN_CUTLASS_INCLUDE")]
+    try:
+        import cutlass_library  # noqa: F401 - only to find the wheel's headers
+        candidates.append(os.path.join(os.path.dirname(cutlass_library.__file__), "source", "include"))
+    except ImportError:
+        pass
+    for inc in candidates:
+        if not inc:
+            continue
+        for base in (Path(inc), Path(inc) / "include"):
+            vh = base / "cutlass" / "version.h"
+            if vh.is_file():
+                text = vh.read_text(errors="replace")
+                parts = [re.search(rf"#define CUTLASS_{k}\s+(\d+)", text) for k in ("MAJOR", "MINOR", "PATCH")]
+                if all(parts):
+                    return ".".join(p.group(1) for p in parts)
+    return None
+
+
+def versions(device: dict | None, include_dir: str | None) -> dict:
+    from .. import __version__
+    device = device or {}
+    return {"cutegen": __version__, "nvcc": nvcc_version(), "cutlass": cutlass_version(include_dir),
+            "torch": device.get("torch"), "torch_cuda": device.get("torch_cuda"), "cublas": device.get("cublas"),
+            "driver": driver_version(), "driver_api": device.get("driver_api"),
+            "python": platform.python_version()}
+
+
+# ------------------------------------------------------------------------------------------------
+# The run
+# ------------------------------------------------------------------------------------------------
+
+def run(args: argparse.Namespace) -> int:
+    if args.iters < 50:
+        raise FieldError("--iters", f"{args.iters} is below 50 (issue 5 asks for at least 50 timed runs)")
+    if args.warmup < 1:
+        raise FieldError("--warmup", f"{args.warmup} is below 1")
+    suite = load_suite(args.suite)
+    if args.only:
+        unknown = sorted(set(args.only) - {n for n, _ in suite})
+        if unknown:
+            raise FieldError("--only", f"not in {args.suite}: {', '.join(unknown)}")
+        suite = [(n, p) for n, p in suite if n in args.only]
+    started = _dt.datetime.now(_dt.timezone.utc)
+    t0 = time.monotonic()
+    entries = []
+    device = None
+    worker = R.Worker(startup_timeout=args.startup_timeout, init={"op": "init"})
+    try:
+        for name, problem in suite:
+            if args.deadline and time.monotonic() - t0 > args.deadline:
+                entries.append(skipped_entry(name, problem, f"deadline of {args.deadline:g} s reached"))
+                print(f"SKIP  {name}: deadline reached", flush=True)
+                continue
+            entries.append(bench_problem(worker, name, problem, args))
+            if worker.init_reply is not None and worker.init_reply.ok:
+                device = worker.init_reply.value
+    finally:
+        worker.close()
+    for e in entries:
+        derive(e)
+    doc = {
+        "schema": SCHEMA,
+        "date": started.isoformat(timespec="seconds"),
+        "device": {k: (device or {}).get(k) for k in ("name", "compute_capability", "sm_count", "memory_gib",
+                                                       "l2_bytes")} | {"name": (device or {}).get("name") or "unknown"},
+        "versions": versions(device, args.versions_from),
+        "method": {"timer": "CUDA events around each call, host queue primed behind a spin kernel",
+                   "warmup": args.warmup, "iters": args.iters, "statistic": "median",
+                   "l2_multiple": args.l2_multiple,
+                   "rotation": "input sets (A, B, C, D) rotated per call; together >= l2_multiple x L2",
+                   "verification": "each contender once against a float32 reference before timing",
+                   "baseline_config": BASELINE_CONFIG,
+                   "cublas": "torch.matmul/addmm/baddbmm on the same strided views; torch._scaled_mm "
+                             "(unit scales) for fp8"},
+        "peak_tflops": R.H100_SXM_DENSE_BF16_PEAK_TFLOPS,
+        "peak_label": PEAK_LABEL,
+        "suite": str(args.suite),
+        "problems": entries,
+        "summary": summarize(entries),
+        "seconds": round(time.monotonic() - t0, 1),
+    }
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / result_filename(started, doc["device"]["name"])
+    path.write_text(json.dumps(doc, indent=1, default=R.json_default) + "\n")
+    print(f"wrote {path}")
+    if not args.no_plot:
+        png = path.with_suffix(".png")
+        try:
+            plot_module().plot(doc, png)
+            print(f"wrote {png}")
+        except ImportError as e:
+            print(f"plot skipped ({e}); run: python bench/plot.py {path}", file=sys.stderr)
+    print(format_table(doc))
+    return 0 if all(e["results"].get("cutegen", {}).get("status") == "ok" for e in entries) else 1
+
+
+def skipped_entry(name: str, problem: GemmProblem, reason: str) -> dict:
+    return {"name": name, "problem": problem.to_dict(), "flops": problem.flops,
+            "results": {c: {"status": "skipped", "reason": reason} for c in CONTENDERS}}
+
+
+def bench_problem(worker: R.Worker, name: str, problem: GemmProblem, args) -> dict:
+    ours, why_ours = find_kernel(Path(args.kernels), problem)
+    base, why_base = find_kernel(Path(args.baselines), problem)
+    contenders = [
+        {"name": "cutegen", "library": str(ours.library) if ours else None, "reason": why_ours},
+        {"name": "cublas"},
+        {"name": "cutlass_builder", "library": str(base.library) if base else None, "reason": why_base},
+    ]
+    task = {"op": "bench_problem", "problem": problem.to_dict(), "contenders": contenders,
+            "warmup": args.warmup, "iters": args.iters, "l2_multiple": args.l2_multiple}
+    reply = worker.request(task, args.timeout)
+    if reply.ok:
+        entry = dict(reply.value)
+    else:
+        what = {"hang": "HANG", "crash": "CRASH"}.get(reply.status, "ERROR")
+        msg = reply.message.strip().splitlines()[0] if reply.message else reply.status
+        print(f"{what} {name}: {msg}", flush=True)
+        entry = skipped_entry(name, problem, f"{reply.status}: {msg}")
+        for c in entry["results"].values():
+            c["status"] = reply.status
+    entry["name"] = name
+    entry.pop("device", None)
+    entry["kernels"] = {"cutegen": ours.to_dict() if ours else None,
+                        "cutlass_builder": base.to_dict() if base else None}
+    for c, res in entry["results"].items():
+        if res.get("status") != "ok":
+            print(f"  {name} {c}: {res.get('status')} {res.get('reason', '')}", flush=True)
+    return entry
+
+
+def plot_module():
+    """bench/plot.py, loaded by path (bench/ is not a package)."""
+    path = Path(__file__).resolve().parents[2] / "bench" / "plot.py"
+    if not path.is_file():
+        raise ImportError(f"{path} not found")
+    spec = importlib.util.spec_from_file_location("cutegen_bench_plot", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _fmt(v, spec=".1f", none="-"):
+    return none if v is None else format(v, spec)
+
+
+def format_table(doc: dict) -> str:
+    """The closing table: TFLOP/s of each contender, the ratios, and the geometric means."""
+    rows = [("problem", "cutegen", "cuBLAS", "CUTLASS", "x cuBLAS", "x CUTLASS", "% peak")]
+    for e in doc["problems"]:
+        t = {c: e["results"].get(c, {}).get("tflops") for c in CONTENDERS}
+        st = {c: e["results"].get(c, {}).get("status") for c in CONTENDERS}
+        cell = lambda c: _fmt(t[c]) if t[c] is not None else (st[c] or "-")  # noqa: E731
+        frac = (e.get("fraction_of_peak") or {}).get("cutegen")
+        rows.append((e["name"], cell("cutegen"), cell("cublas"), cell("cutlass_builder"),
+                     _fmt(e.get("ratio_vs_cublas"), ".3f"), _fmt(e.get("ratio_vs_cutlass"), ".3f"),
+                     _fmt(frac * 100 if frac else None, ".1f")))
+    s = doc["summary"]
+    rows.append(("geomean", _fmt(s["geomean_tflops"].get("cutegen")), _fmt(s["geomean_tflops"].get("cublas")),
+                 _fmt(s["geomean_tflops"].get("cutlass_builder")), _fmt(s["vs_cublas"]["geomean"], ".3f"),
+                 _fmt(s["vs_cutlass"]["geomean"], ".3f"), ""))
+    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
+             for r in rows]
+    lines.insert(1, "-" * len(lines[0]))
+    lines.insert(len(lines) - 1, "-" * len(lines[0]))
+    for dt, g in s["by_dtype"].items():
+        lines.append(f"{dt}: geomean x cuBLAS {_fmt(g['vs_cublas']['geomean'], '.3f')} over {g['vs_cublas']['n']}, "
+                     f"x CUTLASS {_fmt(g['vs_cutlass']['geomean'], '.3f')} over {g['vs_cutlass']['n']}")
+    if s["below_target_vs_cublas"]:
+        lines.append(f"below {s['target_ratio']}x cuBLAS: {', '.join(s['below_target_vs_cublas'])}")
+    lines.append(f"TFLOP/s held against {doc['peak_tflops']} ({doc.get('peak_label', '')}); device {doc['device']['name']}")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="cutegen bench", description=HELP)
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        return run(args)
+    except CutegenError as e:
+        print(f"cutegen bench: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
