@@ -53,7 +53,9 @@ DIAGNOSTIC_FLAGS = ("-keep", "-keep-dir", "keep", "-Xptxas", "-v")
 GB = 1 << 30
 MEMORY_PER_COMPILE = int(3.5 * GB)
 DEFAULT_LOCK = "/tmp/cutegen-nvcc.lock"
-# ptxas: "Potential Performance Loss: wgmma.mma_async instructions are serialized due to ..."
+# ptxas: "(C7510) Potential Performance Loss: wgmma.mma_async instructions are serialized due to ...";
+# printed as "ptxas info" or "ptxas warning" with one code per cause (C7508, C7510, C7515, ...), so the
+# phrase is what is matched. -Xptxas -v (DIAGNOSTIC_FLAGS) makes sure ptxas reports it.
 SERIALIZED_WGMMA = re.compile(r"\bC75(?:08|10)\b|wgmma\.mma_async instructions are serialized")
 ERROR_LINE = re.compile(r"error|static assertion|static_assert|\bC75(?:08|10)\b|serialized|ptxas fatal",
                         re.IGNORECASE)

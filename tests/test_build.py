@@ -30,7 +30,10 @@ FAKE_NVCC = textwrap.dedent("""\
     if "FAIL_COMPILE" in src:
         sys.stderr.write('kernel.cu(12): error: static assertion failed with "Cooperative kernel requires Tile Size"\\n')
         sys.exit(2)
-    if "SERIALIZE" in src:
+    if "SERIALINFO" in src:
+        sys.stderr.write("ptxas info    : (C7515) Potential Performance Loss: wgmma.mma_async instructions are "
+                         "serialized due to non wgmma instructions defining accumulator registers\\n")
+    elif "SERIALIZE" in src:
         sys.stderr.write("ptxas warning : (C7510) Potential Performance Loss: wgmma.mma_async instructions are "
                          "serialized due to insufficient register resources for the wgmma pipeline\\n")
     if "keep" in args:
@@ -123,11 +126,12 @@ def test_compile_uses_the_sm90a_flags_and_cutlass_includes(fake):
     assert f"-I {inc[0]}" in line and inc[0].endswith("include")
 
 
-def test_serialized_wgmma_warning_fails_the_build_and_is_not_cached(fake):
-    d = fake.kernel("slow", "// SERIALIZE\n")
+@pytest.mark.parametrize("marker,code", [("SERIALIZE", "C7510"), ("SERIALINFO", "C7515")])
+def test_serialized_wgmma_warning_fails_the_build_and_is_not_cached(fake, marker, code):
+    d = fake.kernel("slow", f"// {marker}\n")
     result = fake.builder(jobs=1).build([build_mod._job_for(d)]).results[0]
     assert result.status == "failed"
-    assert "C7510" in result.message and "serialized" in result.message
+    assert code in result.message and "serialized" in result.message
     assert not (d / "kernel.so").exists()
     assert not any(fake.cache.rglob("kernel.so"))
 
