@@ -57,7 +57,7 @@ def plot(doc: dict, out_path) -> Path:
     ax.set_title(title, fontsize=10)
     ax.legend(fontsize=8, loc="upper left")
     tops = [p["results"][k]["tflops"] for p in problems for k, _, _ in SERIES if p["results"].get(k, {}).get("tflops")]
-    ax.set_ylim(0, max(tops + [peak or 0, 1.0]) * 1.1)
+    ax.set_ylim(0, max(tops + [peak or 0, 1.0]) * 1.3)
     fig.tight_layout()
     out_path = Path(out_path)
     fig.savefig(out_path, dpi=120)

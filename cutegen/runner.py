@@ -377,31 +377,31 @@ def preflight(problem: GemmProblem, args: LaunchArgs, config: KernelConfig | Non
 
 
 def legality_problem_violations(problem: GemmProblem, config: KernelConfig) -> list[Violation]:
-    """The problem-dependent rules of ``cutegen.legality`` for the kernel's config at the call's size.
+    """The legality rules of ``cutegen.legality`` for the kernel's config at the call's size.
 
-    The legality package is optional here (it is evaluated when importable, e.g. for the hazards
-    that depend on the problem size as well as the configuration); the launch rules above cover
-    what depends on pointers and strides, which no GemmProblem carries.
+    ``check_config`` evaluates every rule at the given problem: the problem-dependent ones (CUTLASS
+    can_implement extents, E15/E16; the tensor maps the kernel encodes at these global sizes) can
+    break at a size other than the manifest's. The launch rules above add what depends on pointers
+    and strides, which no GemmProblem carries.
     """
     fn = _legality_entry()
     if fn is None:
         return []
     out = fn(problem, config)
-    return [v for v in out if isinstance(v, Violation)]
+    out = getattr(out, "violations", out) or []
+    return [v for v in out if isinstance(v, Violation) and v.enforced]
 
 
 _LEGALITY_ENTRY: Any = False
 
 
 def _legality_entry():
-    """``cutegen.legality.problem_violations(problem, config)`` if the legality package has it."""
+    """``cutegen.legality.check_config`` (None if the legality package cannot be imported)."""
     global _LEGALITY_ENTRY
     if _LEGALITY_ENTRY is False:
-        _LEGALITY_ENTRY = None
         try:
-            import importlib
-            mod = importlib.import_module("cutegen.legality")
-            _LEGALITY_ENTRY = getattr(mod, "problem_violations", None)
+            from .legality import check_config
+            _LEGALITY_ENTRY = check_config
         except ImportError:
             _LEGALITY_ENTRY = None
     return _LEGALITY_ENTRY

@@ -185,3 +185,11 @@ def test_legality_problem_rules_are_consulted_when_available(monkeypatch):
     assert ids(v) == ["FAKE-HANG"] and seen == [(264, 256, 128, 2)]
     # without a config only the launch contract applies
     assert preflight(TN, call(TN, 264, 256, 128, batch=2)) == []
+
+
+def test_legality_check_config_runs_at_the_call_size():
+    from cutegen import KernelConfig
+    cfg = KernelConfig((128, 256, 64), (2, 1, 1))
+    assert preflight(TN, call(TN, 321, 392, 232), cfg) == []
+    v = ids(preflight(TN, call(TN, 256, 256, 260), cfg))
+    assert "CUTLASS-MAINLOOP-TMA-ALIGNMENT" in v and "SM90-CAN-IMPLEMENT-AB" in v

@@ -287,29 +287,9 @@ def run(args: argparse.Namespace) -> int:
                 device = worker.init_reply.value
     finally:
         worker.close()
-    for e in entries:
-        derive(e)
-    doc = {
-        "schema": SCHEMA,
-        "date": started.isoformat(timespec="seconds"),
-        "device": {k: (device or {}).get(k) for k in ("name", "compute_capability", "sm_count", "memory_gib",
-                                                       "l2_bytes")} | {"name": (device or {}).get("name") or "unknown"},
-        "versions": versions(device, args.versions_from),
-        "method": {"timer": "CUDA events around each call, host queue primed behind a spin kernel",
-                   "warmup": args.warmup, "iters": args.iters, "statistic": "median",
-                   "l2_multiple": args.l2_multiple,
-                   "rotation": "input sets (A, B, C, D) rotated per call; together >= l2_multiple x L2",
-                   "verification": "each contender once against a float32 reference before timing",
-                   "baseline_config": BASELINE_CONFIG,
-                   "cublas": "torch.matmul/addmm/baddbmm on the same strided views; torch._scaled_mm "
-                             "(unit scales) for fp8"},
-        "peak_tflops": R.H100_SXM_DENSE_BF16_PEAK_TFLOPS,
-        "peak_label": PEAK_LABEL,
-        "suite": str(args.suite),
-        "problems": entries,
-        "summary": summarize(entries),
-        "seconds": round(time.monotonic() - t0, 1),
-    }
+    doc = make_document(entries, device, started, versions(device, args.versions_from), warmup=args.warmup,
+                        iters=args.iters, l2_multiple=args.l2_multiple, suite=str(args.suite),
+                        seconds=time.monotonic() - t0)
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / result_filename(started, doc["device"]["name"])
@@ -324,6 +304,34 @@ def run(args: argparse.Namespace) -> int:
             print(f"plot skipped ({e}); run: python bench/plot.py {path}", file=sys.stderr)
     print(format_table(doc))
     return 0 if all(e["results"].get("cutegen", {}).get("status") == "ok" for e in entries) else 1
+
+
+def make_document(entries: list[dict], device: dict | None, started: _dt.datetime, versions_: dict, *,
+                  warmup: int, iters: int, l2_multiple: int, suite: str, seconds: float) -> dict:
+    """The results file: device, versions, method, every figure, the derived ratios and the summary."""
+    for e in entries:
+        derive(e)
+    device = device or {}
+    return {
+        "schema": SCHEMA,
+        "date": started.isoformat(timespec="seconds"),
+        "device": {"name": device.get("name") or "unknown",
+                   **{k: device.get(k) for k in ("compute_capability", "sm_count", "memory_gib", "l2_bytes")}},
+        "versions": versions_,
+        "method": {"timer": "CUDA events around each call, host queue primed behind a spin kernel",
+                   "warmup": warmup, "iters": iters, "statistic": "median", "l2_multiple": l2_multiple,
+                   "rotation": "input sets (A, B, C, D) rotated per call; together >= l2_multiple x L2",
+                   "verification": "each contender once against a float32 reference before timing",
+                   "baseline_config": BASELINE_CONFIG,
+                   "cublas": "torch.matmul/addmm/baddbmm on the same strided views; torch._scaled_mm "
+                             "(unit scales) for fp8"},
+        "peak_tflops": R.H100_SXM_DENSE_BF16_PEAK_TFLOPS,
+        "peak_label": PEAK_LABEL,
+        "suite": suite,
+        "problems": entries,
+        "summary": summarize(entries),
+        "seconds": round(seconds, 1),
+    }
 
 
 def skipped_entry(name: str, problem: GemmProblem, reason: str) -> dict:
