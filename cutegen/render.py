@@ -318,7 +318,26 @@ def template_context(problem: GemmProblem, config: KernelConfig, backend: str) -
         })
     else:
         ctx["stages"] = config.stages
+    ctx["builder_crosscheck"] = backend == "cutlass" and builder_would_choose(problem, config)
     return ctx
+
+
+_MAINLOOP_CHOICES = ("smem_layout_a", "smem_layout_b", "tma_a", "tma_b", "mma_instruction", "warpgroup_layout")
+
+
+def builder_would_choose(problem: GemmProblem, config: KernelConfig) -> bool:
+    """Whether CUTLASS's mainloop CollectiveBuilder, given this tile, cluster, stage count and schedule,
+    picks the same atoms, TMA copies, instruction and warpgroups (then the kernel asserts it does)."""
+    try:
+        from .collective_builder import complete
+    except ImportError:
+        return False
+    bare = config.replace(**{f: None for f in _MAINLOOP_CHOICES})
+    try:
+        chosen = complete(problem, bare)
+    except CutegenError:
+        return False
+    return all(getattr(chosen, f) == getattr(config, f) for f in _MAINLOOP_CHOICES)
 
 
 # --- Jinja2 --------------------------------------------------------------------------------------

@@ -195,7 +195,20 @@ def test_builder_baseline_leaves_the_mainloop_to_cutlass(legality):
     assert "using TileShape = Shape<_128, _256, _64>;" in src and "using ClusterShape = Shape<_2, _1, _1>;" in src
     assert "SmemLayoutAtomA" not in src  # the builder picks it
     explicit = render_mod.render(problem(), BASE, toolchain=TOOLCHAIN).source
-    assert "cutlass::gemm::collective::CollectiveBuilder<" not in explicit
+    assert "using CollectiveMainloop = cutlass::gemm::collective::CollectiveMma<" in explicit
+
+
+def test_explicit_kernel_asserts_builder_agreement_only_where_the_choices_coincide(legality):
+    same = render_mod.render(problem(), BASE, toolchain=TOOLCHAIN).source
+    assert "static_assert(cute::is_same_v<BuilderMainloop, CollectiveMainloop>" in same
+    # The builder would take WGMMA N = 256 for Tile_N = 256; a config with N = 128 is cutegen's own.
+    own = BASE.replace(mma_instruction=(64, 128, 16))
+    try:
+        other = render_mod.render(problem(), own, toolchain=TOOLCHAIN).source
+    except IllegalConfig:
+        pytest.skip("the rules refuse WGMMA N=128 under a 256-wide tile")
+    assert "BuilderMainloop" not in other
+    assert "using MmaAtom = cute::SM90_64x128x16_F32BF16BF16_SS" in other
 
 
 def test_manifest_records_what_and_why(legality):
