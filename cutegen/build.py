@@ -312,8 +312,8 @@ class Builder:
     def _compile(self, job: Job, key: str, entry: Path) -> BuildResult:
         slot = self._slots.get()
         try:
-            self._say(f"[..] compiling {job.name} (slot {slot})")
             with _slot_lock(slot), tempfile.TemporaryDirectory(prefix="cutegen-build-") as tmp:
+                self._say(f"[..] compiling {job.name} (nvcc slot {slot})")
                 src = Path(tmp, "kernel.cu")
                 src.write_text(job.source)
                 Path(tmp, "keep").mkdir()
