@@ -446,3 +446,12 @@ def _build_entry(files: dict[str, str], khash: str, entry: Path, nvcc: str | Non
         finally:
             if staging.exists():
                 shutil.rmtree(staging, ignore_errors=True)
+
+
+def build_dsl_dir(directory: str | os.PathLike, *, cache: Path | None = None) -> Path:
+    """`cutegen build --backend dsl DIR`: rebuild the kernel a DSL manifest.json describes, in place."""
+    from .manifest import load
+    m = load(Path(directory) / "manifest.json")
+    if m.backend != BACKEND:
+        raise FieldError("backend", f"{directory}/manifest.json is a {m.backend!r} kernel, not {BACKEND!r}")
+    return build_dsl(m.problem, m.config, directory, cache=cache, cost=m.data.get("cost"))
