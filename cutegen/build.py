@@ -304,6 +304,9 @@ class Builder:
             n = self._done
         tail = {"built": f"built in {result.seconds:.1f} s", "cached": "cached",
                 "failed": "FAILED"}[result.status]
+        if result.stats.get("spill_bytes"):
+            # Not fatal (ptxas did not serialize the wgmma), but a register budget the rules missed.
+            tail += f" (warning: {result.stats['spill_bytes']} bytes of register spills)"
         self._say(f"[{n}/{self._total}] {job.name}: {tail}")
         if not result.ok:
             self._say(result.message)
