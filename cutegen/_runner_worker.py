@@ -24,6 +24,23 @@ from .problem import GemmProblem
 from . import runner as R
 
 _LIBS: dict[str, ctypes.CDLL] = {}
+# Where tensors live. Always "cuda" for real runs; "cpu" only lets the tests exercise the buffer,
+# reference and cuBLAS-call code on a machine without a GPU (no kernel can run there).
+DEVICE = os.environ.get("CUTEGEN_RUNNER_DEVICE", "cuda")
+
+
+def _on_gpu() -> bool:
+    return DEVICE != "cpu"
+
+
+def _sync() -> None:
+    if _on_gpu():
+        _torch().cuda.synchronize()
+
+
+def _stream() -> int:
+    """The handle cutegen_gemm is given: torch's current CUDA stream (0, the default, on the CPU)."""
+    return _torch().cuda.current_stream().cuda_stream if _on_gpu() else 0
 
 
 # ------------------------------------------------------------------------------------------------
@@ -116,6 +133,10 @@ def torch_dtype(name: str):
 
 def _device_info(probe_cublas: bool = True) -> dict:
     torch = _torch()
+    if not _on_gpu():
+        return {"name": "cpu (dry run)", "compute_capability": None, "sm_count": 0, "memory_gib": None,
+                "l2_bytes": 50 * 2**20, "torch": torch.__version__, "torch_cuda": torch.version.cuda,
+                "driver_api": None, "cublas": None}
     if not torch.cuda.is_available():
         raise RuntimeError("CUDA is not available to torch in the worker")
     props = torch.cuda.get_device_properties(0)
@@ -170,7 +191,8 @@ def op_init(task):
     torch = _torch()
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    torch.cuda.init()
+    if _on_gpu():
+        torch.cuda.init()
     # Under compute-sanitizer, run no cuBLAS work beyond the case itself.
     info = _device_info(probe_cublas=not os.environ.get("CUTEGEN_SANITIZER"))
     info["pid"] = os.getpid()
@@ -226,7 +248,7 @@ class Buffers:
             op = probe[name]
             offset = case.offset.get(name, 0)
             storage = R.operand_storage_elements(g, op, case.batch)
-            flat = torch.empty(GUARD + offset + storage + GUARD, device="cuda", dtype=torch_dtype(g.dtype))
+            flat = torch.empty(GUARD + offset + storage + GUARD, device=DEVICE, dtype=torch_dtype(g.dtype))
             if name == "D":
                 flat.fill_(float("nan"))
             elif fill_inputs:
@@ -237,7 +259,7 @@ class Buffers:
             self.views[name] = self._view(flat, g, op, GUARD + offset, case.batch)
         self.bias = None
         if problem.bias:
-            self.bias = torch.empty(case.m, device="cuda", dtype=torch_dtype(problem.dtype_d))
+            self.bias = torch.empty(case.m, device=DEVICE, dtype=torch_dtype(problem.dtype_d))
             random_fill(self.bias, problem.dtype_d, gen)
 
     @staticmethod
@@ -305,8 +327,8 @@ def call_kernel(lib, args: R.LaunchArgs) -> tuple[int, str]:
     """One cutegen_gemm call on the current stream with a workspace of the size the kernel asks."""
     torch = _torch()
     ws_bytes = int(lib.cutegen_workspace_size(args.m, args.n, args.k, args.batch))
-    ws = torch.empty(max(ws_bytes, 1), device="cuda", dtype=torch.uint8) if ws_bytes else None
-    stream = torch.cuda.current_stream().cuda_stream
+    ws = torch.empty(max(ws_bytes, 1), device=DEVICE, dtype=torch.uint8) if ws_bytes else None
+    stream = _stream()
     status = lib.cutegen_gemm(*args.abi_tuple(), ws.data_ptr() if ws is not None else None, ws_bytes, stream)
     msg = lib.cutegen_last_error()
     return int(status), (msg.decode(errors="replace") if msg else "")
@@ -324,7 +346,7 @@ def op_validate_case(task):
     case = R.Case.from_dict(task["case"])
     tol = float(task.get("tolerance", R.tolerance(problem)))
     lib = load_library(task["library"])
-    gen = torch.Generator(device="cuda")
+    gen = torch.Generator(device=DEVICE)
     gen.manual_seed(int(task.get("seed", 0)) * 1000 + case.seed)
     t0 = time.monotonic()
     bufs = Buffers(problem, case, gen)
@@ -338,7 +360,7 @@ def op_validate_case(task):
         found = {v.rule_id for v in violations}
         missing = [r for r in case.expect if r not in found]
         status, message = call_kernel(lib, args)
-        torch.cuda.synchronize()
+        _sync()
         d_untouched = bool(torch.isnan(bufs.flat["D"]).all().item())
         agree, why = R.refusal_agrees(violations, status, message)
         ok = not missing and agree and d_untouched
@@ -357,10 +379,10 @@ def op_validate_case(task):
                    reason="refused before launch: " + "; ".join(f"{v.rule_id}: {v.reason}" for v in violations))
         return out
     ref = bufs.reference(case.alpha, case.beta)
-    torch.cuda.synchronize()
+    _sync()
     t1 = time.monotonic()
     status, message = call_kernel(lib, args)
-    torch.cuda.synchronize()
+    _sync()
     kernel_s = time.monotonic() - t1
     if status != 0:
         out.update(kind="case", ok=False, kernel_status=status, kernel_message=message,
@@ -393,6 +415,13 @@ def time_calls(fn, n_sets: int, warmup: int, iters: int, cycles_per_iter: int = 
     torch = _torch()
     for i in range(warmup):
         fn(i % n_sets)
+    if not _on_gpu():  # the CPU dry run: host clock around each (synchronous) call
+        times = []
+        for i in range(iters):
+            t0 = time.perf_counter()
+            fn((warmup + i) % n_sets)
+            times.append((time.perf_counter() - t0) * 1e3)
+        return times
     torch.cuda.synchronize()
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
@@ -407,7 +436,7 @@ def time_calls(fn, n_sets: int, warmup: int, iters: int, cycles_per_iter: int = 
 
 
 def input_set_count(set_bytes: int, l2_bytes: int, l2_multiple: int = 4, min_sets: int = 2,
-                    max_sets: int = 64, max_total_bytes: int = 24 * 2**30) -> int:
+                    max_sets: int = 4096, max_total_bytes: int = 24 * 2**30) -> int:
     """How many input sets to rotate over so that together they are ``l2_multiple`` times the L2."""
     n = max(min_sets, -(-l2_multiple * l2_bytes // max(set_bytes, 1)))
     n = min(n, max_sets, max(min_sets, max_total_bytes // max(set_bytes, 1)))
@@ -423,7 +452,7 @@ class CublasCall:
         self.notes = []
         self.fp8 = problem.dtype_a in ("e4m3", "e5m2")
         self.tf32 = problem.dtype_a == "tf32"
-        self.one = torch.ones((), device="cuda", dtype=torch.float32)
+        self.one = torch.ones((), device=DEVICE, dtype=torch.float32)
         p = problem
         self.out_dtype = torch_dtype(p.dtype_d)
         self.in_dtype = torch_dtype(p.dtype_a)
@@ -498,7 +527,7 @@ def op_bench_problem(task):
     alpha, beta = problem.alpha, problem.beta
     tol = R.tolerance(problem)
     info = _device_info()
-    gen = torch.Generator(device="cuda")
+    gen = torch.Generator(device=DEVICE)
     gen.manual_seed(int(task.get("seed", 0)) + 7)
     case = R.Case("bench", problem.m, problem.n, problem.k, problem.batch, alpha, beta)
     geoms = R.geometries(problem, case.m, case.n, case.k)
@@ -506,7 +535,7 @@ def op_bench_problem(task):
     n_sets = input_set_count(set_bytes, info["l2_bytes"], int(task.get("l2_multiple", 4)))
     sets = [Buffers(problem, case, gen) for _ in range(n_sets)]
     ref = sets[0].reference(alpha, beta)
-    torch.cuda.synchronize()
+    _sync()
     results = {}
     for contender in task["contenders"]:
         name = contender["name"]
@@ -536,8 +565,8 @@ def op_bench_problem(task):
                     res.update(status="refused", reason="; ".join(f"{v.rule_id}: {v.reason}" for v in violations))
                     continue
                 ws_bytes = int(lib.cutegen_workspace_size(case.m, case.n, case.k, case.batch))
-                ws = torch.empty(max(ws_bytes, 1), device="cuda", dtype=torch.uint8)
-                stream = torch.cuda.current_stream().cuda_stream
+                ws = torch.empty(max(ws_bytes, 1), device=DEVICE, dtype=torch.uint8)
+                stream = _stream()
                 packed = [a.abi_tuple() for a in args]
                 status_box = []
 
@@ -554,6 +583,9 @@ def op_bench_problem(task):
         finally:
             for b in sets:
                 b.reset_d()
+    del sets, ref
+    if _on_gpu():
+        torch.cuda.empty_cache()  # the next problem's input sets start from a clean pool
     return {"problem": problem.to_dict(), "name": problem.name, "flops": problem.flops, "input_sets": n_sets,
             "set_bytes": set_bytes, "warmup": warmup, "iters": iters, "tolerance": tol, "results": results,
             "device": info}
@@ -564,7 +596,7 @@ def _verify_and_time(fn, sets, ref, tol, n_sets, warmup, iters, status_box=None)
     out = {}
     sets[0].reset_d()
     fn(0)
-    torch.cuda.synchronize()
+    _sync()
     if status_box:
         st, msg = status_box[0]
         return {"status": "error", "reason": f"status {st}: {msg}"}
@@ -610,7 +642,7 @@ def main(argv=None) -> int:
     value = handle(task)
     print(json.dumps(value, default=R.json_default))
     torch = _torch()
-    torch.cuda.synchronize()
+    _sync()
     ok = value.get("ok") if isinstance(value, dict) else None
     return 0 if ok else 1
 

@@ -756,6 +756,25 @@ def _child_main(conn, env: dict) -> None:  # runs in the spawned child
     _runner_worker.serve(conn)
 
 
+class _main_importable_by_spawn:
+    """A spawned child re-runs the parent's ``__main__`` file; when that is no file (a script on
+    stdin, ``python -c``), hide it for the start so the child does not fail looking for it."""
+
+    def __enter__(self):
+        import sys
+        self.main = sys.modules.get("__main__")
+        self.saved = getattr(self.main, "__file__", None)
+        if self.saved is not None and not os.path.isfile(self.saved):
+            del self.main.__file__
+        else:
+            self.saved = None
+        return self
+
+    def __exit__(self, *exc):
+        if self.saved is not None:
+            self.main.__file__ = self.saved
+
+
 class Worker:
     """A spawned child that runs requests one at a time under a per-request timeout.
 
@@ -779,7 +798,8 @@ class Worker:
     def _start(self) -> Reply | None:
         parent, child = self._ctx.Pipe()
         proc = self._ctx.Process(target=_child_main, args=(child, self.env), daemon=True)
-        proc.start()
+        with _main_importable_by_spawn():
+            proc.start()
         child.close()
         self._proc, self._conn = proc, parent
         if self.init is not None:
