@@ -138,3 +138,11 @@ def test_run_with_timeout_kills_the_whole_process_group():
     assert rc is None and "killed after 1 s" in text and time.monotonic() - t0 < 25
     rc, text = V.run_with_timeout(["bash", "-c", "echo hello; exit 86"], 10)
     assert rc == 86 and "hello" in text
+
+
+def test_a_library_that_does_not_load_fails_once(tmp_path):
+    info = KernelInfo(tmp_path / "kernel.so", GemmProblem(4096, 4096, 4096), KernelConfig((128, 256, 64)))
+    err = Reply("error", None, 'OSError: kernel.so: cannot open shared object file\n  File "w.py", in load_library')
+    w = ScriptedWorker([err] * 5)
+    rec = V.validate_one(w, info, [], Args(), lambda *a: None)
+    assert rec["verdict"] == "fail" and len(w.sent) == 1 and "cannot open" in rec["reason"]

@@ -151,6 +151,8 @@ def validate_one(worker: R.Worker, info: R.KernelInfo, shapes, args, say) -> dic
                           "ok": False, "status": "error", "reason": reply.message, "fatal": reply.fatal})
             verdict, reason = "fail", reason or f"{case.name}: {msg}"
             print(f"ERROR {where}: {msg}")
+            if "in load_library" in reply.message:
+                break  # the library does not load: every other case would say the same
             continue
         rec = dict(reply.value)
         rec["seconds"] = round(reply.seconds, 3)
@@ -290,6 +292,10 @@ def summarize(report: dict) -> dict:
 
 def print_summary(report: dict) -> None:
     s = report["summary"]
+    if not s["kernels"] and report.get("sanitizer") is not None:  # --sanitize-only
+        for k in report["sanitizer"]:
+            print(f"sanitizer: {k['kernel']}: {k['verdict']}")
+        return
     print(f"validate: {s['kernels']} kernels: {len(s['pass'])} pass, {len(s['fail'])} fail, "
           f"{len(s['hang'])} hang, {len(s['crash'])} crash, {len(s['skipped'])} skipped; "
           f"{s['cases_passed']}/{s['cases_run']} cases, {s['probes_agreed']}/{s['probes']} refusal probes agreed"
