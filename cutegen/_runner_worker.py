@@ -592,7 +592,6 @@ def op_bench_problem(task):
 
 
 def _verify_and_time(fn, sets, ref, tol, n_sets, warmup, iters, status_box=None) -> dict:
-    torch = _torch()
     out = {}
     sets[0].reset_d()
     fn(0)
@@ -641,7 +640,6 @@ def main(argv=None) -> int:
     op_init({})
     value = handle(task)
     print(json.dumps(value, default=R.json_default))
-    torch = _torch()
     _sync()
     ok = value.get("ok") if isinstance(value, dict) else None
     return 0 if ok else 1

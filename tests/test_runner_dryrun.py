@@ -8,7 +8,6 @@ spawned worker, preflight, refusal probes, reference, timing, results file -- ru
 whatever it is given). Skipped without torch or a C compiler.
 """
 import json
-import os
 import shutil
 import subprocess
 

@@ -80,7 +80,7 @@ def test_check_passes_a_correct_result_and_names_each_defect():
     assert not bad["ok"] and bad["nan"] == 1 and "NaN" in bad["reason"]
     # a write into the padding between rows of D
     stand_in_kernel(bufs, 1.0, 0.5)
-    flat, op = bufs.flat["D"], bufs.ops["D"]
+    flat = bufs.flat["D"]
     pad_index = W.GUARD + 32  # row 0's padding: columns 32..39 of a row-major D with ld 40
     flat[pad_index] = 1.0
     bad = bufs.check_d(ref, 1e-2)
@@ -116,7 +116,8 @@ def test_bias_and_relu_enter_the_reference():
 
 
 @pytest.mark.parametrize("la,lb,lc", LAYOUTS)
-@pytest.mark.parametrize("batch,alpha,beta", [(1, 1.0, 0.0), (2, 1.0, 0.0), (1, 0.5, 0.25), (3, 2.0, 1.0)])
+@pytest.mark.parametrize("batch,alpha,beta", [(1, 1.0, 0.0), (2, 1.0, 0.0), (1, 0.5, 0.25), (3, 2.0, 1.0),
+                                               (2, 0.5, 0.0)])
 def test_cublas_call_computes_the_same_function(la, lb, lc, batch, alpha, beta):
     p = GemmProblem(48, 32, 40, batch=batch, layout_a=la, layout_b=lb, layout_c=lc, alpha=alpha, beta=beta)
     sets = [W.Buffers(p, R.Case("b", 48, 32, 40, batch, alpha, beta), gen(s)) for s in range(2)]
@@ -125,6 +126,22 @@ def test_cublas_call_computes_the_same_function(la, lb, lc, batch, alpha, beta):
         call(i)
         check = bufs.check_d(bufs.reference(alpha, beta), R.tolerance(p))
         assert check["ok"], check
+
+
+@pytest.mark.parametrize("problem,note", [
+    (GemmProblem(64, 32, 64, dtype_a="e4m3", dtype_b="e4m3", dtype_c="bf16", dtype_d="bf16"), None),
+    (GemmProblem(64, 32, 64, batch=2, layout_c="col", dtype_a="e4m3", dtype_b="e4m3", dtype_c="bf16",
+                 dtype_d="bf16"), None),
+    (GemmProblem(64, 32, 64, dtype_c="f32", dtype_d="f32"), "cuBLAS output converted"),
+    (GemmProblem(64, 32, 64, dtype_a="tf32", dtype_b="tf32", dtype_c="f32", dtype_d="f32"), None),
+])
+def test_cublas_call_other_types(problem, note):
+    p = problem
+    sets = [W.Buffers(p, R.Case("b", p.m, p.n, p.k, p.batch, p.alpha, p.beta), gen(5))]
+    call = W.CublasCall(p, sets, p.alpha, p.beta)
+    call(0)
+    assert sets[0].check_d(sets[0].reference(p.alpha, p.beta), R.tolerance(p))["ok"]
+    assert (note is None and call.notes == []) or any(note in n for n in call.notes)
 
 
 def test_input_set_count_covers_several_l2s():

@@ -21,7 +21,6 @@ import math
 import os
 import platform
 import re
-import shutil
 import subprocess
 import sys
 import time
