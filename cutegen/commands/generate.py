@@ -123,6 +123,11 @@ def run(args: argparse.Namespace) -> int:
     print(f"config   {kernel.config.short_name()} (hash {kernel.kernel_hash})")
     for line in why:
         print(f"why      {line}")
+    legality = kernel.manifest.get("legality") or {}
+    warned = set(legality.get("warnings") or [])
+    for reason in legality.get("reasons") or []:
+        if reason.split(":", 1)[0] in warned:  # documented but not enforced rules: legal, said aloud
+            print(f"warning  {reason}")
     if args.no_build:
         return 0
     if find_nvcc() is None:
