@@ -295,3 +295,40 @@ def test_cstring_escapes_quotes_and_backslashes():
     assert lit == '"{\\"a\\":\\"b\\\\\\\\c\\"}"'
     with pytest.raises(ValueError):
         render_mod._cstring("caf\u00e9")
+
+
+def _sweep():
+    tiles = [(64, 128, 64), (128, 128, 64), (128, 256, 64), (256, 128, 64), (128, 192, 64), (64, 64, 128),
+             (128, 64, 128), (128, 40, 64), (192, 128, 64), (128, 128, 128), (64, 256, 32)]
+    schedules = [("cooperative", "tma_warp_specialized_cooperative", "persistent"),
+                 ("cooperative", "tma_warp_specialized_cooperative", "stream_k"),
+                 ("cooperative", "no_smem", "persistent"),
+                 ("pingpong", "tma_warp_specialized", "persistent"),
+                 ("warp_specialized", "no_smem", "persistent")]
+    for dtype, layout in CASES:
+        for tile in tiles:
+            for cluster in ((1, 1, 1), (2, 1, 1), (1, 2, 1)):
+                for ml, ep, ts in schedules:
+                    yield dtype, layout, KernelConfig(tile_shape=tile, cluster_shape=cluster, mainloop_schedule=ml,
+                                                      epilogue_schedule=ep, tile_scheduler=ts)
+
+
+@pytest.mark.skipif(not _has_real_legality(), reason="cutegen.legality.check_config not landed yet")
+def test_every_legal_config_of_a_sweep_renders():
+    """Whatever the rules accept, the renderer must be able to write (the search may pick any of it)."""
+    from cutegen.legality import check_config
+    rendered = refused = 0
+    for dtype, layout, cfg in _sweep():
+        p = problem(dtype, layout)
+        report = check_config(p, cfg)
+        if report.violations:
+            with pytest.raises((IllegalConfig, CutegenError)):
+                render_mod.render(p, cfg, toolchain=TOOLCHAIN)
+            refused += 1
+            continue
+        k = render_mod.render(p, cfg, toolchain=TOOLCHAIN)
+        t = cfg.tile_shape
+        assert f"using TileShape = Shape<_{t[0]}, _{t[1]}, _{t[2]}>;" in k.source
+        assert f"constexpr int Stages = {k.config.stages};" in k.source
+        rendered += 1
+    assert rendered > 50 and refused > 50, (rendered, refused)
