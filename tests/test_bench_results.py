@@ -151,3 +151,16 @@ def test_plot_writes_a_png(tmp_path):
     out = B.plot_module().plot(doc, tmp_path / "p.png")
     data = out.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+
+
+def test_libraries_that_hung_in_validation_are_not_timed(tmp_path):
+    report = {"kernels": [{"library": str(tmp_path / "a.so"), "verdict": "hang"},
+                          {"library": str(tmp_path / "b.so"), "verdict": "pass"},
+                          {"library": str(tmp_path / "c.so"), "verdict": "crash"}]}
+    (tmp_path / "v.json").write_text(json.dumps(report))
+    failed = B.failed_in_validation(tmp_path / "v.json")
+    assert failed == {str((tmp_path / "a.so").resolve()): "hang", str((tmp_path / "c.so").resolve()): "crash"}
+    assert B.failed_in_validation(None) == {}
+    from cutegen import FieldError
+    with pytest.raises(FieldError):
+        B.failed_in_validation(tmp_path / "missing.json")

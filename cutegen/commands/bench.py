@@ -57,6 +57,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--deadline", type=float, default=0.0,
                    help="stop starting new problems after this many seconds (0: none); the rest are reported skipped")
     p.add_argument("--no-plot", action="store_true", help="do not draw the PNG")
+    p.add_argument("--skip-failed", metavar="VALIDATE_JSON",
+                   help="do not time libraries that hung or crashed in this `cutegen validate --json` report")
     p.add_argument("--versions-from", metavar="DIR",
                    help="CUTLASS include folder to read the version from (default: $CUTEGEN_CUTLASS_INCLUDE or the wheel)")
 
@@ -272,8 +274,24 @@ def run(args: argparse.Namespace) -> int:
         suite = [(n, p) for n, p in suite if n in args.only]
     started = _dt.datetime.now(_dt.timezone.utc)
     t0 = time.monotonic()
-    entries = []
+    entries: list[dict] = []
     device = None
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    vers = None
+
+    def write() -> tuple[dict, Path]:
+        # Written after every problem, so a run cut short still leaves every figure measured so far.
+        done = [dict(e) for e in entries]
+        left = [skipped_entry(n, p, "not reached") for n, p in suite[len(entries):]]
+        doc = make_document(done + left, device, started, vers, warmup=args.warmup, iters=args.iters,
+                            l2_multiple=args.l2_multiple, suite=str(args.suite), seconds=time.monotonic() - t0)
+        path = out_dir / result_filename(started, doc["device"]["name"])
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(doc, indent=1, default=R.json_default) + "\n")
+        os.replace(tmp, path)
+        return doc, path
+
     worker = R.Worker(startup_timeout=args.startup_timeout, init={"op": "init"})
     try:
         for name, problem in suite:
@@ -284,15 +302,14 @@ def run(args: argparse.Namespace) -> int:
             entries.append(bench_problem(worker, name, problem, args))
             if worker.init_reply is not None and worker.init_reply.ok:
                 device = worker.init_reply.value
+            if vers is None and device is not None:
+                vers = versions(device, args.versions_from)
+            write()
     finally:
         worker.close()
-    doc = make_document(entries, device, started, versions(device, args.versions_from), warmup=args.warmup,
-                        iters=args.iters, l2_multiple=args.l2_multiple, suite=str(args.suite),
-                        seconds=time.monotonic() - t0)
-    out_dir = Path(args.out)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / result_filename(started, doc["device"]["name"])
-    path.write_text(json.dumps(doc, indent=1, default=R.json_default) + "\n")
+    if vers is None:
+        vers = versions(device, args.versions_from)
+    doc, path = write()
     print(f"wrote {path}")
     if not args.no_plot:
         png = path.with_suffix(".png")
@@ -338,9 +355,26 @@ def skipped_entry(name: str, problem: GemmProblem, reason: str) -> dict:
             "results": {c: {"status": "skipped", "reason": reason} for c in CONTENDERS}}
 
 
+def failed_in_validation(path) -> dict[str, str]:
+    """library path -> verdict, for the kernels a validate report saw hang or crash."""
+    if not path:
+        return {}
+    try:
+        doc = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise FieldError("--skip-failed", f"cannot read {path}: {e}") from None
+    return {str(Path(k["library"]).resolve()): k["verdict"] for k in doc.get("kernels", [])
+            if k.get("verdict") in ("hang", "crash") and k.get("library")}
+
+
 def bench_problem(worker: R.Worker, name: str, problem: GemmProblem, args) -> dict:
     ours, why_ours = find_kernel(Path(args.kernels), problem)
     base, why_base = find_kernel(Path(args.baselines), problem)
+    failed = failed_in_validation(getattr(args, "skip_failed", None))
+    if ours and str(ours.library) in failed:
+        ours, why_ours = None, f"not timed: {failed[str(ours.library)]} in validation"
+    if base and str(base.library) in failed:
+        base, why_base = None, f"not timed: {failed[str(base.library)]} in validation"
     contenders = [
         {"name": "cutegen", "library": str(ours.library) if ours else None, "reason": why_ours},
         {"name": "cublas"},
