@@ -189,3 +189,151 @@ def kernel_storage_bytes(schedule: str, bits_a: int, bits_b: int, tile: tuple[in
     t_align = max(128, epi_align)
     tensors = round_up(round_up(epi_t, 128) + main_t, t_align)
     return round_up(round_up(scheduler_end, t_align) + tensors, t_align)
+
+
+# --- CuTe's static divisibility checks when a stage is sliced out of a swizzled smem layout ------------
+#
+# ``sA(_,_,stage)`` on a ``ComposedLayout<Swizzle<B,M,S>, smem_ptr_flag, L>`` runs
+# cute/swizzle_layout.hpp ``slice_and_offset``: it composes projections of the swizzle with the
+# stage mode and with the remaining (MN, K) modes, and each composition static_asserts the
+# "Stride Divisibility Condition" and "Shape Divisibility Condition" of cute/layout.hpp
+# composition_impl. Some tile/stage combinations fail there (e.g. bf16 K-major B of 8 x 64 with an
+# odd stage count); the mainloop's Params and every device-side stage slice instantiate it, so such
+# a kernel does not compile. Below is that algebra on static integer layouts, exactly as written
+# in the 4.2 headers. Layouts are lists of (shape, stride) leaves.
+
+SWIZZLE_BMS = {"SW128": (3, 4, 3), "SW64": (2, 4, 3), "SW32": (1, 4, 3), "INTER": (0, 4, 3)}
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _coalesce_x(modes: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """detail::coalesce_x (layout.hpp): backwards coalesce that keeps the function outside the domain."""
+    shapes = [s for s, _ in modes]
+    strides = [d for _, d in modes]
+    new = [[2 if shapes[-1] == 1 else shapes[-1], strides[-1]]]
+    for i in range(len(modes) - 2, -1, -1):
+        s, d = shapes[i], strides[i]
+        if s == 1:
+            continue
+        if new[0][0] == 1:
+            new[0] = [s, d]
+        elif s * d == new[0][1]:
+            new[0] = [s * new[0][0], d]
+        else:
+            new.insert(0, [s, d])
+    if len(new) == 1 and new[0][0] == 1:
+        return [(1, 0)]
+    return [tuple(m) for m in new]
+
+
+class LayoutAlgebraError(ValueError):
+    """A static_assert of CuTe's layout algebra would fire."""
+
+
+def _compose_leaf(lhs: list[tuple[int, int]], shape: int, stride: int) -> list[tuple[int, int]]:
+    """detail::composition_impl for an integral RHS (shape:stride) on a coalesced LHS."""
+    if stride == 0:
+        return [(shape, 0)]
+    if len(lhs) == 1:
+        return [(shape, stride * lhs[0][1])]
+    result: list[tuple[int, int]] = []
+    rest_shape, rest_stride = shape, stride
+    for curr_shape, curr_stride in lhs[:-1]:
+        if not (rest_stride % curr_shape == 0 or abs(rest_stride) < curr_shape):
+            raise LayoutAlgebraError(f"Stride Divisibility Condition: stride {rest_stride} vs shape {curr_shape}")
+        next_shape = _ceil_div(curr_shape, abs(rest_stride))
+        next_stride = _ceil_div(abs(rest_stride), curr_shape) * (1 if rest_stride > 0 else -1)
+        if next_shape == 1 or rest_shape == 1:
+            rest_stride = next_stride
+            continue
+        new_shape = min(next_shape, rest_shape)
+        if rest_shape % new_shape:
+            raise LayoutAlgebraError(f"Shape Divisibility Condition: shape {rest_shape} vs {new_shape}")
+        result.append((new_shape, rest_stride * curr_stride))
+        rest_shape //= new_shape
+        rest_stride = next_stride
+    if not result:
+        return [(rest_shape, rest_stride * lhs[-1][1])]
+    if rest_shape == 1:
+        return result
+    return result + [(rest_shape, rest_stride * lhs[-1][1])]
+
+
+def _compose(lhs: list[tuple[int, int]], rhs: list[tuple[int, int]]) -> list[list[tuple[int, int]]]:
+    """composition(Layout, Layout): coalesce the LHS, distribute over the RHS leaves."""
+    flat = _coalesce_x(lhs)
+    return [_compose_leaf(flat, s, d) for s, d in rhs]
+
+
+def _evaluate(modes: list[tuple[int, int]], idx: int) -> int:
+    """A flat layout's value at a linear index (colexicographic)."""
+    out = 0
+    for s, d in modes:
+        out += (idx % s) * d
+        idx //= s
+    return out
+
+
+def stage_layout(atom: "object", bits: int, mn: int, k: int, stages: int, mn_first: bool) -> tuple[list, list]:
+    """(Raises LayoutAlgebraError when the atom does not tile the extent.) The non-swizzle part of ``tile_to_shape(atom, (MN, K, stages), order)`` split into its
+    (MN, K) leaves and its stage mode, in elements. ``atom`` is a SmemAtom (major, swizzle)."""
+    w = atom.contiguous_elems(bits)
+    (a0, s0), (a1, s1) = ((8, w), (w, 1)) if atom.major == "K" else ((w, 1), (8, w))
+    cos = a0 * a1
+    if mn % a0 or k % a1 or stages < 1:
+        raise LayoutAlgebraError(f"atom {a0}x{a1} does not tile {mn}x{k}")   # WGMMA-SMEM-ATOM-DIVIDES says so
+    p0, p1 = mn // a0, k // a1
+    # make_ordered_layout over (p0, p1, stages): the first-ordered mode is fastest
+    order = (0, 1) if mn_first else (1, 0)
+    ostride = [0, 0]
+    ostride[order[0]] = 1
+    ostride[order[1]] = (p0, p1)[order[0]]
+    stage_stride = cos * p0 * p1
+
+    def mode(a, s, p, o):
+        leaves = [(a, s), (p, cos * o)]
+        leaves = [(x, y) for x, y in leaves if x != 1]
+        if len(leaves) == 2 and leaves[0][0] * leaves[0][1] == leaves[1][1]:
+            leaves = [(leaves[0][0] * leaves[1][0], leaves[0][1])]
+        return leaves or [(1, 0)]
+
+    sliced = mode(a0, s0, p0, ostride[0]) + mode(a1, s1, p1, ostride[1])
+    diced = [(stages, stage_stride)] if stages != 1 else [(1, 0)]
+    return sliced, diced
+
+
+def stage_slice_error(swizzle: str, sliced: list, diced: list, static_coord: bool = True) -> str | None:
+    """Run slice_and_offset's compositions; the static_assert that fires, or None.
+
+    ``static_coord``: the stage index is a compile-time constant (the mainloop's Params slice
+    stage 0). With a run-time index (device-side pipeline slices) the last composition has
+    dynamic strides and asserts nothing."""
+    b, m, s = SWIZZLE_BMS[swizzle]
+    sw = [1 << m, 1 << b, 1 << (s - b), 1 << b, 1]
+    size = (1 << m) * (1 << b) * (1 << (s - b)) * (1 << b)
+    anti = list(zip(sw, [1, 0, 1 << (m + b), 0, size]))
+    only = list(zip(sw, [0, 1 << m, 0, 1 << (m + s), 0]))
+    try:
+        _compose(anti, diced)
+        _compose(only, diced)
+        sliced_only = [leaf for part in _compose(only, sliced) for leaf in part]
+        n = 1
+        for x, _ in sliced_only:
+            n *= x
+        active = _evaluate(sliced_only, n - 1)
+        yyy = ((1 << b) - 1) << (m + s)
+        swizzled = active ^ ((active & yyy) >> s)
+        if active & ~swizzled or not static_coord:
+            return None                         # hits Y and Z: stays a ComposedLayout
+        z, y = 1 << m, 1 << (m + s)
+        lo = [z << i for i in range(b)]
+        hi = [(y + z) << i for i in range(b)]
+        layout = ([(1 << m, 1)] + [(2, d) for d in lo] + [(1 << (s - b), 1 << (m + b))] + [(2, d) for d in hi]
+                  + [(1, 1 << (m + b + s))])
+        _compose(layout, sliced)
+    except LayoutAlgebraError as e:
+        return str(e)
+    return None

@@ -72,8 +72,13 @@ def test_auto_stage_count_rulebook_e08():
     assert smem.auto_stage_count(bf, bf, (256, 256, 128), 0) == 1
     # the cooperative bf16 TMA epilogue is 33,792 bytes (measured), not "about 33 KiB":
     assert smem.auto_stage_count(bf, bf, (128, 128, 64), 33792) == 6
-    # E08 says 64x256x64 with the epilogue gives 4; the pingpong epilogue (64x32 tiles) is smaller
+    # E08 says 64x256x64 with the epilogue gives 4; but a 64-row tile runs pingpong / warp-specialized,
+    # whose bf16 epilogue (64x32 subtiles) is 17,408 B (measured), which leaves room for 5
     assert smem.auto_stage_count(bf, bf, (64, 256, 64), 33792) == 4
+    assert smem.auto_stage_count(bf, bf, (64, 256, 64), 17408) == 5
+    p = GemmProblem(m=4096, n=4096, k=4096)
+    pp = KernelConfig(tile_shape=(64, 256, 64), mainloop_schedule="pingpong", epilogue_schedule="tma_warp_specialized")
+    assert shared_storage(p, pp).epilogue == 17408 and complete(p, pp).stages == 5
 
 
 def test_stage_formula_boundary():

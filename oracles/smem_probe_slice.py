@@ -1,0 +1,71 @@
+"""Compile probe: which (dtype, B layout, tile, stages) make the SS mainloop's Params fail to compile.
+
+``CollectiveMma::Params`` slices stage 0 out of the swizzled smem layouts
+(``SmemLayoutB{}(_,_,Int<0>{})``); CuTe's slice_and_offset then static_asserts divisibility
+conditions (cute/layout.hpp:1077, :1101). This TU instantiates ``sizeof(Main::Params)`` for
+each case; nvcc names the failing namespaces. The verdicts are the table in
+tests/test_smem_stage_slice.py (measured with nvcc 13.0, CUTLASS 4.2.0, on 2026-11-22).
+
+    python oracles/smem_probe_slice.py      # prints: case, compiles?
+"""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+T = {"bf16": "cutlass::bfloat16_t", "e4m3": "cutlass::float_e4m3_t", "tf32": "cutlass::tfloat32_t"}
+ALIGN = {"bf16": 8, "e4m3": 16, "tf32": 4}
+LAYOUT = {"row": "cutlass::layout::RowMajor", "col": "cutlass::layout::ColumnMajor"}
+
+# (dtype, layout_b, tile, stages); A is row-major (K-major)
+CASES = [
+    ("bf16", "col", (128, 8, 64), 13), ("bf16", "col", (128, 8, 64), 12), ("bf16", "col", (128, 8, 64), 8),
+    ("bf16", "col", (128, 8, 64), 7), ("bf16", "col", (128, 16, 64), 13), ("bf16", "col", (128, 8, 32), 13),
+    ("bf16", "col", (128, 8, 64), 3), ("bf16", "col", (128, 8, 64), 5), ("bf16", "col", (128, 24, 64), 13),
+    ("bf16", "col", (128, 16, 64), 11), ("bf16", "col", (128, 64, 64), 13), ("bf16", "col", (128, 8, 64), 9),
+    ("bf16", "col", (128, 8, 192), 4), ("bf16", "col", (128, 8, 192), 5), ("bf16", "col", (128, 8, 128), 5),
+    ("bf16", "col", (128, 40, 64), 5), ("bf16", "col", (128, 40, 64), 6), ("bf16", "row", (128, 8, 64), 13),
+    ("e4m3", "col", (128, 8, 128), 13), ("tf32", "col", (128, 8, 32), 13), ("bf16", "col", (128, 8, 48), 13),
+    ("bf16", "col", (128, 8, 16), 13), ("bf16", "col", (128, 24, 32), 5), ("e4m3", "col", (128, 16, 128), 13),
+    ("bf16", "col", (128, 72, 64), 3),
+]
+
+
+def source() -> str:
+    out = ['#include "cutlass/cutlass.h"\n#include "cute/tensor.hpp"\n'
+           '#include "cutlass/gemm/collective/collective_builder.hpp"\n']
+    for i, (dt, lb, (m, n, k), s) in enumerate(CASES):
+        out.append(f"""
+namespace q{i} {{
+using Main = typename cutlass::gemm::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    {T[dt]}, cutlass::layout::RowMajor, {ALIGN[dt]}, {T[dt]}, {LAYOUT[lb]}, {ALIGN[dt]}, float,
+    cute::Shape<cute::_{m}, cute::_{n}, cute::_{k}>, cute::Shape<cute::_1, cute::_1, cute::_1>,
+    cutlass::gemm::collective::StageCount<{s}>, cutlass::gemm::KernelTmaWarpSpecializedCooperative>::CollectiveOp;
+constexpr int params_size = sizeof(typename Main::Params);
+}}
+""")
+    return "".join(out)
+
+
+def main() -> int:
+    import cutlass_library
+    inc = Path(cutlass_library.__file__).parent / "source"
+    build = HERE.parent / "build" / "smem_probe_slice"
+    build.mkdir(parents=True, exist_ok=True)
+    src = build / "probe.cu"
+    src.write_text(source())
+    r = subprocess.run(["flock", "/tmp/cutegen-nvcc.lock", "nvcc", "-std=c++17", "-O0", "--expt-relaxed-constexpr",
+                        "-gencode=arch=compute_90a,code=sm_90a", f"-I{inc / 'include'}", "-c", "-o",
+                        str(build / "probe.o"), str(src)], capture_output=True, text=True)
+    failed = {int(x) for x in re.findall(r"\bq(\d+)::", r.stdout + r.stderr)}
+    for i, case in enumerate(CASES):
+        print(case, "compiles" if i not in failed else "static_assert")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

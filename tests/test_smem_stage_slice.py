@@ -1,0 +1,54 @@
+"""SM90-SMEM-STAGE-SLICE: CuTe's static divisibility checks when a stage is sliced from a swizzled
+smem layout, against nvcc's verdicts (oracles/smem_probe_slice.py, nvcc 13.0 + CUTLASS 4.2.0)."""
+import sys
+from pathlib import Path
+
+import pytest
+
+from cutegen.collective_builder import smem_atom
+from cutegen.config import KernelConfig
+from cutegen.legality import check_config
+from cutegen.problem import GemmProblem
+from cutegen.smem import stage_layout, stage_slice_error
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "oracles"))
+from smem_probe_slice import CASES  # noqa: E402
+
+# nvcc's verdict per CASES row: True = sizeof(Main::Params) compiles
+NVCC = [False, True, True, False, True, False, False, False, False, True, True, False,
+        False, False, True, False, False, True, True, False, False, False, False, True, False]
+BITS = {"bf16": 16, "e4m3": 8, "tf32": 32}
+
+
+@pytest.mark.parametrize("case,compiles", list(zip(CASES, NVCC)), ids=[str(c) for c in CASES])
+def test_model_matches_nvcc(case, compiles):
+    dt, lb, (m, n, k), stages = case
+    errors = []
+    for mn, k_major in ((m, True), (n, lb == "col")):
+        atom = smem_atom("K" if k_major else "MN", dt, mn, k)
+        sliced, diced = stage_layout(atom, BITS[dt], mn, k, stages, mn_first=k_major)
+        if stage_slice_error(atom.swizzle, sliced, diced):
+            errors.append(mn)
+    assert (not errors) == compiles
+
+
+def test_rule_through_check_config():
+    p = GemmProblem(m=4096, n=4096, k=4096)
+    bad = check_config(p, KernelConfig(tile_shape=(128, 8, 64), stages=13))
+    assert [v.rule_id for v in bad.violations] == ["SM90-SMEM-STAGE-SLICE"]
+    assert "Shape Divisibility Condition" in bad.violations[0].reason
+    assert check_config(p, KernelConfig(tile_shape=(128, 8, 64), stages=12)).legal
+    # 200 = 25 atoms of 8 rows: the stage stride breaks the divisibility for any stage count
+    assert not check_config(p, KernelConfig(tile_shape=(128, 200, 64), stages=4)).legal
+    # MN-major B of the same tile is fine
+    assert check_config(p.replace(layout_b="row"), KernelConfig(tile_shape=(128, 8, 64), stages=13)).legal
+
+
+def test_layout_algebra_units():
+    """composition_impl on the numbers of the first nvcc failure: (13:512) under the SW128 projection."""
+    from cutegen.smem import LayoutAlgebraError, _compose
+    anti = [(16, 1), (8, 0), (1, 128), (8, 0), (1, 1024)]
+    with pytest.raises(LayoutAlgebraError, match="Shape Divisibility"):
+        _compose(anti, [(13, 512)])
+    assert _compose(anti, [(12, 512)]) is not None
+    assert _compose(anti, [(13, 1024)]) == [[(13, 1024)]]
