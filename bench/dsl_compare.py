@@ -36,7 +36,7 @@ REPO = Path(__file__).resolve().parent.parent
 def _import_cutegen():
     """cutegen from the working tree, mirroring pyproject's package mapping when not installed."""
     try:
-        import cutegen.render  # noqa: F401
+        import cutegen.problem  # noqa: F401
         return
     except ImportError:
         pass

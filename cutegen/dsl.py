@@ -38,6 +38,7 @@ SMEM_CAPACITY = 232448          # bytes a block may opt into on sm_90 (rulebook 
 LOCK = "/tmp/cutegen-nvcc.lock"
 LINK_FLAGS = ("-std=c++17", "-O2", "-shared", "-Xcompiler", "-fPIC,-fvisibility=hidden",
               "-Xlinker", "--exclude-libs,ALL", "-Xlinker", "-z,defs", "-Xlinker", "--version-script=exports.map",
+              "-Xlinker", "--strip-all",
               "--cudart", "static")
 # Only the ABI leaves the library: two DSL kernels (or a DSL and a C++ one) load side by side.
 EXPORTS_MAP = "{ global: cutegen_gemm; cutegen_workspace_size; cutegen_describe; cutegen_last_error; local: *; };\n"
