@@ -247,6 +247,19 @@ def _address_align(t: TensorMap):
     return None
 
 
+# Not in any document. Sweep 1: 0x7F0000008D00 accepted, 2^63, 2^64-32 and 2^64-16 rejected
+# (otherwise legal maps). Sweep 2 places the bound exactly.
+GLOBAL_ADDRESS_LIMIT = 2**63
+
+
+@_rule("TMA-GLOBAL-ADDRESS-MAX", rulebook="A06", source="EMP H200 driver 580.159.04, oracle sweeps 1-2",
+       summary="global_address < GLOBAL_ADDRESS_LIMIT")
+def _address_max(t: TensorMap):
+    if t.global_address is not None and t.global_address >= GLOBAL_ADDRESS_LIMIT:
+        return f"global_address={t.global_address:#x} is not below {GLOBAL_ADDRESS_LIMIT:#x}"
+    return None
+
+
 @_rule("TMA-GLOBAL-DIM-RANGE", rulebook="A07", source=_DRV,
        summary="every global_dim[i] is in 1..2^32")
 def _global_dim_range(t: TensorMap):
@@ -310,11 +323,16 @@ def _box_range(t: TensorMap):
     return None
 
 
-@_rule("TMA-BOX-INNER-16B", rulebook="A12", source=f"{_DRV}; PTX ISA §5.5.3.1",
-       summary="interleave == NONE requires box_dim[0]*esize % 16 == 0")
+@_rule("TMA-BOX-INNER-16B", rulebook="A12",
+       source=f"{_DRV}; PTX ISA §5.5.3.1; EMP H200 sweep 1: enforced for interleaved maps too "
+              "(the driver text says only for INTERLEAVE_NONE)",
+       summary="box_dim[0]*esize % 16 == 0, whatever the interleave")
 def _box_inner_16b(t: TensorMap):
+    # The driver text limits this to INTERLEAVE_NONE; the driver rejected every interleaved map
+    # with an inner box of 1..12, 17..30, 33..40, 60, 65..72, 88, 120, 129..136, 255, 510, 1020 or
+    # 2040 bytes and accepted 16-B multiples (sweep 1: 1,033 interleaved cases, no exception).
     bits = t.inner_box_bits
-    if bits is None or t.interleave != INTERLEAVE_NONE:
+    if bits is None:
         return None
     if bits % 128:
         return (f"box_dim[0]={t.box_dim[0]} x {_fmt_bytes(t.element_bits)} B = {_fmt_bytes(bits)} B "
@@ -337,6 +355,63 @@ def _estride_range(t: TensorMap):
     for i, e in enumerate(t.element_strides):
         if not 1 <= e <= 8:
             return f"element_strides[{i}]={e} is outside 1..8"
+    return None
+
+
+# The largest box the driver accepts: not in any document. Sweep 1 (H200, driver 580.159.04):
+# with B = esize * prod(floor(box_dim[i] / element_strides[i])), every accepted map had
+# B <= 233,472 and every rejected one (otherwise legal) B >= 233,536, over 8,900 boxes of
+# 64 KiB .. 6 MiB, every rank, interleave and swizzle, nine dtypes. 233,472 B = 228 KiB, the
+# H100/H200 shared memory per SM (cuDeviceGetAttribute 81). The count is floor, not the ceil the
+# Driver API gives for elements loaded: two interleaved maps with a dimension where
+# box_dim < element_strides (floor 0) were accepted at 258,048 and 1,048,576 ceil-counted bytes;
+# element_strides[0] takes part although the text says it is ignored for INTERLEAVE_NONE
+# (counting box_dim[0] whole mislabels 14 non-interleaved maps).
+SMEM_BOX_LIMIT_BYTES = 233472
+
+
+def box_bytes_floor(t: TensorMap) -> int | None:
+    """esize * prod(floor(box_dim[i] / element_strides[i])): the driver's count of a box's bytes."""
+    bits = t.element_bits
+    if bits is None or any(e == 0 for e in t.element_strides):
+        return None
+    n = 1
+    for b, e in zip(t.box_dim, t.element_strides):
+        n *= b // e
+    return n * bits // 8
+
+
+def box_bytes_traversed(t: TensorMap) -> int | None:
+    """esize * prod(ceil(box_dim[i] / element_strides[i])): the bytes TMA writes to shared memory
+    (Driver API: ceil(boxDim[i] / elementStrides[i]) elements along dimension i)."""
+    bits = t.element_bits
+    if bits is None or any(e == 0 for e in t.element_strides):
+        return None
+    n = 1
+    for b, e in zip(t.box_dim, t.element_strides):
+        n *= -(-b // e)
+    return n * bits // 8
+
+
+@_rule("TMA-BOX-SMEM-BYTES", rulebook="A11",
+       source="EMP H200 driver 580.159.04, oracle sweep 1 (no document states it)",
+       summary="esize * prod(floor(box_dim[i] / element_strides[i])) <= 233472 (228 KiB)")
+def _box_smem_bytes(t: TensorMap):
+    b = box_bytes_floor(t)
+    if b is not None and b > SMEM_BOX_LIMIT_BYTES:
+        return (f"box {list(t.box_dim)} / element_strides {list(t.element_strides)} counts {b} B "
+                f"> {SMEM_BOX_LIMIT_BYTES} B (228 KiB)")
+    return None
+
+
+@_rule("TMA-BOX-SMEM-BYTES-TRAVERSED", rulebook="A11", enforced=False,
+       source="Driver API (ceil(boxDim/elementStrides) elements are loaded) + the 228-KiB driver limit",
+       summary="esize * prod(ceil(box_dim[i] / element_strides[i])) <= 233472: what TMA writes fits in shared memory")
+def _box_smem_traversed(t: TensorMap):
+    # The driver counts with floor; a box it accepts can still write more than 228 KiB.
+    b = box_bytes_traversed(t)
+    if b is not None and b > SMEM_BOX_LIMIT_BYTES:
+        return f"box {list(t.box_dim)} / element_strides {list(t.element_strides)} writes {b} B > {SMEM_BOX_LIMIT_BYTES} B"
     return None
 
 

@@ -114,12 +114,27 @@ def test_interleaved_rule_boundary(rule_id, legal_side, illegal_side):
     assert rule_id in ids(dict(BASE3, **illegal_side))
 
 
-def test_interleaved_maps_skip_inner_box_rules():
-    # With INTERLEAVE_16B the 16-B inner-box and swizzle-span rules do not apply (DRV).
-    d = dict(BASE3, interleave="CU_TENSOR_MAP_INTERLEAVE_16B", swizzle=3, box_dim=[100, 8, 8],
-             global_dim=[100, 64, 64], global_strides=[208, 13312], global_address=16)
-    got = ids(d)
-    assert "TMA-BOX-INNER-16B" not in got and "TMA-BOX-INNER-SWIZZLE-SPAN" not in got
+def test_interleaved_maps_keep_the_16b_rule_but_not_the_span_rule():
+    # The driver text exempts interleaved maps from both; the H200 enforced the 16-B multiple
+    # for them all the same, and not the swizzle span.
+    d = dict(BASE3, interleave="CU_TENSOR_MAP_INTERLEAVE_16B", swizzle=3, box_dim=[104, 8, 8],
+             global_dim=[104, 64, 64], global_strides=[208, 13312], global_address=16)
+    assert ids(d) == set()                                               # bf16: 208 B, beyond the 128-B span
+    assert "TMA-BOX-INNER-SWIZZLE-SPAN" in ids(dict(d, interleave=0, rank=3))  # the same box, not interleaved
+    assert ids(dict(d, box_dim=[100, 8, 8])) == {"TMA-BOX-INNER-16B"}    # 200 B
+
+
+def test_box_shared_memory_limit_counts_floor_of_box_over_stride():
+    u8 = dict(BASE, data_type="CU_TENSOR_MAP_DATA_TYPE_UINT8", rank=3, swizzle=0, global_dim=[256, 4096, 64],
+              global_strides=[256, 1048576], element_strides=[1, 1, 1])
+    assert ids(dict(u8, box_dim=[256, 228, 4])) == set()                    # 233,472 B = 228 KiB
+    assert ids(dict(u8, box_dim=[256, 229, 4])) == {"TMA-BOX-SMEM-BYTES", "TMA-BOX-SMEM-BYTES-TRAVERSED"}
+    # element_strides 2 on a box of 9: the driver counts floor(9/2) = 4 (legal), TMA writes 5 rows.
+    v = tensor_map_verdict(dict(u8, box_dim=[256, 228, 9], element_strides=[1, 1, 2]))
+    assert v == {"legal": True, "rules": [], "warnings": ["TMA-BOX-SMEM-BYTES-TRAVERSED"]}
+    assert "TMA-BOX-SMEM-BYTES" in ids(dict(u8, box_dim=[256, 228, 10], element_strides=[1, 1, 2]))
+    # element_strides[0] counts too (the driver text says it is ignored without interleave).
+    assert ids(dict(u8, box_dim=[256, 229, 4], element_strides=[2, 1, 1])) == set()
 
 
 def test_16b_packed_types_need_32b_alignment_and_box_128():
@@ -236,3 +251,13 @@ def test_out_of_enum_integers_are_rules_not_parse_errors():
 def test_smem_destination_alignment_is_128_bytes():
     assert smem_destination_ok(0) and smem_destination_ok(128) and smem_destination_ok(384)
     assert not smem_destination_ok(64) and not smem_destination_ok(16) and not smem_destination_ok(1024 + 32)
+
+
+def test_global_address_upper_bound():
+    from cutegen.legality.tensor_map import GLOBAL_ADDRESS_LIMIT
+    assert ids(dict(BASE, global_address=GLOBAL_ADDRESS_LIMIT - 16)) == set()
+    assert ids(dict(BASE, global_address=GLOBAL_ADDRESS_LIMIT)) == {"TMA-GLOBAL-ADDRESS-MAX"}
+    # Observed on the H200: a typical device address and 0 are taken, 2^63 is not.
+    assert ids(dict(BASE, global_address=0x7F0000008D00)) == set()
+    assert ids(dict(BASE, global_address=0)) == set()
+    assert "TMA-GLOBAL-ADDRESS-MAX" in ids(dict(BASE, global_address=2**63))

@@ -17,7 +17,9 @@ from cutegen.errors import FieldError
 from cutegen.legality.tensor_map import TensorMap, check_tensor_map
 
 DATA = Path(__file__).resolve().parent / "data"
-SWEEPS = sorted(p for p in DATA.glob("tensor_map_oracle_h100*.jsonl*"))
+# tensor_map_oracle_<chip>.jsonl.gz (sweep 1), tensor_map_oracle_2_<chip>.jsonl.gz (sweep 2);
+# a symlink to another file is the same data, read once.
+SWEEPS = sorted({p.resolve() for p in DATA.glob("tensor_map_oracle*.jsonl*")})
 
 
 def load(path: Path):
@@ -34,7 +36,7 @@ def sweep(request):
 
 
 if not SWEEPS:
-    pytest.skip("no H100 oracle data under tests/data (tensor_map_oracle_h100*.jsonl[.gz])",
+    pytest.skip("no oracle data under tests/data (tensor_map_oracle*.jsonl[.gz])",
                 allow_module_level=True)
 
 
@@ -91,9 +93,14 @@ def test_binding_differs_from_c_only_by_the_null_stride_pointer(sweep):
 
 
 def test_the_driver_does_not_look_at_the_allocation(sweep):
-    """Moving the address into a real allocation (same offset mod 1024) never changes the answer:
-    the encode call checks only the address's alignment."""
+    """Moving the address into a real allocation (same offset mod 1024) changes the answer only
+    for addresses past the largest the driver takes: the encode call checks the address's
+    alignment and range, not whether memory is mapped there (0 is accepted)."""
+    from cutegen.legality.tensor_map import GLOBAL_ADDRESS_LIMIT
     _, recs = sweep
-    diffs = [r["case"] for r in recs
+    diffs = [r for r in recs
              if r["c_api"].startswith("CUDA_") and r.get("c_api_alloc", r["c_api"]) != r["c_api"]]
-    assert diffs == []
+    assert all(r["input"]["global_address"] >= GLOBAL_ADDRESS_LIMIT and r["c_api_alloc"] == "CUDA_SUCCESS"
+               for r in diffs)
+    null = [r for r in recs if r["c_api"].startswith("CUDA_") and r["input"]["global_address"] == 0]
+    assert any(r["c_api"] == "CUDA_SUCCESS" for r in null) or not null
