@@ -79,6 +79,7 @@ run_until() {
 }
 
 phase "1. build (jobs $JOBS, no compile past ${BUILD_END_S} s)"
+[ -f "$SUITE" ] || echo "run_gpu: $SUITE is missing: only kernels already under $KERNELS and $BASELINES are built"
 "$PY" - "$SUITE" "$KERNELS" "$BASELINES" > "$OUT/build_dirs.txt" <<'EOF'
 import sys
 from pathlib import Path
@@ -87,7 +88,7 @@ suite, kernels, baselines = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
 # Problem by problem, picked kernel first, then its baseline: a problem can be benchmarked as soon
 # as both of its libraries exist.
 seen = set()
-for _, p in load_suite(suite):
+for _, p in (load_suite(suite) if Path(suite).is_file() else []):
     for root in (kernels, baselines):
         d = root / p.name
         if (d / "kernel.cu").is_file() and d not in seen:
@@ -187,3 +188,4 @@ for k in json.load(open(sys.argv[1])).get("sanitizer", []):
 EOF
 sed -n '/^problem /,$p' "$OUT/bench.txt"
 echo "run_gpu: done in $(elapsed) s; files: $(cd "$OUT" && ls | tr '\n' ' ')"
+sleep 1  # let tee finish log.txt
