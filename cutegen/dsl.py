@@ -78,6 +78,14 @@ def dsl_epilogue_stages(config: KernelConfig, epi: tuple[int, int] | None) -> in
     return min((tm // epi[0]) * (tn // epi[1]), 2)
 
 
+def dsl_consumer_warpgroups(config: KernelConfig) -> int:
+    """Consumer warpgroups: two for pingpong (one tile each), else the tiled MMA's warpgroups."""
+    if config.mainloop_schedule == "pingpong":
+        return 2
+    wg = config.warpgroup_layout or (1, 1, 1)
+    return wg[0] * wg[1]
+
+
 def _round_up(x: int, a: int) -> int:
     return (x + a - 1) // a * a
 
@@ -92,8 +100,9 @@ def dsl_smem_bytes(problem: GemmProblem, config: KernelConfig) -> int:
     total = _round_up(total, 1024) + tn * tk * DTYPES[problem.dtype_b].bits // 8 * stages
     epi = dsl_epilogue_tile(problem, config)
     if epi is not None:
+        copies = 2 if config.mainloop_schedule == "pingpong" else 1   # a D buffer set per pingpong warpgroup
         total = _round_up(total, 1024) + epi[0] * epi[1] * DTYPES[problem.dtype_d].bits // 8 \
-            * dsl_epilogue_stages(config, epi)
+            * dsl_epilogue_stages(config, epi) * copies
     return total
 
 
@@ -119,9 +128,9 @@ def dsl_supports(problem: GemmProblem, config: KernelConfig) -> list[str]:
     if DTYPES[problem.dtype_a].bits == 16 and problem.dtype_a != problem.dtype_b:
         out.append(f"DSL-AB-TYPE: 16-bit A ({problem.dtype_a}) and B ({problem.dtype_b}) differ; MmaF16BF16Op "
                    "takes one type for both")
-    if config.mainloop_schedule == "pingpong":
-        out.append("DSL-SCHEDULE: mainloop_schedule pingpong (two consumer warpgroups on alternate tiles with "
-                   "ordered barriers) is not in the DSL template; it has cooperative and warp_specialized")
+    if config.mainloop_schedule == "pingpong" and tuple(config.warpgroup_layout) != (1, 1, 1):
+        out.append(f"DSL-PINGPONG-WG: pingpong gives each consumer warpgroup a whole tile; warpgroup_layout "
+                   f"{config.warpgroup_layout} is not (1, 1, 1)")
     if config.tile_scheduler == "stream_k":
         out.append("DSL-STREAMK: tile_scheduler stream_k is not in the DSL template (it has the static "
                    "persistent scheduler only)")
@@ -138,7 +147,7 @@ def dsl_supports(problem: GemmProblem, config: KernelConfig) -> list[str]:
     tm, tn, tk = config.tile_shape
     if wg[2] != 1:
         out.append(f"DSL-WG-K: warpgroup_layout {wg} splits K across warpgroups; the template does not")
-    if wg[0] * wg[1] > 2:
+    if dsl_consumer_warpgroups(config) > 2:
         out.append(f"DSL-WG-COUNT: warpgroup_layout {wg} has {wg[0] * wg[1]} consumer warpgroups; the template's "
                    f"register split (setmaxnreg {LOAD_REGS}/{MMA_REGS}) holds for at most 2")
     if tm % (mma[0] * wg[0]) or tn % (mma[1] * wg[1]) or tk % mma[2]:
@@ -205,7 +214,7 @@ def template_context(problem: GemmProblem, config: KernelConfig) -> dict[str, An
     from . import __version__
     epi = dsl_epilogue_tile(problem, config)
     along_m, raster_comment = _raster_along_m(problem, config)
-    persistent = config.mainloop_schedule == "cooperative"
+    persistent = config.mainloop_schedule in ("cooperative", "pingpong")
     khash = kernel_hash(problem, config)
     align = {d: 128 // DTYPES[d].bits for d in DTYPES}
     return {
@@ -238,10 +247,13 @@ def template_context(problem: GemmProblem, config: KernelConfig) -> dict[str, An
         "mma": list(config.mma_instruction), "warpgroups": list(config.warpgroup_layout),
         "smem_a": f"{config.smem_layout_a.major}_{config.smem_layout_a.swizzle}",
         "smem_b": f"{config.smem_layout_b.major}_{config.smem_layout_b.swizzle}",
-        "persistent": persistent,
+        "persistent": persistent, "pingpong": config.mainloop_schedule == "pingpong",
+        "consumer_wgs": dsl_consumer_warpgroups(config),
         "schedule_comment": (f"{config.mainloop_schedule}: "
-                             + ("persistent, a grid of at most one cluster per SM group (static scheduler)"
-                                if persistent else "one work tile per CTA, the grid covers every tile")),
+                             + ("persistent: as many clusters as fit at once, static tile scheduler"
+                                if persistent else "one work tile per CTA, the grid covers every tile")
+                             + ("; two consumer warpgroups on alternate tiles"
+                                if config.mainloop_schedule == "pingpong" else "")),
         "raster_along_m": along_m, "raster_comment": raster_comment, "raster_swizzle": config.raster_swizzle,
         "epi_tma": epi is not None, "epi_tile": list(epi) if epi else [0, 0],
         "epi_stages": dsl_epilogue_stages(config, epi),

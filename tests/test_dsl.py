@@ -65,6 +65,10 @@ def test_each_choice_changes_the_rendering():
                                    epilogue_schedule="tma_warp_specialized"))
     assert "PERSISTENT = False" in ws and "EPI_TILE = (64, 32)" in ws
     assert "PERSISTENT = True" in base
+    pp = dsl.render_dsl(BF16, full(tile_shape=(128, 128, 64), mainloop_schedule="pingpong",
+                                   epilogue_schedule="tma_warp_specialized"))
+    assert "PINGPONG = True" in pp and "NUM_MMA_WG = 2" in pp and "advance_count=2" in pp
+    assert "PINGPONG = False" in base and "advance_count=2" not in base
     nosmem = dsl.render_dsl(BF16, cfg.replace(epilogue_schedule="no_smem", epilogue_tile=None))
     assert "EPI_TMA_STORE = False" in nosmem and "tma_d" not in nosmem
 
@@ -121,8 +125,9 @@ def test_supported_configs_have_no_reasons():
 def test_refuses_what_the_template_cannot_express():
     tf32 = GemmProblem.from_dict({"m": 1024, "n": 1024, "k": 1024, "dtype": "tf32"})
     assert "DSL-TF32" in rule_ids(tf32, full(tf32, tile_shape=(128, 128, 32), cluster_shape=(1, 1, 1)))
-    assert "DSL-SCHEDULE" in rule_ids(BF16, full(mainloop_schedule="pingpong", tile_shape=(64, 128, 64),
-                                                 epilogue_schedule="tma_warp_specialized"))
+    pp = full(mainloop_schedule="pingpong", tile_shape=(64, 128, 64), epilogue_schedule="tma_warp_specialized")
+    assert "DSL-PINGPONG-WG" not in rule_ids(BF16, pp)
+    assert "DSL-PINGPONG-WG" in rule_ids(BF16, pp.replace(warpgroup_layout=(2, 1, 1), tile_shape=(128, 128, 64)))
     assert "DSL-STREAMK" in rule_ids(BF16, full(tile_scheduler="stream_k"))
     assert "DSL-WG-COUNT" in rule_ids(BF16, full().replace(warpgroup_layout=(2, 2, 1)))
     assert "DSL-WG-K" in rule_ids(BF16, full().replace(warpgroup_layout=(2, 1, 2)))
@@ -151,6 +156,15 @@ def test_mma_tile_must_divide_the_cta_tile():
     cfg = full()
     assert "DSL-MMA-TILE" in rule_ids(BF16, cfg.replace(mma_instruction=(64, 96, 16)))
     assert "DSL-MMA-TILE" not in rule_ids(BF16, cfg.replace(mma_instruction=(64, 128, 16)))
+
+
+def test_pingpong_doubles_the_epilogue_buffers():
+    ws = full(tile_shape=(128, 128, 64), mainloop_schedule="warp_specialized", epilogue_schedule="tma_warp_specialized")
+    pp = ws.replace(mainloop_schedule="pingpong")
+    epi_bytes = 64 * 32 * 2 * 2   # (64, 32) bf16 subtiles, 2 stages
+    assert dsl.dsl_smem_bytes(BF16, pp) - dsl.dsl_smem_bytes(BF16, ws) == epi_bytes
+    assert dsl.dsl_consumer_warpgroups(pp) == 2 and dsl.dsl_consumer_warpgroups(ws) == 1
+    assert "kThreads = 384" in dsl.render_dsl_abi(BF16, pp) and "kThreads = 256" in dsl.render_dsl_abi(BF16, ws)
 
 
 def test_smem_budget_boundary():

@@ -21,6 +21,9 @@ CASES = {
     "ws_128x128_epi64x32": (GemmProblem(m=2048, n=2048, k=2048),
                             dict(tile_shape=(128, 128, 64), mainloop_schedule="warp_specialized",
                                  epilogue_schedule="tma_warp_specialized")),
+    "pingpong_128x128": (GemmProblem(m=4096, n=4096, k=4096),
+                         dict(tile_shape=(128, 128, 64), mainloop_schedule="pingpong",
+                              epilogue_schedule="tma_warp_specialized")),
     "coop_256x128": (GemmProblem(m=4096, n=4096, k=4096), dict(tile_shape=(256, 128, 64))),
     "f32_col_d": (GemmProblem(m=1000, n=520, k=264, dtype_c="void", dtype_d="f32", layout_c="col"),
                   dict(tile_shape=(128, 128, 64))),
@@ -47,7 +50,7 @@ def test_epilogue_map_holds_for_every_thread(tmp_path, case):
 
     def verify(tiled_mma, r2s, emap):
         # Every 5th thread plus the last: both warpgroups, all four warps of each, odd and even lanes.
-        threads = sorted(set(range(0, k.NUM_MMA_THREADS, 5)) | {k.NUM_MMA_THREADS - 1})
+        threads = sorted(set(range(0, k.TILE_THREADS, 5)) | {k.TILE_THREADS - 1})
         bad = checked = 0
         for t in threads:
             acc = tiled_mma.get_slice(t).partition_C(cute.make_identity_tensor(k.TILE_MNK[:2]))
@@ -74,5 +77,5 @@ def test_epilogue_map_holds_for_every_thread(tmp_path, case):
     em, en = k.EPI_TILE
     assert found["subtiles"] == (tm // em) * (tn // en)
     # each subtile's values are spread evenly over the consumer threads
-    assert found["values"] * k.NUM_MMA_THREADS == em * en
+    assert found["values"] * k.TILE_THREADS == em * en
     assert found["checked"] > 0 and found["bad"] == 0
