@@ -1,0 +1,149 @@
+"""Analytic cost of a Hopper GEMM kernel configuration: predicted microseconds on an H100 SXM.
+
+The model is vectorised (numpy) so the search can rank every reachable candidate before it
+spends time on legality. Terms, each reported in the breakdown:
+
+* waves     -- CTA tiles (rounded up to whole clusters) over the CTAs that can be resident at once;
+               clusters larger than 2 cannot always fill every SM (GPC granularity).
+* mma       -- per k-block WGMMA time at the peak rate, scaled by the instruction's efficiency
+               (a narrow N re-reads A from shared memory for fewer FLOPs).
+* load      -- per k-block bytes of A and B each CTA pulls through L2; TMA multicast divides the
+               A bytes by cluster N and the B bytes by cluster M.
+* pipeline  -- a k-block costs at least latency / (stages - 1): a shallow pipeline cannot hide TMA.
+* epilogue  -- bytes of D (and C) per tile; ping-pong overlaps it with the other warpgroup's mainloop.
+* ragged    -- implicit: partial tiles compute (and load) whole tiles; reported as wasted fraction.
+* stream_k  -- splits the k-blocks of the last wave across idle SMs at the price of a fix-up.
+
+Constants are H100 SXM figures (132 SMs, 989 TFLOP/s dense bf16, ~3.35 TB/s HBM); the L2 rate
+and the latency are calibration knobs that GPU measurements are meant to set.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+SMS = 132
+PEAK_FLOPS = {8: 1978.9e12, 16: 989.4e12, 32: 494.7e12}     # dense, by input width in bits
+L2_BYTES_PER_S = 9.0e12
+HBM_BYTES_PER_S = 3.35e12
+STORE_BYTES_PER_S = 3.0e12
+TMA_LATENCY_US = 1.5
+KBLOCK_OVERHEAD_US = 0.03
+CLUSTER_SYNC_US = 0.006      # per k-block, per extra CTA whose empty-barrier arrival a stage waits for
+LAUNCH_US = 4.0
+TILE_SWITCH_US = 0.35        # per tile a persistent CTA starts (scheduler + accumulator reset)
+NON_PERSISTENT_TILE_US = 1.2 # per tile of the non-persistent warp-specialized kernel (launch, prologue)
+STREAMK_FIXUP_US = 3.0
+STREAMK_EFFICIENCY = 0.96    # stream-K work units: extra bookkeeping, partial-tile reductions
+# Resident CTAs by cluster size: a cluster must fit in one GPC, so big clusters strand SMs.
+ACTIVE_CTAS = {1: 132, 2: 132, 4: 128, 8: 120, 16: 112}
+
+SCHEDULES = ("warp_specialized", "cooperative", "pingpong")
+EPILOGUES = ("tma_warp_specialized", "tma_warp_specialized_cooperative", "no_smem")
+SCHEDULERS = ("persistent", "stream_k")
+
+
+def instruction_efficiency(n):
+    """Fraction of peak one warpgroup reaches with wgmma m64nNk: A is re-read per instruction."""
+    n = np.asarray(n, dtype=np.float64)
+    return 1.0 / (1.0 + 20.0 / n)
+
+
+def _ss_op_n(tn):
+    """CUTLASS ss_op_selector: the widest of 256,192,128,96,64,32,16,8 dividing Tile_N."""
+    tn = np.asarray(tn)
+    out = np.full(tn.shape, 8)
+    for n in (16, 32, 64, 96, 128, 192, 256):
+        out = np.where(tn % n == 0, n, out)
+    return out
+
+
+def cost_arrays(problem, tm, tn, tk, cm, cn, sched, epi, scheduler, stages):
+    """Vectorised cost. Integer arrays (codes index SCHEDULES / EPILOGUES / SCHEDULERS).
+
+    Returns (total_us, parts) where parts is a dict of arrays, one per term.
+    """
+    from cutegen.dtypes import DTYPES
+
+    tm, tn, tk, cm, cn = (np.asarray(x, dtype=np.float64) for x in (tm, tn, tk, cm, cn))
+    sched, epi, scheduler = (np.asarray(x) for x in (sched, epi, scheduler))
+    stages = np.asarray(stages, dtype=np.float64)
+    M, N, K, L = problem.m, problem.n, problem.k, problem.batch
+    in_bytes = DTYPES[problem.dtype_a].bits / 8
+    out_bytes = DTYPES[problem.dtype_d].bits / 8
+    c_bytes = 0.0 if problem.dtype_c == "void" or problem.beta == 0.0 else DTYPES[problem.dtype_c].bits / 8
+    peak_sm = PEAK_FLOPS[DTYPES[problem.dtype_a].bits] / SMS
+
+    # waves: tiles rounded up to whole clusters, over resident CTAs
+    tiles_m = np.ceil(np.ceil(M / tm) / cm) * cm
+    tiles_n = np.ceil(np.ceil(N / tn) / cn) * cn
+    tiles = tiles_m * tiles_n * L
+    csize = (cm * cn).astype(np.int64)
+    lookup = np.full(max(int(csize.max(initial=1)), 16) + 1, 100.0)
+    for c, n in ACTIVE_CTAS.items():
+        lookup[c] = n
+    active = lookup[csize]
+    active = np.minimum(active, np.maximum(tiles, 1.0))
+
+    # mainloop per k-block
+    kblocks = np.ceil(K / tk)
+    eff = instruction_efficiency(_ss_op_n(tn.astype(np.int64)))
+    eff = np.where(sched == 0, eff * 0.92, eff)       # one consumer warpgroup: no math/issue overlap
+    # accumulator registers per MMA thread (cooperative splits M over two warpgroups): past ~160 of
+    # the 232-240 a consumer owns, the compiler runs out of room to pipeline fragments and addresses
+    acc = tm * tn / np.where(sched == 1, 256.0, 128.0)
+    eff = eff * (1.0 - 0.3 * np.clip((acc - 160.0) / 72.0, 0.0, 1.0))
+    t_mma = 2.0 * tm * tn * tk / (peak_sm * eff) * 1e6
+    bytes_cta = (tm * tk / cn + tn * tk / cm) * in_bytes
+    busy = np.minimum(active, tiles)
+    t_load = bytes_cta * busy / L2_BYTES_PER_S * 1e6
+    latency = TMA_LATENCY_US * (1.0 + 0.05 * (cm * cn - 1.0))   # a multicast stage waits for the slowest CTA
+    t_pipe = latency / np.maximum(stages - 1.0, 0.5)
+    t_k = np.maximum(np.maximum(t_mma, t_load), t_pipe) + KBLOCK_OVERHEAD_US + CLUSTER_SYNC_US * (cm + cn - 2.0)
+
+    # epilogue per tile
+    t_epi = tm * tn * (out_bytes + c_bytes) * busy / STORE_BYTES_PER_S * 1e6
+    t_epi = np.where(epi == 2, t_epi * 1.3, t_epi)           # no-smem: unstaged, uncoalesced stores
+    hidden = np.where(sched == 2, 0.85, 0.0)                 # ping-pong overlaps it with the other tile
+    t_epi_exposed = t_epi * (1.0 - hidden)
+
+    per_tile = kblocks * t_k + t_epi_exposed + np.where(sched == 0, NON_PERSISTENT_TILE_US, TILE_SWITCH_US)
+    waves = np.ceil(tiles / active)
+    fill = TMA_LATENCY_US + t_k                               # first k-block of each CTA
+    t_dp = waves * per_tile + fill
+
+    # stream-K: the k-blocks of all tiles spread evenly, plus a fix-up for split tiles
+    total_blocks = tiles * kblocks
+    t_sk = (np.ceil(total_blocks / active) * t_k / STREAMK_EFFICIENCY + t_epi_exposed * np.ceil(tiles / active)
+            + np.where(tiles % active != 0, STREAMK_FIXUP_US + 2 * t_epi, 0.0) + TILE_SWITCH_US + fill)
+    t_main = np.where(scheduler == 1, t_sk, t_dp)
+
+    # compulsory DRAM traffic is a floor no tiling beats
+    t_hbm = (M * K + N * K) * L * in_bytes / HBM_BYTES_PER_S * 1e6 + M * N * L * (out_bytes + c_bytes) / HBM_BYTES_PER_S * 1e6
+    # smooth maximum: a memory-bound problem still prefers the kernel with the shorter mainloop
+    total = (t_main ** 4 + t_hbm ** 4) ** 0.25 + LAUNCH_US
+    ragged = 1.0 - (M * N * L) / (np.ceil(M / tm) * tm * np.ceil(N / tn) * tn * L)
+    parts = {
+        "waves": waves, "tiles": tiles, "active_ctas": active, "kblocks": kblocks,
+        "mma_us_per_kblock": t_mma, "load_us_per_kblock": t_load, "pipeline_us_per_kblock": t_pipe,
+        "epilogue_us_per_tile": t_epi_exposed, "instruction_efficiency": eff, "accumulator_registers": acc, "ragged_waste": ragged,
+        "mainloop_us": t_main, "hbm_floor_us": np.broadcast_to(t_hbm, np.shape(t_main)),
+    }
+    return total, parts
+
+
+def config_codes(config) -> tuple[int, int, int]:
+    return (SCHEDULES.index(config.mainloop_schedule), EPILOGUES.index(config.epilogue_schedule),
+            SCHEDULERS.index(config.tile_scheduler))
+
+
+def config_cost(problem, config, stages: int) -> tuple[float, dict]:
+    """Cost and breakdown of one configuration (stages resolved)."""
+    s, e, sc = config_codes(config)
+    t = config.tile_shape
+    c = config.cluster_shape
+    total, parts = cost_arrays(problem, [t[0]], [t[1]], [t[2]], [c[0]], [c[1]], [s], [e], [sc], [stages])
+    breakdown = {k: round(float(np.asarray(v).reshape(-1)[0]), 4) for k, v in parts.items()}
+    breakdown["stages"] = stages
+    breakdown["predicted_us"] = round(float(total[0]), 3)
+    breakdown["predicted_tflops"] = round(problem.flops / (float(total[0]) * 1e-6) / 1e12, 1)
+    return float(total[0]), breakdown

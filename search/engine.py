@@ -1,0 +1,257 @@
+"""The search: seed, saturate in stages, rank by cost, judge by the rules, extract.
+
+Stages (each a ruleset run to saturation, so nothing blows up):
+  1. ``tiles``  -- WGMMA instructions x warpgroup repeats give every CTA tile (one e-class each,
+                  holding all its instruction decompositions).
+  2. ``splits`` -- the cooperative warpgroup split and the cluster split of each tile; clusters
+                  and policies.
+  3. rank       -- the reachable (tile, cluster, policy) space is read back and costed at once
+                  (numpy); nothing is judged yet.
+  4. expand     -- candidates are judged in cost order by ``check_config`` until the top k legal
+                  ones are certain (the next estimate is no cheaper than the k-th legal exact cost);
+                  every judged candidate becomes a Kernel e-node of the root, its violations the
+                  ``illegal`` analysis of its e-class.
+  5. extract    -- egglog's extractor with the cost model (illegal: infinite) gives the best
+                  kernel and the next k (``extract_variants`` over the root e-class).
+"""
+from __future__ import annotations
+
+import math
+import resource
+import time
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+from . import cost as costmod
+from .egg import Egg
+from .extraction import extract_ranked
+from .legality_analysis import Judge
+from .schedule_rewrites import SCHEDULE_RULES, SCHEDULE_SORTS
+
+INSTR_N = tuple(range(8, 257, 8))
+WARPGROUPS_M = (1, 2, 3, 4)          # tile M = 64 * warpgroup rows
+INSTR_PER_TILE_N = (1, 2)            # tile N = instruction N * this (<= 256)
+KSTEPS = (2, 4, 8, 16)               # tile K = instruction K * k-steps per k-block
+CLUSTERS = tuple((cm, cn) for cm in (1, 2, 4, 8, 16) for cn in (1, 2, 4, 8, 16) if cm * cn <= 16)
+# (schedule, epilogue, scheduler) codes as in cost.SCHEDULES / EPILOGUES / SCHEDULERS
+POLICIES = tuple((s, e, sc) for s, e in ((1, 1), (1, 2), (2, 0), (2, 2), (0, 0), (0, 2)) for sc in (0, 1))
+RASTER = ("heuristic", "along_m", "along_n")
+
+MIN_JUDGED = 24
+MAX_JUDGED = 2500
+
+
+@dataclass
+class Ranked:
+    config: Any                 # complete KernelConfig
+    cost: float                 # predicted microseconds
+    breakdown: dict
+    chain: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {"config": self.config.to_dict(), "cost": round(self.cost, 4), "breakdown": self.breakdown}
+
+
+@dataclass
+class SearchResult:
+    problem: Any
+    ranked: list[Ranked]
+    search_seconds: float
+    egraph_nodes: int
+    egraph_classes: int
+    iterations: int
+    candidates_total: int
+    candidates_judged: int
+    candidates_legal: int
+    pruned_by_rule: dict[str, int]
+    peak_rss_mb: float
+    rejected: list[dict] = field(default_factory=list)   # judged-illegal near the top, with reasons
+
+    def to_dict(self) -> dict:
+        return {
+            "problem": self.problem.to_dict(),
+            "search_seconds": round(self.search_seconds, 4),
+            "egraph_nodes": self.egraph_nodes,
+            "egraph_classes": self.egraph_classes,
+            "iterations": self.iterations,
+            "candidates_total": self.candidates_total,
+            "candidates_judged": self.candidates_judged,
+            "candidates_legal": self.candidates_legal,
+            "pruned_by_rule": dict(sorted(self.pruned_by_rule.items())),
+            "pruned_by_cost_bound": self.candidates_total - self.candidates_judged,
+            "peak_rss_mb": round(self.peak_rss_mb, 1),
+            "ranked": [r.to_dict() for r in self.ranked],
+        }
+
+
+# --- the e-graph of one problem -------------------------------------------------------------------------
+
+class SearchSpace:
+    """The saturated e-graph of one problem's choices, before any candidate is expanded."""
+
+    def __init__(self, problem):
+        from cutegen.dtypes import DTYPES
+
+        self.problem = problem
+        self.kk = DTYPES[problem.dtype_a].wgmma_k
+        self.egg = Egg(SCHEDULE_SORTS + SCHEDULE_RULES)
+        self.egg.input("InstrSeed", [(n, self.kk) for n in INSTR_N])
+        self.egg.input("RepeatSeed", [(wm, wn, kr) for wm in WARPGROUPS_M for wn in INSTR_PER_TILE_N for kr in KSTEPS])
+        self.egg.input("ClusterSeed", CLUSTERS)
+        self.egg.input("PolicySeed", POLICIES)
+        self.egg.run("(run-schedule (saturate (run tiles)) (saturate (run splits)))")
+        frozen = self.egg.freeze().functions
+        i64 = self.egg.i64
+        self.tiles = sorted({tuple(i64(x) for x in r.inputs) for r in frozen["CtaTile"].rows})
+        self.clusters = sorted({tuple(i64(x) for x in r.inputs) for r in frozen["Cl"].rows})
+        self.policies = sorted({tuple(i64(x) for x in r.inputs[:3]) for r in frozen["Pol"].rows})
+        self._tile_class = {tuple(i64(x) for x in r.inputs): r.output for r in frozen["CtaTile"].rows}
+        self._frozen = frozen
+
+    def reaches(self, config) -> bool:
+        """Is this configuration's (tile, cluster, policy) a term the rewrites reached?"""
+        t = tuple(config.tile_shape)
+        c = tuple(config.cluster_shape[:2])
+        p = costmod.config_codes(config)
+        return (t in self._tile_class and config.cluster_shape[2] == 1 and c in self.clusters
+                and p in self.policies)
+
+    def tile_forms(self, tile) -> list[str]:
+        """Every form of a tile's e-class, as text: the rewrite chain that reaches it."""
+        cls = self._tile_class.get(tuple(tile))
+        if cls is None:
+            return []
+        f, i64 = self._frozen, self.egg.i64
+        mma = {r.output: tuple(i64(x) for x in r.inputs) for r in f["Wgmma"].rows}
+        cl = {r.output: tuple(i64(x) for x in r.inputs) for r in f["ClTile"].rows}
+        tile_of = {v: k for k, v in self._tile_class.items()}
+        out = [f"CtaTile{tuple(tile)}"]
+        for r in f["Tiled"].rows:
+            if r.output == cls:
+                n = mma[r.inputs[0]]
+                out.append(f"Tiled(Wgmma(64,{n[1]},{n[2]}), wg_m={i64(r.inputs[1])}, n_rep={i64(r.inputs[2])}, "
+                           f"k_steps={i64(r.inputs[3])})")
+        for r in f["WgSplit"].rows:
+            if r.output == cls:
+                out.append(f"WgSplit(CtaTile{tile_of.get(r.inputs[0])}, {i64(r.inputs[1])})")
+        for r in f["ClusterSplit"].rows:
+            if r.output == cls and i64(r.inputs[1]) * i64(r.inputs[2]) <= 4:
+                out.append(f"ClusterSplit(ClTile{cl[r.inputs[0]]}, {i64(r.inputs[1])}, {i64(r.inputs[2])})")
+        return out
+
+
+@lru_cache(maxsize=65536)
+def _auto_stages(shape_free_problem, tile: tuple, family: str) -> int:
+    """StageCountAutoCarveout for a tile and epilogue family, exactly as the builder resolves it.
+
+    The stage count does not depend on M, N, K, so the problem is passed with them set to 1 and
+    the answer is shared by every problem of the same types and layouts.
+    """
+    from cutegen import collective_builder as cb
+
+    sched, epi = {"coop": ("cooperative", 1), "other": ("pingpong", 0), "no_smem": ("cooperative", 2)}[family]
+    try:
+        cfg = _make_config(tile, (1, 1), (costmod.SCHEDULES.index(sched), epi, 0))
+        return max(int(cb.resolve_stages(shape_free_problem, cfg)), 0)
+    except Exception:  # noqa: BLE001 - a tile the builder cannot size is ranked as 1 stage; rules reject it
+        return 1
+
+
+def _make_config(tile, cluster, policy, stages="auto", raster="heuristic", swizzle=1):
+    from cutegen.config import KernelConfig
+
+    s, e, sc = policy
+    return KernelConfig(tile_shape=tile, cluster_shape=(cluster[0], cluster[1], 1), stages=stages,
+                        mainloop_schedule=costmod.SCHEDULES[s], epilogue_schedule=costmod.EPILOGUES[e],
+                        tile_scheduler=costmod.SCHEDULERS[sc], raster_order=raster, raster_swizzle=swizzle)
+
+
+def rank_space(space: SearchSpace):
+    """Cost every reachable (tile, cluster, policy) at once; returns arrays and the order."""
+    p = space.problem
+    tiles = np.array(space.tiles, dtype=np.int64)
+    clusters = np.array(space.clusters, dtype=np.int64)
+    pols = np.array(space.policies, dtype=np.int64)
+    nt, nc, npol = len(tiles), len(clusters), len(pols)
+    ti, ci, pi = np.meshgrid(np.arange(nt), np.arange(nc), np.arange(npol), indexing="ij")
+    ti, ci, pi = ti.ravel(), ci.ravel(), pi.ravel()
+    free = p.replace(m=1, n=1, k=1, batch=1)
+    fam_stages = np.array([[_auto_stages(free, tuple(int(x) for x in t), fam)
+                            for fam in ("coop", "other", "no_smem")] for t in tiles], dtype=np.int64)
+    fam = np.where(pols[:, 1] == 2, 2, np.where(pols[:, 0] == 1, 0, 1))
+    stages = fam_stages[ti, fam[pi]]
+    total, _ = costmod.cost_arrays(p, tiles[ti, 0], tiles[ti, 1], tiles[ti, 2], clusters[ci, 0], clusters[ci, 1],
+                                   pols[pi, 0], pols[pi, 1], pols[pi, 2], np.maximum(stages, 1))
+    # a configuration that cannot hold two stages costs nothing to rank: the rules will reject it
+    order = np.lexsort((pi, ci, ti, np.round(total, 6)))
+    return tiles, clusters, pols, ti, ci, pi, total, order
+
+
+def search(problem, top_k: int = 5, *, explain: bool = False) -> SearchResult:
+    """Search the legal Hopper GEMM kernels for ``problem``; the best ``top_k``, cheapest first."""
+    from cutegen.errors import FieldError
+
+    if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1 or top_k > 100:
+        raise FieldError("top_k", f"expected an integer from 1 to 100, got {top_k!r}")
+    if problem.dtype_a != problem.dtype_b and {problem.dtype_a, problem.dtype_b} - {"e4m3", "e5m2"}:
+        pass  # mixed inputs are judged by the WGMMA rules like anything else
+    t0 = time.perf_counter()
+    space = SearchSpace(problem)
+    tiles, clusters, pols, ti, ci, pi, est, order = rank_space(space)
+    judge = Judge(problem)
+    expanded: list[tuple] = []      # (key, config, verdict, exact cost, breakdown)
+    legal: list[tuple] = []
+    kth = math.inf
+    for n, idx in enumerate(order):
+        if n >= MAX_JUDGED:
+            break
+        if len(legal) >= top_k and n >= MIN_JUDGED and est[idx] >= kth:
+            break
+        tile = tuple(int(x) for x in tiles[ti[idx]])
+        cluster = tuple(int(x) for x in clusters[ci[idx]])
+        pol = tuple(int(x) for x in pols[pi[idx]])
+        cfg = _make_config(tile, cluster, pol)
+        v = judge(cfg)
+        row = (tile, cluster, pol, cfg, v)
+        expanded.append(row)
+        if v.legal:
+            c, bd = costmod.config_cost(problem, v.config, v.stages)
+            legal.append((c, v.config.to_json(), row, bd))
+            legal.sort(key=lambda x: (x[0], x[1]))
+            if len(legal) >= top_k:
+                kth = legal[top_k - 1][0]
+
+    # materialise the judged candidates in the e-graph, with the legality analysis
+    egg = space.egg
+    judge_rows, reject_rows, stage_rows = [], [], set()
+    for tile, cluster, pol, cfg, v in expanded:
+        key = (*tile, *cluster, *pol, 0, 1)
+        judge_rows.append(key)
+        for rid in v.rules:
+            reject_rows.append((*key, judge.index(rid)))
+        if v.legal and v.stages:
+            stage_rows.add((*tile, pol[0], pol[1], v.stages))
+    egg.input("Expand", judge_rows)
+    egg.input("Rejected", reject_rows)
+    egg.input("StagesOf", sorted(stage_rows))
+    egg.run("(run-schedule (saturate (run expand)))")
+    costs = {(c[2][0], c[2][1], c[2][2]): (c[0], c[3], c[2][4]) for c in legal}
+    picked = extract_ranked(egg, costs, top_k)
+    ranked = []
+    for key in picked:
+        c, bd, v = costs[key]
+        ranked.append(Ranked(v.config, c, bd, space.tile_forms(key[0]) if explain else []))
+    nodes, classes = egg.sizes()
+    rejected = [{"config": row[3].to_dict(), "rules": row[4].rules, "reasons": row[4].reasons}
+                for row in expanded[:50] if not row[4].legal] if explain else []
+    result = SearchResult(
+        problem=problem, ranked=ranked, search_seconds=time.perf_counter() - t0,
+        egraph_nodes=nodes, egraph_classes=classes, iterations=egg.iterations,
+        candidates_total=int(len(order)), candidates_judged=len(expanded), candidates_legal=len(legal),
+        pruned_by_rule=dict(judge.pruned_by_rule),
+        peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, rejected=rejected)
+    space.egg.close()
+    return result

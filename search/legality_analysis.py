@@ -1,0 +1,67 @@
+"""Legality inside the search, from the one rule source ``cutegen.legality``.
+
+Every candidate the search expands is judged by ``check_config``; its violations *and* its
+warnings (rules the driver or compiler does not enforce, e.g. accumulator spills) count as broken (the same call ``cutegen check
+config`` makes); its violated rule IDs become ``Rejected`` facts, which the ``expand`` ruleset turns
+into the ``illegal`` analysis of the kernel's e-class (a bit-set lattice joined with ``|``; the
+exact set stays in the ``Violates`` relation). Extraction gives an illegal e-class infinite cost,
+so an e-node that breaks a rule is never extracted.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+def rule_ids() -> list[str]:
+    """Stable order of every configuration rule: the bit index of each in the analysis."""
+    from cutegen.legality import CONFIG_RULESETS
+
+    ids = [r.id for rs in CONFIG_RULESETS for r in rs]
+    # completion failures are reported under rule IDs too; keep any unknown ID after the known ones
+    return ids
+
+
+@dataclass
+class Verdict:
+    legal: bool
+    rules: list[str]
+    reasons: list[str]
+    config: object | None          # completed KernelConfig (None if completion failed)
+    stages: int | None
+    smem_bytes: int | None
+
+
+@dataclass
+class Judge:
+    """Memoised ``check_config`` for one problem, counting what each rule pruned."""
+    problem: object
+    pruned_by_rule: dict[str, int] = field(default_factory=dict)
+    checked: int = 0
+    _memo: dict = field(default_factory=dict)
+    _index: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self):
+        self._index = {rid: i for i, rid in enumerate(rule_ids())}
+
+    def index(self, rule_id: str) -> int:
+        if rule_id not in self._index:
+            self._index[rule_id] = len(self._index)
+        return self._index[rule_id]
+
+    def __call__(self, config) -> Verdict:
+        key = config.to_json()
+        hit = self._memo.get(key)
+        if hit is not None:
+            return hit
+        from cutegen.legality import check_config
+
+        rep = check_config(self.problem, config)
+        self.checked += 1
+        # documented-but-not-enforced rules (spills, NOT-ENFORCED driver checks) are illegal to the search
+        broken = list(rep.violations) + list(getattr(rep, "warnings", []) or [])
+        rules = [v.rule_id for v in broken]
+        for r in rules:
+            self.pruned_by_rule[r] = self.pruned_by_rule.get(r, 0) + 1
+        v = Verdict(not rules, rules, [str(x) for x in broken], rep.config, rep.stages, rep.smem_bytes)
+        self._memo[key] = v
+        return v

@@ -1,0 +1,63 @@
+"""Rewrites over the kernel terms: each states an equality between two forms of one choice.
+
+  tile = instruction x repeats   CtaTile(64*wm, n*wn, kk*kr) = Tiled(Wgmma(64, n, kk), wm, wn, kr)
+                                 (one tile, many instruction decompositions: all in one e-class)
+  warpgroup split                CtaTile(m, n, k) = WgSplit(CtaTile(m/2, n, k), 2) when m % 128 == 0
+                                 (the cooperative form: two consumer warpgroups stacked along M)
+  cluster split                  CtaTile(m, n, k) = ClusterSplit(ClTile(m*cm, n*cn, k), cm, cn)
+                                 (a cluster tile divided over the CTAs of a cluster)
+  stages                         K(.., Pol(s, e, sc, 0), ..) = K(.., Pol(s, e, sc, S), ..)
+                                 where S is what StageCountAutoCarveout resolves to (the epilogue's
+                                 shared memory traded against mainloop stages)
+  kernels of one GEMM            Root = Impl(K(tile, cluster, policy, raster, swizzle)) for every
+                                 expanded candidate: all compute the same D.
+
+Seeds are input facts: ``InstrSeed(n, kk)`` (WGMMA N and K of the input type), ``RepeatSeed``
+(warpgroups along M, instructions along N, k-steps per k-block), ``ClusterSeed``, ``PolicySeed``.
+"""
+
+SCHEDULE_SORTS = """
+(datatype Mma (Wgmma i64 i64 i64))
+(datatype ClusterTile (ClTile i64 i64 i64))
+(datatype Tile
+  (CtaTile i64 i64 i64)
+  (Tiled Mma i64 i64 i64)
+  (WgSplit Tile i64)
+  (ClusterSplit ClusterTile i64 i64))
+(datatype Cluster (Cl i64 i64))
+(datatype Policy (Pol i64 i64 i64 i64))
+(datatype Kernel (K Tile Cluster Policy i64 i64))
+(datatype Gemm (Root i64) (Impl Kernel))
+(relation InstrSeed (i64 i64))
+(relation RepeatSeed (i64 i64 i64))
+(relation ClusterSeed (i64 i64))
+(relation PolicySeed (i64 i64 i64))
+(relation StagesOf (i64 i64 i64 i64 i64 i64))
+(relation Expand (i64 i64 i64 i64 i64 i64 i64 i64 i64 i64))
+(relation Rejected (i64 i64 i64 i64 i64 i64 i64 i64 i64 i64 i64))
+(relation Violates (Kernel i64))
+(function illegal (Kernel) i64 :merge (| old new))
+"""
+
+SCHEDULE_RULES = """
+(ruleset tiles)
+(rule ((InstrSeed n kk) (RepeatSeed wm wn kr) (<= (* n wn) 256))
+      ((union (CtaTile (* 64 wm) (* n wn) (* kk kr)) (Tiled (Wgmma 64 n kk) wm wn kr))) :ruleset tiles)
+(ruleset splits)
+(rule ((= t (CtaTile m n k)) (= 0 (% m 128)) (= h (CtaTile (/ m 2) n k)))
+      ((union t (WgSplit h 2))) :ruleset splits)
+(rule ((= t (CtaTile m n k)) (ClusterSeed cm cn))
+      ((union t (ClusterSplit (ClTile (* m cm) (* n cn) k) cm cn))) :ruleset splits)
+(rule ((PolicySeed s e sc)) ((Pol s e sc 0)) :ruleset splits)
+(rule ((ClusterSeed cm cn)) ((Cl cm cn)) :ruleset splits)
+(ruleset expand)
+(rule ((Expand m n k cm cn s e sc r w) (= t (CtaTile m n k)) (= c (Cl cm cn)) (= p (Pol s e sc 0)))
+      ((union (Root 0) (Impl (K t c p r w)))) :ruleset expand)
+(rule ((= x (K t c (Pol s e sc 0) r w)) (= t (CtaTile m n k)) (StagesOf m n k s e st))
+      ((union x (K t c (Pol s e sc st) r w))) :ruleset expand)
+(rule ((Rejected m n k cm cn s e sc r w i) (= t (CtaTile m n k)) (= c (Cl cm cn)) (= p (Pol s e sc 0))
+       (= x (K t c p r w)))
+      ((Violates x i)) :ruleset expand)
+;; the legality analysis: a lattice of violated rule bits, joined by bitwise or (bit 62: "index >= 62")
+(rule ((Violates x i)) ((set (illegal x) (<< 1 (min i 62)))) :ruleset expand)
+"""
