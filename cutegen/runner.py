@@ -357,7 +357,17 @@ class LaunchRefused(CutegenError):
     def __init__(self, violations: Sequence[Violation]):
         self.violations = list(violations)
         super().__init__("refused before launch: " + "; ".join(
-            f"{v.rule_id} ({rulebook_id(v.rule_id)}): {v.reason}" for v in self.violations))
+            f"{v.rule_id}{f' ({rulebook_id(v.rule_id)})' if rulebook_id(v.rule_id) else ''}: {v.reason}"
+            for v in self.violations))
+
+
+class KernelStatusError(CutegenError):
+    """cutegen_gemm returned a non-zero status (abi.STATUS)."""
+
+    def __init__(self, status: int, message: str):
+        from .abi import STATUS
+        self.status, self.message = status, message
+        super().__init__(f"kernel returned status {status} ({STATUS.get(status, 'unknown')}): {message}")
 
 
 def rulebook_id(rule_id: str) -> str:
@@ -374,6 +384,22 @@ def preflight(problem: GemmProblem, args: LaunchArgs, config: KernelConfig | Non
         violations += legality_problem_violations(problem.replace(m=args.m, n=args.n, k=args.k,
                                                                   batch=args.batch), config)
     return violations
+
+
+def checked_gemm(lib, problem: GemmProblem, args: LaunchArgs, workspace: int, workspace_bytes: int,
+                 stream: int, config: KernelConfig | None = None) -> None:
+    """Call ``cutegen_gemm`` of a bound library (abi.bind) only if the launch contract holds.
+
+    Raises LaunchRefused, naming every broken rule, without calling the library; raises
+    KernelStatusError when the library itself returns a non-zero status.
+    """
+    violations = preflight(problem, args, config)
+    if violations:
+        raise LaunchRefused(violations)
+    status = int(lib.cutegen_gemm(*args.abi_tuple(), workspace or None, workspace_bytes, stream or None))
+    if status != 0:
+        raw = lib.cutegen_last_error()
+        raise KernelStatusError(status, raw.decode(errors="replace") if raw else "")
 
 
 def legality_problem_violations(problem: GemmProblem, config: KernelConfig) -> list[Violation]:

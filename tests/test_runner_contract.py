@@ -193,3 +193,38 @@ def test_legality_check_config_runs_at_the_call_size():
     assert preflight(TN, call(TN, 321, 392, 232), cfg) == []
     v = ids(preflight(TN, call(TN, 256, 256, 260), cfg))
     assert "CUTLASS-MAINLOOP-TMA-ALIGNMENT" in v and "SM90-CAN-IMPLEMENT-AB" in v
+
+
+class RecordingLib:
+    """A stand-in for a bound kernel library: records calls, answers with a fixed status."""
+
+    def __init__(self, status=0, message=b""):
+        self.calls, self.status, self.message = [], status, message
+
+    def cutegen_gemm(self, *args):
+        self.calls.append(args)
+        return self.status
+
+    def cutegen_last_error(self):
+        return self.message
+
+
+def test_checked_gemm_refuses_before_calling_the_library():
+    from cutegen.runner import LaunchRefused, checked_gemm
+    lib = RecordingLib()
+    with pytest.raises(LaunchRefused) as e:
+        checked_gemm(lib, TN, call(TN, 256, 256, 256, ptr={"A": BASE + 2}), 0, 0, 0)
+    assert lib.calls == [] and "TMA-GLOBAL-ADDRESS-ALIGN (E18)" in str(e.value)
+    assert [v.rule_id for v in e.value.violations] == ["TMA-GLOBAL-ADDRESS-ALIGN"]
+
+
+def test_checked_gemm_passes_a_legal_call_through_and_reports_a_status():
+    from cutegen.runner import KernelStatusError, checked_gemm
+    lib = RecordingLib()
+    args = call(TN, 256, 256, 256, beta=0.5)
+    checked_gemm(lib, TN, args, 0x1000, 64, 7)
+    assert len(lib.calls) == 1 and lib.calls[0][:19] == args.abi_tuple() and lib.calls[0][19:] == (0x1000, 64, 7)
+    bad = RecordingLib(3, b"initialize failed: Error Internal")
+    with pytest.raises(KernelStatusError) as e:
+        checked_gemm(bad, TN, args, 0, 0, 0)
+    assert e.value.status == 3 and "initialization failed" in str(e.value) and "Error Internal" in str(e.value)
