@@ -27,6 +27,7 @@ import os
 import queue
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -227,6 +228,23 @@ def _install(src: Path, dest: Path) -> None:
         raise
 
 
+def _run_nvcc(cmd: list[str], cwd: str, timeout: float | None) -> tuple[str, int]:
+    """Run nvcc in its own process group, so that a timeout also stops its cicc and ptxas children."""
+    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+        return out, proc.returncode
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        return f"{out}\nnvcc timed out after {timeout} s (killed)", -1
+    except BaseException:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
+
+
 def _error_lines(log: str, limit: int = 40) -> list[str]:
     lines = log.splitlines()
     keep: list[str] = []
@@ -322,12 +340,7 @@ class Builder:
                 Path(tmp, "keep").mkdir()
                 cmd = compile_command(self.nvcc, "kernel.cu", "kernel.so", self.include_dirs, diagnostics=True)
                 start = time.monotonic()
-                try:
-                    proc = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, timeout=self.timeout)
-                    log, rc = proc.stdout + proc.stderr, proc.returncode
-                except subprocess.TimeoutExpired as e:
-                    log = f"{e.stdout or ''}{e.stderr or ''}\nnvcc timed out after {self.timeout} s"
-                    rc = -1
+                log, rc = _run_nvcc(cmd, tmp, self.timeout)
                 seconds = time.monotonic() - start
                 if rc != 0:
                     return BuildResult(job.name, "failed", None, seconds, key,

@@ -245,3 +245,19 @@ def test_cli_build_expands_a_folder_of_kernels(fake, monkeypatch, capsys):
     assert "built 2, cached 0, failed 0" in out
     assert main(["build", "--jobs", "1", str(Path(fake.path).parents[1] / "kernels")]) == 0
     assert "built 0, cached 2, failed 0" in capsys.readouterr().out
+
+
+def test_timeout_kills_the_whole_compiler_process_group(fake, tmp_path):
+    d = fake.kernel("slow", "int x;\n")
+    # A compiler that starts a long-running child (as nvcc starts cicc) and waits for it.
+    hang = tmp_path / "bin" / "hang-nvcc"
+    pidfile = tmp_path / "child.pid"
+    hang.write_text(f"#!/bin/sh\n[ \"$1\" = --version ] && {{ echo 'release 13.0, V13.0.88'; exit 0; }}\n"
+                    f"sleep 300 & echo $! > {pidfile}\nwait\n")
+    hang.chmod(0o755)
+    b = build_mod.Builder(nvcc=str(hang), progress=None, jobs=1, timeout=1.0)
+    result = b.build([build_mod._job_for(d)]).results[0]
+    assert result.status == "failed" and "timed out" in result.message
+    child = int(pidfile.read_text())
+    time.sleep(0.2)
+    assert not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text().split()[2]
