@@ -650,7 +650,8 @@ class KernelInfo:
     @property
     def label(self) -> str:
         where = self.directory.name if self.directory else self.library.name
-        return f"{where} [{self.config.short_name()}]"
+        backend = f"{self.backend} " if self.backend else ""
+        return f"{where} [{backend}{self.config.short_name()}]"
 
     def to_dict(self) -> dict:
         return {"library": str(self.library), "directory": str(self.directory) if self.directory else None,
