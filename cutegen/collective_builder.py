@@ -42,6 +42,40 @@ def uses_register_a(problem: GemmProblem) -> bool:
     return (not two_bytes and not both_k) or a != b
 
 
+def warpspecialized_transpose_b(problem: GemmProblem) -> bool:
+    """is_warpspecialized_transpose_B: not both 16-bit and both operands MN-major (RS builder)."""
+    a, b = DTYPES[problem.dtype_a].bits, DTYPES[problem.dtype_b].bits
+    return not (a == 16 and b == 16) and not problem.a_k_major and not problem.b_k_major
+
+
+def rs_swizzle(problem: GemmProblem, operand: str, blk_mn: int, blk_k: int) -> str | None:
+    """rs_smem_selector (sm90_common.inl:170-265): the swizzle the RS builder picks; None where it static_asserts."""
+    k_major = problem.a_k_major if operand == "a" else problem.b_k_major
+    bits = DTYPES[problem.dtype_a if operand == "a" else problem.dtype_b].bits
+    if k_major:
+        return smem.largest_swizzle(blk_k, bits)
+    width = {swz: smem.SWIZZLE_BYTES[swz] * 8 // bits for swz in smem.SWIZZLE_BYTES}
+    transposed = warpspecialized_transpose_b(problem)
+    if bits == 32:                       # whole-word types: SW32 has no bank conflicts
+        if blk_mn % width["SW32"] == 0:
+            return "SW32"
+        return "INTER" if not transposed and blk_mn % width["INTER"] == 0 else None
+    if bits == 8 and transposed:         # only the SW128 transposition exists for 8-bit B
+        return "SW128" if blk_mn % width["SW128"] == 0 else None
+    return smem.largest_swizzle(blk_mn, bits)
+
+
+def mainloop_alignment(problem: GemmProblem, tile: tuple[int, int, int]) -> smem.MainloopAlignment:
+    """SS: 16-byte arrays in a 128-byte struct; RS: arrays aligned to their swizzle repeat, and the
+    builder rounds its stage size to the larger of the two."""
+    if not uses_register_a(problem):
+        return smem.SS_ALIGNMENT
+    swa = rs_swizzle(problem, "a", tile[0], tile[2]) or "INTER"
+    swb = rs_swizzle(problem, "b", tile[1], tile[2]) or "INTER"
+    al_a, al_b = smem.SWIZZLE_ALIGNMENT[swa], smem.SWIZZLE_ALIGNMENT[swb]
+    return smem.MainloopAlignment(al_a, al_b, max(al_a, al_b), max(al_a, al_b))
+
+
 def gmma_major(problem: GemmProblem, operand: str) -> str:
     """gmma_ss_tag_to_major_{A,B}: MN only for MN-major 16-bit operands (tf32 and 8-bit are K-major)."""
     dt = problem.dtype_a if operand == "a" else problem.dtype_b
@@ -79,10 +113,13 @@ def warpgroup_layout(schedule: str) -> tuple[int, int, int]:
 
 
 def auto_epilogue_tile(problem: GemmProblem, config: KernelConfig) -> tuple[int, int]:
-    """sm90_compute_tile_shape_or_override with EpilogueTileAuto (rulebook E19)."""
+    """sm90_compute_tile_shape_or_override with EpilogueTileAuto (rulebook E19).
+
+    The branch is taken on the *epilogue* schedule (sm90_is_cooperative_v<EpilogueSchedule>), not
+    the kernel's: a pingpong kernel with the cooperative TMA epilogue gets 128-row subtiles."""
     from math import gcd
     tm, tn, _ = config.tile_shape
-    if config.mainloop_schedule == "cooperative":
+    if config.epilogue_schedule == "tma_warp_specialized_cooperative":
         return (min(128, tm), gcd(min(32, tn), tn))
     n_perf = 64 if DTYPES[problem.dtype_d].bits == 8 and tn % 64 == 0 else 32
     return (min(64, tm), gcd(min(n_perf, tn), tn))
@@ -112,7 +149,8 @@ def resolve_stages(problem: GemmProblem, config: KernelConfig) -> int:
         return config.stages
     carveout = epilogue_storage_bytes(problem, config)
     return smem.auto_stage_count(DTYPES[problem.dtype_a].bits, DTYPES[problem.dtype_b].bits,
-                                 config.tile_shape, carveout)
+                                 config.tile_shape, carveout,
+                                 alignment=mainloop_alignment(problem, config.tile_shape).stage)
 
 
 def shared_storage(problem: GemmProblem, config: KernelConfig) -> smem.SharedStorage:
@@ -120,11 +158,12 @@ def shared_storage(problem: GemmProblem, config: KernelConfig) -> smem.SharedSto
     stages = resolve_stages(problem, config)
     plan = epilogue_plan(problem, config)
     ba, bb = DTYPES[problem.dtype_a].bits, DTYPES[problem.dtype_b].bits
+    align = mainloop_alignment(problem, config.tile_shape)
     return smem.SharedStorage(
-        mainloop=smem.mainloop_storage_bytes(ba, bb, config.tile_shape, stages),
+        mainloop=smem.mainloop_storage_bytes(ba, bb, config.tile_shape, stages, align),
         epilogue=smem.epilogue_storage_bytes(problem.dtype_c, problem.dtype_d, plan),
         kernel=smem.kernel_storage_bytes(config.mainloop_schedule, ba, bb, config.tile_shape, stages,
-                                         problem.dtype_c, problem.dtype_d, plan))
+                                         problem.dtype_c, problem.dtype_d, plan, align))
 
 
 # --- completion ------------------------------------------------------------------------------------------

@@ -63,26 +63,44 @@ def mainloop_stage_bytes(bits_a: int, bits_b: int, tile: tuple[int, int, int]) -
 
 
 def auto_stage_count(bits_a: int, bits_b: int, tile: tuple[int, int, int], carveout: int,
-                     capacity: int = SM90_SMEM_CAPACITY) -> int:
+                     capacity: int = SM90_SMEM_CAPACITY, alignment: int = 128) -> int:
     """compute_stage_count_or_override(StageCountAutoCarveout<carveout>) of sm90_gmma_builder.inl.
 
-    No lower bound here: the mainloop's ``Stages >= 2`` static_assert is a separate rule (E06).
+    ``alignment`` is 128 for the SS builder; the RS (register-A) builder passes its smem swizzle
+    alignment. No lower bound here: the mainloop's ``Stages >= 2`` static_assert is a separate
+    rule (E06).
     """
-    stage = round_up(mainloop_stage_bytes(bits_a, bits_b, tile), 128) + STAGE_PIPELINE_BYTES
-    return (capacity // 128 * 128 - round_up(carveout, 128)) // stage
+    stage = round_up(mainloop_stage_bytes(bits_a, bits_b, tile), alignment) + STAGE_PIPELINE_BYTES
+    return (capacity // alignment * alignment - round_up(carveout, alignment)) // stage
 
 
-def mainloop_tensor_bytes(bits_a: int, bits_b: int, tile: tuple[int, int, int], stages: int) -> int:
-    """sizeof(CollectiveMainloop::TensorStorage): aligned_struct<128>{smem_A[]; smem_B[]}."""
+@dataclass(frozen=True)
+class MainloopAlignment:
+    """Alignments of the mainloop's smem arrays: SS = alignas(16) arrays in an aligned_struct<128>;
+    RS = each array aligned to its swizzle repeat (sm90_mma_tma_gmma_rs_warpspecialized.hpp:214-225)."""
+    a: int = 16
+    b: int = 16
+    struct: int = 128
+    stage: int = 128        # the builder's stage-count rounding
+
+
+SS_ALIGNMENT = MainloopAlignment()
+
+
+def mainloop_tensor_bytes(bits_a: int, bits_b: int, tile: tuple[int, int, int], stages: int,
+                          align: MainloopAlignment = SS_ALIGNMENT) -> int:
+    """sizeof(CollectiveMainloop::TensorStorage): aligned_struct{smem_A[]; smem_B[]}."""
     tm, tn, tk = tile
-    a = _array_aligned(bits_to_bytes(bits_a * tm * tk * stages))
-    b = _array_aligned(bits_to_bytes(bits_b * tn * tk * stages))
-    return round_up(a + b, 128)
+    a = round_up(bits_to_bytes(bits_a * tm * tk * stages), align.a)
+    b = round_up(bits_to_bytes(bits_b * tn * tk * stages), align.b)
+    return round_up(round_up(a, align.b) + b, align.struct)
 
 
-def mainloop_storage_bytes(bits_a: int, bits_b: int, tile: tuple[int, int, int], stages: int) -> int:
+def mainloop_storage_bytes(bits_a: int, bits_b: int, tile: tuple[int, int, int], stages: int,
+                           align: MainloopAlignment = SS_ALIGNMENT) -> int:
     """sizeof(CollectiveMainloop::SharedStorage): TensorStorage then PipelineTmaAsync<Stages> barriers."""
-    return round_up(mainloop_tensor_bytes(bits_a, bits_b, tile, stages) + STAGE_PIPELINE_BYTES * stages, 128)
+    return round_up(mainloop_tensor_bytes(bits_a, bits_b, tile, stages, align) + STAGE_PIPELINE_BYTES * stages,
+                    align.struct)
 
 
 # --- epilogue ---------------------------------------------------------------------------------------
@@ -165,9 +183,10 @@ class SharedStorage:
 
 
 def kernel_storage_bytes(schedule: str, bits_a: int, bits_b: int, tile: tuple[int, int, int], stages: int,
-                         dtype_c: str, dtype_d: str, plan: EpiloguePlan | None) -> int:
+                         dtype_c: str, dtype_d: str, plan: EpiloguePlan | None,
+                         align: MainloopAlignment = SS_ALIGNMENT) -> int:
     """sizeof(GemmKernel::SharedStorage) for the three SM90 TMA warp-specialized kernels."""
-    main_t = mainloop_tensor_bytes(bits_a, bits_b, tile, stages)
+    main_t = mainloop_tensor_bytes(bits_a, bits_b, tile, stages, align)
     main_pipe = STAGE_PIPELINE_BYTES * stages
     if plan is None:                          # DefaultEpilogue::SharedStorage {}; PipelineTransactionAsync<0>
         epi_t, epi_align, epi_pipe = 1, 1, 0
@@ -176,7 +195,7 @@ def kernel_storage_bytes(schedule: str, bits_a: int, bits_b: int, tile: tuple[in
         epi_pipe = STAGE_PIPELINE_BYTES * plan.stages_c
     if schedule == "warp_specialized":
         # union TensorStorage {mainloop; epilogue}; then PipelineStorage {mainloop; epi_load}
-        t_align = max(128, epi_align)
+        t_align = max(128, epi_align, align.struct)
         tensors = round_up(max(main_t, epi_t), t_align)
         pipes = round_up(round_up(main_pipe, 16) + epi_pipe, 16)
         return round_up(tensors + pipes, t_align)
@@ -186,8 +205,8 @@ def kernel_storage_bytes(schedule: str, bits_a: int, bits_b: int, tile: tuple[in
         order += 2 * 2 * BARRIER_BYTES         # MathWarpGroupOrderBarrier = OrderedSequenceBarrier<2,2>
     pipes = round_up(round_up(main_pipe, 16) + round_up(epi_pipe, 16) + order, 16)
     scheduler_end = pipes + 1                  # TileScheduler::SharedStorage is an empty class (alignas 16)
-    t_align = max(128, epi_align)
-    tensors = round_up(round_up(epi_t, 128) + main_t, t_align)
+    t_align = max(128, epi_align, align.struct)
+    tensors = round_up(round_up(epi_t, align.struct) + main_t, t_align)
     return round_up(round_up(scheduler_end, t_align) + tensors, t_align)
 
 

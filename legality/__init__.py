@@ -67,12 +67,13 @@ class ConfigContext:
         if self.tma_epilogue and self.epi_plan is None:
             return None
         plan = self.epi_plan
+        align = cb.mainloop_alignment(self.problem, self.config.tile_shape)
         return smem.SharedStorage(
-            mainloop=smem.mainloop_storage_bytes(self.bits_a, self.bits_b, self.config.tile_shape, self.stages),
+            mainloop=smem.mainloop_storage_bytes(self.bits_a, self.bits_b, self.config.tile_shape, self.stages, align),
             epilogue=smem.epilogue_storage_bytes(self.problem.dtype_c, self.problem.dtype_d, plan),
             kernel=smem.kernel_storage_bytes(self.config.mainloop_schedule, self.bits_a, self.bits_b,
                                              self.config.tile_shape, self.stages, self.problem.dtype_c,
-                                             self.problem.dtype_d, plan))
+                                             self.problem.dtype_d, plan, align))
 
     @property
     def smem_bytes(self) -> int | None:

@@ -31,13 +31,28 @@ _ML = "CUTLASS 4.2 gemm/collective/sm90_mma_tma_gmma_ss_warpspecialized.hpp"
 
 # --- builder routing and alignment -------------------------------------------------------------------
 
-@_rule("SM90-SS-BUILDER-ROUTE", rulebook="E05", source=f"{_C}:394-430 is_use_rmem_A",
-       summary="the problem goes to the SS (smem A and B) TMA builder: both inputs 16-bit, or both K-major, and of equal width")
+@_rule("SM90-RS-ROUTE", rulebook="E05/H", source=f"{_C}:394-430 is_use_rmem_A; {_B}:330-480 (RS builder); "
+       "config oracle (H200): tf32 NT 128x128x32 correct, e4m3 NT 128x128x128 fails at launch",
+       summary="a problem CUTLASS routes to the register-A (RS) mainloop (not both 16-bit and not both K-major) is "
+               "accepted only as the verified tf32 kernel with both A and B MN-major (warp-specialized transposed B)")
 def _route(c):
-    if cb.uses_register_a(c.problem):
-        p = c.problem
-        return (f"dtype_a={p.dtype_a}, dtype_b={p.dtype_b}, layout_a={p.layout_a}, layout_b={p.layout_b}: "
-                f"CUTLASS routes this to the register-A (RS) mainloop, which cutegen does not build")
+    p = c.problem
+    if not cb.uses_register_a(p):
+        return None
+    if p.dtype_a == p.dtype_b == "tf32" and cb.warpspecialized_transpose_b(p):
+        return None
+    what = f"dtype_a={p.dtype_a}, dtype_b={p.dtype_b}, layout_a={p.layout_a}, layout_b={p.layout_b}"
+    if c.bits_a == 8 or c.bits_b == 8:
+        return f"{what}: fp8 operands must both be K-major (TN); non-TN fp8 went to the RS mainloop and failed at launch"
+    return f"{what}: routed to the RS mainloop in a form not verified against nvcc and the GPU"
+
+
+@_rule("SM90-RS-TRANSPOSE-B-K128", rulebook="E05", source="collective/sm90_mma_tma_gmma_rs_warpspecialized.hpp:195 "
+       "static_assert (SmemLayoutB K must be 128bytes to be transposed)",
+       summary="the RS kernel that transposes B in shared memory needs Tile_K x bits(B) = 128 bytes")
+def _transpose_k(c):
+    if cb.uses_register_a(c.problem) and cb.warpspecialized_transpose_b(c.problem) and c.tk * c.bits_b != 1024:
+        return f"Tile_K={c.tk} x {c.bits_b} bits = {c.tk * c.bits_b // 8} bytes, not 128 (B is transposed in smem)"
     return None
 
 
@@ -127,6 +142,24 @@ def _multicast_atom(c):
     return None
 
 
+def _smem_atoms(c):
+    """The smem atoms the kernel really uses: the config's (SS), or the RS builder's rs_smem_selector
+    choice when CUTLASS routes the problem to the register-A mainloop."""
+    cached = c.__dict__.get("_smem_atoms")
+    if cached is None:
+        if cb.uses_register_a(c.problem):
+            from cutegen.config import SmemAtom
+            out = []
+            for name, mn, k_major in (("a", c.tm, c.problem.a_k_major), ("b", c.tn, c.problem.b_k_major)):
+                swz = cb.rs_swizzle(c.problem, name, mn, c.tk)
+                out.append(SmemAtom("K" if k_major else "MN", swz) if swz else getattr(c.config, "smem_layout_" + name))
+            cached = tuple(out)
+        else:
+            cached = (c.config.smem_layout_a, c.config.smem_layout_b)
+        c.__dict__["_smem_atoms"] = cached
+    return cached
+
+
 @_rule("SM90-SMEM-STAGE-SLICE", rulebook="new (E03 family)",
        source="cute/swizzle_layout.hpp:230-290 slice_and_offset -> cute/layout.hpp:1077,1101 static_asserts "
               "(Stride/Shape Divisibility Condition); instantiated by the mainloop's Params (SmemLayout(_,_,0)) "
@@ -135,8 +168,8 @@ def _multicast_atom(c):
                "passes CuTe's static divisibility checks")
 def _stage_slice(c):
     from cutegen import smem
-    for name, atom, bits, mn, major_first in (("A", c.config.smem_layout_a, c.bits_a, c.tm, None),
-                                             ("B", c.config.smem_layout_b, c.bits_b, c.tn, None)):
+    atom_a, atom_b = _smem_atoms(c)
+    for name, atom, bits, mn in (("A", atom_a, c.bits_a, c.tm), ("B", atom_b, c.bits_b, c.tn)):
         try:
             sliced, diced = smem.stage_layout(atom, bits, mn, c.tk, c.stages, mn_first=atom.major == "K")
         except smem.LayoutAlgebraError:
@@ -209,6 +242,23 @@ def _epi_atom(c):
     return None
 
 
+@_rule("SM90-EPILOGUE-FRAGMENT", rulebook="E19 (new)",
+       source=f"{_E}:626 static_assert (Fragment size does not vectorize properly); FragmentSize = "
+              f"size(EpilogueTile) / (256 cooperative epilogue, else 128) ({_EB}:67); config oracle: "
+              "128x24 tiles (epilogue 128x24 -> 12) fail, 4/8/16 compile",
+       summary="the TMA epilogue's FragmentSize (epilogue-tile elements per consumer thread) is a power of two, "
+               "so the accumulator fragment vectorizes")
+def _epi_fragment(c):
+    if c.epi_plan is None:
+        return None
+    em, en = c.epi_plan.tile
+    threads = 256 if c.config.epilogue_schedule == "tma_warp_specialized_cooperative" else 128
+    frag = em * en // threads
+    if frag < 1 or frag & (frag - 1):
+        return f"epilogue tile {em}x{en} over {threads} threads gives FragmentSize {frag}, not a power of two"
+    return None
+
+
 @_rule("SM90-EPILOGUE-DEADLOCK", rulebook="E19", source=f"{_E}:731 static_assert (This TMA epilogue configuration will deadlock)",
        summary="not (DelayTmaStore and ReuseSmemC and StagesC <= StagesD)")
 def _epi_deadlock(c):
@@ -277,7 +327,8 @@ def _tensor_map_keys(c) -> dict:
         return cached
     p = c.problem
     out = {}
-    for name, atom, bits, mn in (("A", c.config.smem_layout_a, c.bits_a, p.m), ("B", c.config.smem_layout_b, c.bits_b, p.n)):
+    atom_a, atom_b = _smem_atoms(c)
+    for name, atom, bits, mn in (("A", atom_a, c.bits_a, p.m), ("B", atom_b, c.bits_b, p.n)):
         tile_mn = c.tm if name == "A" else c.tn
         k_major = atom.major == "K"
         dims = (p.k, mn, p.batch) if k_major else (mn, p.k, p.batch)

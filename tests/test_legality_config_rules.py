@@ -196,9 +196,29 @@ def test_threads_cluster():
 
 def test_builder_route():
     fp8 = {"dtype_a": "e4m3", "dtype_b": "e4m3"}
-    assert "SM90-SS-BUILDER-ROUTE" not in ids(fp8, tile_shape=(128, 128, 128))
-    assert "SM90-SS-BUILDER-ROUTE" in ids({**fp8, "layout_a": "col"}, tile_shape=(128, 128, 128))
-    assert "SM90-SS-BUILDER-ROUTE" not in ids({"layout_a": "col", "layout_b": "row"})
+    assert "SM90-RS-ROUTE" not in ids(fp8, tile_shape=(128, 128, 128))
+    assert "SM90-RS-ROUTE" in ids({**fp8, "layout_a": "col"}, tile_shape=(128, 128, 128))
+    assert "SM90-RS-ROUTE" not in ids({"layout_a": "col", "layout_b": "row"})       # 16-bit: SS, any majorness
+    tf32 = {"dtype_a": "tf32", "dtype_b": "tf32", "dtype_c": "f32", "dtype_d": "f32"}
+    assert "SM90-RS-ROUTE" not in ids({**tf32, "layout_a": "col", "layout_b": "row"}, tile_shape=(128, 128, 32))
+    assert "SM90-RS-ROUTE" in ids({**tf32, "layout_a": "col", "layout_b": "col"}, tile_shape=(128, 128, 32))
+
+
+def test_rs_transpose_b_k128():
+    nt = {"dtype_a": "tf32", "dtype_b": "tf32", "dtype_c": "f32", "dtype_d": "f32", "layout_a": "col", "layout_b": "row"}
+    assert "SM90-RS-TRANSPOSE-B-K128" not in ids(nt, tile_shape=(128, 128, 32))
+    assert "SM90-RS-TRANSPOSE-B-K128" in ids(nt, tile_shape=(128, 128, 64))
+    assert "SM90-RS-TRANSPOSE-B-K128" not in ids({**nt, "layout_a": "row", "layout_b": "col"}, tile_shape=(128, 128, 64))
+
+
+def test_rs_smem_model_tf32_nt():
+    """The RS mainloop aligns its arrays to the SW32 repeat (256 B): 164,096 B, not the SS 163,968
+    (config oracle, H200: smem_mainloop 164096, kernel 231424, 5 stages)."""
+    from cutegen.collective_builder import shared_storage
+    p = GemmProblem(m=2048, n=2048, k=2048, dtype_a="tf32", dtype_b="tf32", dtype_c="f32", dtype_d="f32",
+                    layout_a="col", layout_b="row")
+    s = shared_storage(p, KernelConfig(tile_shape=(128, 128, 32)))
+    assert (s.mainloop, s.epilogue, s.kernel) == (164096, 67584, 231424)
 
 
 def test_alignment_rules():
@@ -324,3 +344,13 @@ def test_report_dict_shape():
     assert set(d) == {"legal", "rules", "stages", "smem_bytes", "warnings", "reasons"}
     assert d["legal"] is False and d["rules"] == ["RES-SMEM-CAPACITY"] and d["stages"] == 7
     assert d["smem_bytes"] == 263168 and "263168" in d["reasons"][0]
+
+
+def test_epilogue_fragment():
+    nt = {"layout_a": "col", "layout_b": "row"}          # MN-major B: no stage-slice failure at N = 24
+    assert "SM90-EPILOGUE-FRAGMENT" in ids(nt, tile_shape=(128, 24, 64))        # 128x24 / 256 = 12
+    assert "SM90-EPILOGUE-FRAGMENT" not in ids(nt, tile_shape=(128, 16, 64))    # 8
+    pp = dict(mainloop_schedule="pingpong", epilogue_schedule="tma_warp_specialized", tile_shape=(64, 96, 64))
+    assert "SM90-EPILOGUE-FRAGMENT" in ids(epilogue_tile=(64, 48), **pp)       # 24
+    assert "SM90-EPILOGUE-FRAGMENT" not in ids(epilogue_tile=(64, 32), **pp)   # 16
+    assert "SM90-EPILOGUE-FRAGMENT" not in ids(nt, tile_shape=(128, 24, 64), epilogue_schedule="no_smem")

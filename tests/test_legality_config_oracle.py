@@ -1,0 +1,36 @@
+"""check_config against the configuration oracle: CUTLASS 4.2 kernels compiled with nvcc 13.0 and run
+on a Hopper GPU (tests/data/config_oracle_*.jsonl, real data in the *_h200 file; see
+tests/data/ORACLE_DEVICE.txt). Legal iff the recorded outcome is "correct"; and where the kernel
+compiled, the model's shared-memory sizes and stage count equal the compiler's."""
+import json
+from pathlib import Path
+
+import pytest
+
+from cutegen.collective_builder import complete, shared_storage
+from cutegen.config import KernelConfig
+from cutegen.legality import check_config
+from cutegen.problem import GemmProblem
+
+DATA = Path(__file__).resolve().parent / "data"
+FILES = sorted(p for p in DATA.glob("config_oracle_*.jsonl") if not p.is_symlink())
+ROWS = [json.loads(line) for f in FILES for line in f.read_text().splitlines() if line.strip()]
+
+
+def test_oracle_present():
+    assert FILES and len(ROWS) >= 60
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[r["id"] for r in ROWS])
+def test_verdict_matches_outcome(row):
+    report = check_config(GemmProblem.from_dict(row["problem"]), KernelConfig.from_dict(row["config"]))
+    assert report.legal == (row["outcome"] == "correct"), (row["outcome"], report.to_dict()["reasons"])
+
+
+@pytest.mark.parametrize("row", [r for r in ROWS if r.get("smem_kernel") is not None],
+                         ids=[r["id"] for r in ROWS if r.get("smem_kernel") is not None])
+def test_shared_memory_matches_compiler(row):
+    problem, config = GemmProblem.from_dict(row["problem"]), KernelConfig.from_dict(row["config"])
+    s = shared_storage(problem, config)
+    assert (s.mainloop, s.epilogue, s.kernel) == (row["smem_mainloop"], row["smem_epilogue"], row["smem_kernel"])
+    assert complete(problem, config).stages == row["stages"]
