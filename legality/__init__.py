@@ -103,21 +103,16 @@ class ConfigContext:
 
     # --- mainloop TMA boxes ---------------------------------------------------------------------------
     def operand_box(self, operand: str) -> list[int]:
-        """The TMA box CuTe builds for one stage of A or B, innermost first, before the multicast split.
-
-        The smem layout is the GMMA atom tiled over (MN, K): the contiguous extent of the box is the
-        atom's width, then the tile's other mode, then the remaining repeats of the atom along the
-        contiguous mode (tile_to_shape order of the SS mainloop)."""
+        """The TMA box CuTe encodes for one stage of A or B, innermost first, before the multicast
+        split: (atom width along the contiguous mode, the tile's other extent, batch 1). Further atom
+        repeats along the contiguous mode are separate TMA issues, not box modes (checked against the
+        descriptors CUTLASS encodes: oracles/smem_probe_tma.py)."""
         atom = self.config.smem_layout_a if operand == "a" else self.config.smem_layout_b
         bits = self.bits_a if operand == "a" else self.bits_b
         mn = self.tm if operand == "a" else self.tn
         width = atom.contiguous_elems(bits)
         contiguous, other = (self.tk, mn) if atom.major == "K" else (mn, self.tk)
-        box = [min(width, contiguous), other]
-        if contiguous > width:
-            box.append(-(-contiguous // width))
-        return box
-
+        return [min(width, contiguous), other, 1]
 
 # --- the rule sets ---------------------------------------------------------------------------------------
 from .wgmma import WGMMA_RULES            # noqa: E402  (the rule modules need nothing from here)

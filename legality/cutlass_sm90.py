@@ -319,45 +319,55 @@ _SWIZZLE = {"SW128": "128B", "SW64": "64B", "SW32": "32B", "INTER": "NONE"}
 
 def _tensor_map_keys(c) -> dict:
     """The tensor maps for A, B (and C, D for TMA epilogues) as hashable argument tuples
-    (bits, global_dim, box_dim, swizzle): packed gmem (contiguous, other, batch), boxes of one
-    smem atom width by the tile's other extent, CUTLASS's interleave/L2/OOB settings (E24).
-    The address is left unknown (pointer alignment is the caller's, E18)."""
+    (data type, global_dim, global_strides, box_dim, swizzle), as CuTe encodes them (checked against
+    the arguments CUTLASS 4.2 passes to cuTensorMapEncodeTiled: oracles/smem_probe_tma.py): rank 3
+    (contiguous, other, batch), packed strides with batch stride 0 when L = 1, a box of one smem atom
+    width by the tile's other extent; interleave NONE, L2 128B, OOB zero (E24). The address is left
+    unknown (pointer alignment is the caller's, E18)."""
     cached = c.__dict__.get("_tensor_map_keys")
     if cached is not None:
         return cached
     p = c.problem
     out = {}
+
+    def strides(cont, other, e):
+        return (cont * e, cont * other * e if p.batch > 1 else 0)
+
     atom_a, atom_b = _smem_atoms(c)
     for name, atom, bits, mn in (("A", atom_a, c.bits_a, p.m), ("B", atom_b, c.bits_b, p.n)):
         tile_mn = c.tm if name == "A" else c.tn
         k_major = atom.major == "K"
         dims = (p.k, mn, p.batch) if k_major else (mn, p.k, p.batch)
-        box = (atom.contiguous_elems(bits), tile_mn if k_major else c.tk, 1)
-        out[name] = (bits, dims, box, atom.swizzle)
+        box = [atom.contiguous_elems(bits), tile_mn if k_major else c.tk, 1]
+        copy, mcast = (c.config.tma_a, c.cn) if name == "A" else (c.config.tma_b, c.cm)
+        if copy == "tma_multicast" and mcast > 1:
+            from .mbarrier import multicast_split
+            box, _ = multicast_split(box, mcast)       # each CTA's descriptor covers its slice
+        out[name] = (_TMA_TYPE[bits], dims, strides(dims[0], dims[1], bits // 8), tuple(box), atom.swizzle)
     plan = c.epi_plan
     if plan is not None:
         em, en = plan.tile
         row = p.layout_c == "row"
         dims = (p.n, p.m, p.batch) if row else (p.m, p.n, p.batch)
-        for name, bits, swz in (("C", c.bits_c, plan.swizzle_c), ("D", c.bits_d, plan.swizzle_d)):
+        for name, dt, bits, swz in (("C", p.dtype_c, c.bits_c, plan.swizzle_c), ("D", p.dtype_d, c.bits_d, plan.swizzle_d)):
             if bits:
                 width = _SWIZZLE_BYTES[swz] * 8 // bits
-                out[name] = (bits, dims, (min(width, en if row else em), em if row else en, 1), swz)
+                box = (min(width, en if row else em), em if row else en, 1)
+                out[name] = (_EPI_TMA_TYPE[dt], dims, strides(dims[0], dims[1], bits // 8), box, swz)
     c.__dict__["_tensor_map_keys"] = out
     return out
 
 
 _SWIZZLE_BYTES = {"SW128": 128, "SW64": 64, "SW32": 32, "INTER": 16}
+# The epilogue encodes C and D with their own types (sm90_epilogue_tma_warpspecialized.hpp TmaElementC/D).
+_EPI_TMA_TYPE = {"bf16": "BFLOAT16", "f16": "FLOAT16", "f32": "FLOAT32"}
 
 
-def tensor_map_of(bits: int, dims: tuple, box: tuple, swizzle: str):
+def tensor_map_of(data_type: str, dims: tuple, strides: tuple, box: tuple, swizzle: str):
     """The ``TensorMap`` record (legality/tensor_map.py) of one operand descriptor."""
     from .tensor_map import TensorMap
-    e = bits // 8
-    cont, other, batch = dims
-    return TensorMap(data_type="CU_TENSOR_MAP_DATA_TYPE_" + _TMA_TYPE[bits], global_dim=dims,
-                     global_strides=(cont * e, cont * other * e), box_dim=box, swizzle=_SWIZZLE[swizzle],
-                     l2_promotion="L2_128B", oob_fill="NONE")
+    return TensorMap(data_type="CU_TENSOR_MAP_DATA_TYPE_" + data_type, global_dim=dims, global_strides=strides,
+                     box_dim=box, swizzle=_SWIZZLE[swizzle], l2_promotion="L2_128B", oob_fill="NONE")
 
 
 @lru_cache(maxsize=8192)

@@ -18,19 +18,20 @@ TX_COUNT_MAX = 2**20 - 1        # tx-count range (C02)
 ARRIVAL_COUNT_MAX = 2**20 - 1   # mbarrier.init count range (C02)
 
 
-def _multicast_split(box: list[int], multicast: int) -> str | None:
+def multicast_split(box: list[int], multicast: int) -> tuple[list[int], str | None]:
     """CuTe's multicast box split (copy_traits_sm90_tma.hpp:990-995): from the outermost box mode
-    inward, each mode must divide or be divided by what is left of the multicast count."""
+    inward, each mode is divided by what is left of the multicast count; every step must be exact
+    (mode divides the count or the count divides the mode). Returns (per-CTA box, error or None)."""
     box = list(box)
     for i in range(len(box) - 1, -1, -1):
         if multicast <= 1:
-            return None
+            break
         if box[i] % multicast and multicast % box[i]:
-            return f"box mode {i} of extent {box[i]} and multicast {multicast} divide neither way"
+            return box, f"box mode {i} of extent {box[i]} and multicast {multicast} divide neither way"
         new = -(-multicast // box[i])
         box[i] = -(-box[i] // multicast)
         multicast = new
-    return None if multicast <= 1 else f"multicast {multicast} left after splitting every box mode"
+    return box, (None if multicast <= 1 else f"multicast {multicast} left after splitting every box mode")
 
 
 @_rule("MBAR-TX-COUNT-RANGE", rulebook="C02/C06", source=f"{_PTX}.2 (tx-count in ±(2^20-1)); "
@@ -68,7 +69,7 @@ def _multicast_bytes(c):
     for name, copy, mcast in (("a", c.config.tma_a, c.cn), ("b", c.config.tma_b, c.cm)):
         if copy != "tma_multicast" or mcast <= 1:
             continue
-        why = _multicast_split(c.operand_box(name), mcast)
+        _, why = multicast_split(c.operand_box(name), mcast)
         if why:
             return (f"operand {name.upper()} multicast over {mcast} CTAs: {why} "
                     f"(box {c.operand_box(name)}); the barrier would never see its bytes")
