@@ -146,7 +146,7 @@ VAL_DEADLINE=$(( VALIDATE_END_S - $(elapsed) ))
 VAL_DIRS=()
 for d in "$KERNELS" "$BASELINES"; do [ -d "$d" ] && VAL_DIRS+=("$d"); done
 if [ ${#VAL_DIRS[@]} -gt 0 ]; then
-  "$PY" -m cutegen.commands.validate "${VAL_DIRS[@]}" --quiet --timeout 30 --deadline "$VAL_DEADLINE" \
+  "$PY" -m cutegen.commands.validate "${VAL_DIRS[@]}" --quiet --timeout 45 --workers 3 --deadline "$VAL_DEADLINE" \
       --json "$OUT/validate.json"
   echo "validate exit code $?"
 else

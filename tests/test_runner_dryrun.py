@@ -178,3 +178,11 @@ def test_bench_end_to_end_writes_a_valid_results_file(tmp_path, cpu_env):
     assert by["missing"]["results"]["cutegen"]["status"] == "missing"
     assert doc["summary"]["not_measured"] == ["missing"] and rc == 1
     assert doc["summary"]["vs_cublas"]["n"] == 2
+
+
+def test_validate_with_several_workers_keeps_every_kernel_in_order(tmp_path, cpu_env):
+    dirs = [build_fake(tmp_path / f"k{i}", p) for i, p in enumerate([TN, NT, TN])]
+    rc = V.main([str(d) for d in dirs] + ["--workers", "2", "--no-probes", "--json", str(tmp_path / "v.json"), "-q"])
+    report = json.loads((tmp_path / "v.json").read_text())
+    assert rc == 0 and [k["directory"].split("/")[-1] for k in report["kernels"]] == ["k0", "k1", "k2"]
+    assert all(k["verdict"] == "pass" and len(k["cases"]) == 5 for k in report["kernels"])

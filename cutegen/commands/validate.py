@@ -43,6 +43,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="seconds one launch (with its reference) may take before it counts as a hang [60]")
     p.add_argument("--startup-timeout", type=float, default=180.0,
                    help="seconds a worker child may take to import torch and create its CUDA context [180]")
+    p.add_argument("--workers", type=int, default=1,
+                   help="kernels validated at once, each in its own child process on the one GPU [1]")
     p.add_argument("--fresh-child", action="store_true",
                    help="a new child process for every kernel (default: one child, replaced after a hang or fault)")
     p.add_argument("--seed", type=int, default=0, help="varies the random inputs [0]")
@@ -61,6 +63,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.workers < 1:
+        raise CutegenError(f"--workers: {args.workers} is below 1")
     kernels, unusable = R.discover_kernels(args.kernels)
     shapes = [R.parse_shape(s) for s in args.shapes]
     tools = [t.strip() for t in args.sanitize_tools.split(",") if t.strip()]
@@ -99,23 +103,41 @@ def _new_worker(args) -> R.Worker:
 
 
 def validate_kernels(kernels, shapes, args, say, t_start) -> list[dict]:
-    results = []
-    worker = _new_worker(args)
-    try:
-        for info in kernels:
-            if args.deadline and time.monotonic() - t_start > args.deadline:
-                results.append(_kernel_record(info, [], "skipped", f"deadline of {args.deadline:g} s reached"))
-                say(f"SKIP  {info.label}: deadline reached")
-                continue
-            if args.fresh_child:
-                worker.close()
-                worker = _new_worker(args)
-            results.append(validate_one(worker, info, shapes, args, say))
-            if worker.init_reply is not None and worker.init_reply.ok:
-                _LAST_DEVICE["info"] = worker.init_reply.value
-    finally:
-        worker.close()
-    return results
+    """Every kernel, on ``args.workers`` worker children at once (each kernel on one of them)."""
+    import queue
+    import threading
+    todo: "queue.Queue[tuple[int, R.KernelInfo]]" = queue.Queue()
+    for item in enumerate(kernels):
+        todo.put(item)
+    results: list[dict | None] = [None] * len(kernels)
+
+    def drain():
+        worker = _new_worker(args)
+        try:
+            while True:
+                try:
+                    i, info = todo.get_nowait()
+                except queue.Empty:
+                    return
+                if args.deadline and time.monotonic() - t_start > args.deadline:
+                    results[i] = _kernel_record(info, [], "skipped", f"deadline of {args.deadline:g} s reached")
+                    say(f"SKIP  {info.label}: deadline reached")
+                    continue
+                if args.fresh_child:
+                    worker.close()
+                    worker = _new_worker(args)
+                results[i] = validate_one(worker, info, shapes, args, say)
+                if worker.init_reply is not None and worker.init_reply.ok:
+                    _LAST_DEVICE["info"] = worker.init_reply.value
+        finally:
+            worker.close()
+
+    threads = [threading.Thread(target=drain, daemon=True) for _ in range(max(1, min(args.workers, len(kernels))))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return [r for r in results if r is not None]
 
 
 def _kernel_record(info: R.KernelInfo, cases: list, verdict: str, reason: str = "") -> dict:
