@@ -227,3 +227,42 @@ def gmma_atom_modes(major: str, swizzle_bytes: int, elem_bits: int) -> tuple[tup
     bits = {16: 0, 32: 1, 64: 2, 128: 3}[swizzle_bytes]
     modes = [(8, t), (t, 1)] if major == "K" else [(t, 1), (8, t)]
     return (bits, base, 3), modes
+
+
+def smem_layout(major: str, swizzle_bytes: int, elem_bits: int, mn: int, k: int, stages: int) -> dict:
+    """The shared-memory layout of one operand, derived in the e-graph from its GMMA atom.
+
+    ``TileToShape(GmmaAtom(major, swizzle, base), MN, K, stages)`` is rewritten to its explicit
+    ``Swz(b, base, 3, 0, modes)`` form; from the modes follow the TMA box (the atom's contiguous
+    extent by the tile's other extent) and the WGMMA descriptor's layout type.
+    """
+    (bits, base, shift), _ = gmma_atom_modes(major, swizzle_bytes, elem_bits)
+    code = 0 if major == "K" else 1
+    with Egg(LAYOUT_SORTS + LAYOUT_RULES) as egg:
+        egg.run(f"(let $smem (TileToShape (GmmaAtom {code} {bits} {base}) {mn} {k} {stages}))"
+                "(run-schedule (saturate (run layout)))")
+        text = egg.extract("$smem")
+    t = swizzle_bytes * 8 // elem_bits
+    box = (min(t, k), mn) if major == "K" else (min(t, mn), k)
+    return {
+        "term": f"TileToShape(GmmaAtom({major}, SW{swizzle_bytes}), {mn}, {k}, {stages})",
+        "layout": text,
+        "swizzle": f"Swizzle<{bits},{base},{shift}> (element offsets)",
+        "tma_box": box,
+        "wgmma_layout_type": {128: "B128", 64: "B64", 32: "B32", 16: "INTERLEAVE"}[swizzle_bytes],
+    }
+
+
+def parse_swlayout(text: str):
+    """(swizzle (b, m, s), offset, modes) from an extracted ``(Swz b m s off (MCons ...))`` term."""
+    toks = text.replace("(", " ( ").replace(")", " ) ").split()
+    nums = [int(x) for x in toks if x.lstrip("-").isdigit()]
+    if text.startswith("(Plain"):          # a zero-bit swizzle is the identity
+        b, m, s, off = 0, 0, 0, nums[0]
+        rest = nums[1:]
+    elif text.startswith("(Swz"):
+        b, m, s, off = nums[:4]
+        rest = nums[4:]
+    else:
+        raise ValueError(f"not an explicit swizzled layout: {text}")
+    return (b, m, s), off, [(rest[i], rest[i + 1]) for i in range(0, len(rest), 2)]

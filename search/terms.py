@@ -8,7 +8,8 @@ Two families of terms share one e-graph:
   walks. ``SwLayout`` is pycute's ``ComposedLayout(Swizzle(b, m, s), offset, layout)``; a GMMA
   shared-memory atom tiled to (MN, K, stages) is ``TileToShape``. Operations (composition,
   complement, logical_divide, append) are constructors whose rewrites compute them, so each
-  operation's result is an equal form in the same e-class.
+  operation's result is an equal form in the same e-class. Operation constructors cost 1000 so
+  extraction prefers the explicit (MCons / Swz) forms the operations rewrite to.
 
 * Kernel choices. A CTA tile, its forms as WGMMA instruction x warpgroup repeats and as a
   cluster tile split across CTAs, a cluster, a mainloop policy (schedule, epilogue, scheduler,
@@ -18,25 +19,25 @@ Two families of terms share one e-graph:
 
 LAYOUT_SORTS = """
 (datatype CModes (CNil) (CCons i64 i64 CModes))
-(datatype SModes (SNil) (SCons i64 i64 SModes) (Ins i64 i64 SModes) (SortC CModes))
+(datatype SModes (SNil) (SCons i64 i64 SModes) (Ins i64 i64 SModes :cost 1000) (SortC CModes :cost 1000))
 (datatype Modes
   (MNil)
   (MCons i64 i64 Modes)
-  (App Modes Modes)
-  (OfC CModes)
-  (Coalesce Modes)
-  (Comp CModes Modes)
-  (Comp1 CModes i64 i64)
-  (Compose Modes Modes)
-  (Complement Modes i64)
-  (CompS SModes i64 i64)
-  (LDivide Modes Modes))
+  (App Modes Modes :cost 1000)
+  (OfC CModes :cost 1000)
+  (Coalesce Modes :cost 1000)
+  (Comp CModes Modes :cost 1000)
+  (Comp1 CModes i64 i64 :cost 1000)
+  (Compose Modes Modes :cost 1000)
+  (Complement Modes i64 :cost 1000)
+  (CompS SModes i64 i64 :cost 1000)
+  (LDivide Modes Modes :cost 1000))
 (datatype SwLayout
   (Swz i64 i64 i64 i64 Modes)
   (Plain i64 Modes)
-  (SwCompose SwLayout Modes)
-  (GmmaAtom i64 i64 i64)
-  (TileToShape SwLayout i64 i64 i64))
+  (SwCompose SwLayout Modes :cost 1000)
+  (GmmaAtom i64 i64 i64 :cost 1000)
+  (TileToShape SwLayout i64 i64 i64 :cost 1000))
 (function canon (Modes) CModes :merge old)  ; every node of a class folds to the same form (tests check it)
 (function msize (Modes) i64 :no-merge)
 """

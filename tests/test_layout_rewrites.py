@@ -67,6 +67,28 @@ def test_equal_forms_and_coalesce_match_pycute():
         want = [] if co.shape == 1 else flat_modes(co)
         assert got == want, (m, got, co)
     assert multi > N // 5  # the rewrites really produced alternative forms
+    # canon is merged with "keep the first" in the e-graph: check every e-node folds to its class's canon
+    def as_list(c):
+        out = []
+        while c not in b._cnil:
+            s, d, c = b._ccons[c]
+            out.append((s, d))
+        return out
+
+    def fold(s, d, lst):
+        if s == 1:
+            return lst
+        if lst and lst[0][1] == s * d:
+            return [(s * lst[0][0], d)] + lst[1:]
+        return [(s, d)] + lst
+
+    nodes = 0
+    for cls, conses in b._mcons.items():
+        for s, d, tail in conses:
+            if cls in b._canon and tail in b._canon:
+                assert fold(s, d, as_list(b._canon[tail])) == as_list(b._canon[cls])
+                nodes += 1
+    assert nodes > N
     b.close()
 
 
@@ -156,3 +178,86 @@ def test_logical_divide_matches_pycute():
     for want, n, rid in cases:
         assert_forms(b, rid, want, n)
     b.close()
+
+
+def test_tile_to_shape_of_gmma_atoms_matches_pycute_blocked_product():
+    """tile_to_shape(atom, (MN, K, stages)) = blocked product of the atom with a column-major grid."""
+    from cutegen.search.layout_rewrites import parse_swlayout, smem_layout
+
+    rng = random.Random(5)
+    checked = 0
+    combos = [(maj, sw, bits) for maj in ("K", "MN") for sw in (16, 32, 64, 128) for bits in (8, 16, 32)]
+    for major, swz, bits in combos:
+        (b, base, sh), atom = gmma_atom_modes(major, swz, bits)
+        t = swz * 8 // bits
+        mn = (t if major == "MN" else 8) * rng.choice([1, 2, 4])
+        k = (t if major == "K" else 8) * rng.choice([1, 2])
+        stages = rng.choice([1, 2, 3])
+        got = smem_layout(major, swz, bits, mn, k, stages)
+        (gb, gm, gs), off, modes = parse_swlayout(got["layout"])
+        assert off == 0 and (gb == b == 0 or (gb, gm, gs) == (b, base, sh))
+        # reference: pycute logical_product of the atom with the tile grid, zipped mode by mode
+        a0, a1 = atom
+        grid = pycute.Layout((mn // a0[0], k // a1[0], stages))
+        prod = pycute.logical_product(pyc(atom), grid)
+        rest = flat_modes(prod[1])
+        ref = [a0, rest[0], a1, rest[1], rest[2]]
+        sw = pycute.Swizzle(b, base, sh)
+        n = size(ref)
+        assert n == mn * k * stages
+        want = [sw(evaluate(ref, i)) for i in range(n)]
+        assert [sw(evaluate(modes, i)) for i in range(n)] == want, (major, swz, bits)
+        checked += 1
+    assert checked == len(combos)
+
+
+def test_swizzle_rewrites_match_pycute_composed_layouts():
+    """Swz(0,..) is the identity functor; a swizzle commutes out of a composition (1,000 cases)."""
+    from cutegen.search.egg import Egg
+    from cutegen.search.layout_rewrites import LAYOUT_RULES, LAYOUT_SORTS, parse_swlayout
+
+    rng = random.Random(6)
+    cases = []
+    while len(cases) < N:
+        a, bm, _ = rand_composable(rng)
+        try:
+            comp = pycute.composition(pyc(a), pyc(bm))
+        except AssertionError:
+            continue
+        ca = pycute.coalesce(pyc(a))
+        n = size(bm)
+        truth = [evaluate(bm, i) for i in range(n)]
+        if any(v >= pycute.size(ca) for v in truth) or fn(comp, n) != [ca(v) for v in truth]:
+            continue
+        bits = rng.choice([0, 1, 2, 3])
+        cases.append((a, bm, (bits, rng.choice([0, 1, 2, 3, 4]), 3), comp))
+
+    def mk(modes):
+        out = "(MNil)"
+        for s, d in reversed(modes):
+            out = f"(MCons {s} {d} {out})"
+        return out
+
+    # small e-graphs: every top-level egglog command costs time proportional to what came before
+    for lo in range(0, len(cases), 50):
+        chunk = cases[lo:lo + 50]
+        lets = "".join(f"(let $c{i} (SwCompose (Swz {sw[0]} {sw[1]} {sw[2]} 0 {mk(a)}) {mk(bm)}))\n"
+                       for i, (a, bm, sw, _) in enumerate(chunk))
+        with Egg(LAYOUT_SORTS + LAYOUT_RULES) as egg:
+            egg.run(lets + "(run-schedule (repeat 64 (run layout)))")
+            for i, (a, bm, sw, comp) in enumerate(chunk):
+                check_swizzled(egg.extract(f"$c{i}"), bm, sw, comp)
+
+
+def check_swizzled(text, bm, sw, comp):
+    from cutegen.search.layout_rewrites import parse_swlayout
+
+    n = size(bm)
+    ref = pycute.ComposedLayout(pycute.Swizzle(*sw), 0, comp)
+    (b, m, s), off, modes = parse_swlayout(text)
+    if sw[0] == 0:
+        assert text.startswith("(Plain 0"), text   # a zero-bit swizzle rewrote to the identity
+        assert [evaluate(modes, j) for j in range(n)] == [ref(j) for j in range(n)]
+    else:
+        got = pycute.ComposedLayout(pycute.Swizzle(b, m, s), off, pyc(modes) if modes else pycute.Layout(1, 0))
+        assert [got(j) for j in range(n)] == [ref(j) for j in range(n)], (bm, sw, text)
