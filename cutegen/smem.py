@@ -21,6 +21,7 @@ Every number here was compared with nvcc's own ``sizeof`` on the rows of
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from .dtypes import DTYPES
 
@@ -356,3 +357,17 @@ def stage_slice_error(swizzle: str, sliced: list, diced: list, static_coord: boo
     except LayoutAlgebraError as e:
         return str(e)
     return None
+
+
+@lru_cache(maxsize=16384)
+def stage_slice_check(major: str, swizzle: str, bits: int, mn: int, k: int, stages: int, mn_first: bool,
+                      static_coord: bool) -> str | None:
+    """stage_layout + stage_slice_error for one smem layout, cached (a search asks about the same
+    few layouts over and over). None when the slice compiles or the atom does not tile the extent
+    (another rule reports that)."""
+    from .config import SmemAtom
+    try:
+        sliced, diced = stage_layout(SmemAtom(major, swizzle), bits, mn, k, stages, mn_first)
+    except LayoutAlgebraError:
+        return None
+    return stage_slice_error(swizzle, sliced, diced, static_coord)

@@ -141,6 +141,17 @@ def evaluate_config(ctx: ConfigContext) -> list[Violation]:
     return evaluate_all(CONFIG_RULESETS, ctx)
 
 
+def first_violation(ctx: ConfigContext) -> Violation | None:
+    """The first enforced rule the context breaks (cheap pruning for a search), or None if legal."""
+    for rs in CONFIG_RULESETS:
+        for r in rs.rules:
+            if r.enforced:
+                v = r.evaluate(ctx)
+                if v is not None:
+                    return v
+    return None
+
+
 @dataclass
 class ConfigReport:
     legal: bool
@@ -170,5 +181,6 @@ def check_config(problem: GemmProblem, config: KernelConfig) -> ConfigReport:
                         ctx.smem_bytes)
 
 
-__all__ = ["CONFIG_RULESETS", "ConfigContext", "ConfigReport", "check_config", "evaluate_config", "all_rules",
+__all__ = ["CONFIG_RULESETS", "ConfigContext", "ConfigReport", "check_config", "evaluate_config", "first_violation",
+           "all_rules",
            "Rule", "RuleSet", "Violation"]

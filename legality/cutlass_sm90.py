@@ -170,30 +170,20 @@ def _stage_slice(c):
     from cutegen import smem
     atom_a, atom_b = _smem_atoms(c)
     for name, atom, bits, mn in (("A", atom_a, c.bits_a, c.tm), ("B", atom_b, c.bits_b, c.tn)):
-        try:
-            sliced, diced = smem.stage_layout(atom, bits, mn, c.tk, c.stages, mn_first=atom.major == "K")
-        except smem.LayoutAlgebraError:
-            continue                      # the atom does not tile the operand: WGMMA-SMEM-ATOM-DIVIDES
-        why = smem.stage_slice_error(atom.swizzle, sliced, diced, static_coord=True)
+        why = smem.stage_slice_check(atom.major, atom.swizzle, bits, mn, c.tk, c.stages, atom.major == "K", True)
         if why:
             return f"{name} smem {atom} {mn}x{c.tk}x{c.stages} stages: {why}"
     plan = c.epi_plan
     if plan is not None:
-        from cutegen.config import SmemAtom
         em, en = plan.tile
         row = c.problem.layout_c == "row"
         d_stages = plan.stages_c if plan.reuse_smem_c else plan.stages_d
         for name, bits, swz, stages in (("C", c.bits_c, plan.swizzle_c, plan.stages_c), ("D", c.bits_d, plan.swizzle_d, d_stages)):
             if not bits:
                 continue
-            atom = SmemAtom("K" if row else "MN", swz)
-            try:
-                sliced, diced = smem.stage_layout(atom, bits, em, en, stages, mn_first=row)
-            except smem.LayoutAlgebraError:
-                continue
-            why = smem.stage_slice_error(swz, sliced, diced, static_coord=False)
+            why = smem.stage_slice_check("K" if row else "MN", swz, bits, em, en, stages, row, False)
             if why:
-                return f"{name} epilogue smem {atom} {em}x{en}x{stages} stages: {why}"
+                return f"{name} epilogue smem {'K' if row else 'MN'}_{swz} {em}x{en}x{stages} stages: {why}"
     return None
 
 

@@ -354,3 +354,14 @@ def test_epilogue_fragment():
     assert "SM90-EPILOGUE-FRAGMENT" in ids(epilogue_tile=(64, 48), **pp)       # 24
     assert "SM90-EPILOGUE-FRAGMENT" not in ids(epilogue_tile=(64, 32), **pp)   # 16
     assert "SM90-EPILOGUE-FRAGMENT" not in ids(nt, tile_shape=(128, 24, 64), epilogue_schedule="no_smem")
+
+
+def test_first_violation_agrees_with_full_evaluation():
+    from cutegen.legality import first_violation
+    for cfg in (dict(), dict(stages=7), dict(cluster_shape=(3, 1, 1)), dict(tile_shape=(64, 128, 64))):
+        ctx = base_ctx(**cfg)
+        enforced = [v for v in evaluate_config(ctx) if v.enforced]
+        first = first_violation(ctx)
+        assert (first is None) == (not enforced)
+        if first is not None:
+            assert first.rule_id == enforced[0].rule_id
