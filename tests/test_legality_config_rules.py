@@ -368,3 +368,12 @@ def test_first_violation_agrees_with_full_evaluation():
         assert (first is None) == (not enforced)
         if first is not None:
             assert first.rule_id == enforced[0].rule_id
+
+
+def test_descriptor_c_both_sides():
+    # f32 C, N = 4098: 16,392-byte rows are not a multiple of 16; N = 4100: 16,400 bytes are
+    assert "SM90-TMA-DESCRIPTOR-C" in ids({"n": 4098, "dtype_c": "f32", "dtype_d": "f32"})
+    assert "SM90-TMA-DESCRIPTOR-C" not in ids({"n": 4100, "dtype_c": "f32", "dtype_d": "f32"})
+    # no C tensor map at all for void C or the no-smem epilogue
+    assert "SM90-TMA-DESCRIPTOR-C" not in ids({"n": 4098, "dtype_c": "void", "dtype_d": "f32"})
+    assert "SM90-TMA-DESCRIPTOR-C" not in ids({"n": 4098, "dtype_c": "f32", "dtype_d": "f32"}, epilogue_schedule="no_smem")
