@@ -247,16 +247,18 @@ def _address_align(t: TensorMap):
     return None
 
 
-# Not in any document. Sweep 1: 0x7F0000008D00 accepted, 2^63, 2^64-32 and 2^64-16 rejected
-# (otherwise legal maps). Sweep 2 places the bound exactly.
-GLOBAL_ADDRESS_LIMIT = 2**63
+# Not in any document: the driver takes global addresses below 2^57 only (a 57-bit virtual
+# address). Sweep 2 (H200): 2^k-32, 2^k-16, 2^k, 2^k+16, 2^k+32 for k = 40..64 and canonical-high
+# addresses, each with a 16-B and a ~2^52-B tensor: everything up to 2^57-16 accepted, everything
+# from 2^57 rejected, whatever the tensor's extent (the end of the tensor is not checked).
+GLOBAL_ADDRESS_LIMIT = 2**57
 
 
 @_rule("TMA-GLOBAL-ADDRESS-MAX", rulebook="A06", source="EMP H200 driver 580.159.04, oracle sweeps 1-2",
-       summary="global_address < GLOBAL_ADDRESS_LIMIT")
+       summary="global_address < 2^57")
 def _address_max(t: TensorMap):
     if t.global_address is not None and t.global_address >= GLOBAL_ADDRESS_LIMIT:
-        return f"global_address={t.global_address:#x} is not below {GLOBAL_ADDRESS_LIMIT:#x}"
+        return f"global_address={t.global_address:#x} is not below 2^57 ({GLOBAL_ADDRESS_LIMIT:#x})"
     return None
 
 

@@ -257,7 +257,9 @@ def test_global_address_upper_bound():
     from cutegen.legality.tensor_map import GLOBAL_ADDRESS_LIMIT
     assert ids(dict(BASE, global_address=GLOBAL_ADDRESS_LIMIT - 16)) == set()
     assert ids(dict(BASE, global_address=GLOBAL_ADDRESS_LIMIT)) == {"TMA-GLOBAL-ADDRESS-MAX"}
-    # Observed on the H200: a typical device address and 0 are taken, 2^63 is not.
+    # Observed on the H200: 0, a typical device address and 2^57-16 are taken; 2^57 and 2^63 are not.
+    assert GLOBAL_ADDRESS_LIMIT == 2**57
+    assert ids(dict(BASE, global_address=2**57 - 16)) == set()
     assert ids(dict(BASE, global_address=0x7F0000008D00)) == set()
     assert ids(dict(BASE, global_address=0)) == set()
     assert "TMA-GLOBAL-ADDRESS-MAX" in ids(dict(BASE, global_address=2**63))
