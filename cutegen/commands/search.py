@@ -1,0 +1,145 @@
+"""``cutegen search``: the legality-aware e-graph search for one GEMM problem."""
+from __future__ import annotations
+
+import json
+import sys
+
+from cutegen.errors import FieldError
+
+HELP = "search the legal Hopper kernel configurations of a GEMM problem and rank them by cost"
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--m", type=int, required=True)
+    p.add_argument("--n", type=int, required=True)
+    p.add_argument("--k", type=int, required=True)
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--dtype", default="bf16", help="input type of A and B: bf16 f16 tf32 e4m3 e5m2")
+    p.add_argument("--dtype-c", default=None, help="C type (f32 bf16 f16 void); default follows --dtype")
+    p.add_argument("--dtype-d", default=None, help="D type (f32 bf16 f16); default follows --dtype")
+    p.add_argument("--layout", default="tn", help="tn nt nn tt (A then B; t = row-major)")
+    p.add_argument("--top-k", type=int, default=5)
+    p.add_argument("--explain", action="store_true", help="rewrite chain, cost breakdown, why runners-up lose")
+    p.add_argument("--json", action="store_true", help="one JSON object on stdout")
+
+
+def problem_from_args(args):
+    from cutegen.problem import GemmProblem
+
+    data = {"m": args.m, "n": args.n, "k": args.k, "batch": args.batch, "dtype": args.dtype, "layout": args.layout}
+    if args.dtype_c is not None:
+        data["dtype_c"] = args.dtype_c
+    if args.dtype_d is not None:
+        data["dtype_d"] = args.dtype_d
+    return GemmProblem.from_dict(data, where="problem")
+
+
+def run(args) -> int:
+    from cutegen.search import search
+
+    if args.top_k < 1 or args.top_k > 100:
+        raise FieldError("top_k", f"expected 1 to 100, got {args.top_k}")
+    problem = problem_from_args(args)
+    result = search(problem, top_k=args.top_k, explain=args.explain)
+    if not result.ranked:
+        raise FieldError("problem", f"no legal configuration found for {problem.name}; rules that pruned: "
+                         + ", ".join(f"{k} x{v}" for k, v in sorted(result.pruned_by_rule.items())))
+    if args.json:
+        out = result.to_dict()
+        if args.explain:
+            out["explain"] = explain_dict(result)
+        json.dump(out, sys.stdout, sort_keys=True)
+        sys.stdout.write("\n")
+        return 0
+    print(f"problem {problem.name}: {result.candidates_total} reachable candidates, "
+          f"{result.candidates_judged} judged by the rules, {result.candidates_legal} legal; "
+          f"e-graph {result.egraph_nodes} nodes / {result.egraph_classes} classes, "
+          f"{result.iterations} iterations, {result.search_seconds:.3f} s")
+    for i, r in enumerate(result.ranked):
+        print(f"  {i + 1}. {r.config.short_name():44s} {r.cost:10.2f} us  "
+              f"{r.breakdown['predicted_tflops']:7.1f} TFLOP/s (predicted)")
+    if result.pruned_by_rule:
+        print("pruned by rule: " + ", ".join(f"{k}={v}" for k, v in sorted(result.pruned_by_rule.items())))
+    if args.explain:
+        print_explain(result)
+    return 0
+
+
+def _why_more(best: dict, other: dict) -> list[str]:
+    """The cost terms in which a runner-up is worse than the winner, largest first."""
+    keys = ("waves", "mma_us_per_kblock", "load_us_per_kblock", "pipeline_us_per_kblock", "epilogue_us_per_tile",
+            "kblocks", "ragged_waste", "instruction_efficiency", "accumulator_registers", "active_ctas", "mainloop_us")
+    out = []
+    for k in keys:
+        a, b = best.get(k), other.get(k)
+        if a is None or b is None or a == b:
+            continue
+        out.append(f"{k} {a:g} -> {b:g}")
+    return out
+
+
+def explain_dict(result) -> dict:
+    from cutegen.dtypes import DTYPES
+    from cutegen.search.layout_rewrites import smem_layout
+
+    best = result.ranked[0]
+    cfg, p = best.config, result.problem
+    tm, tn, tk = cfg.tile_shape
+    st = cfg.stages
+    layouts = {}
+    for op, atom, mn, dt in (("A", cfg.smem_layout_a, tm, p.dtype_a), ("B", cfg.smem_layout_b, tn, p.dtype_b)):
+        lay = smem_layout(atom.major, atom.swizzle_bytes, DTYPES[dt].bits, mn, tk, st)
+        lay["cute"] = cute_text(lay["layout"])
+        layouts[op] = lay
+    chain = ["Gemm(problem) = Impl(K(tile, cluster, policy, raster, swizzle))  [kernels of one GEMM]"]
+    cm, cn = cfg.cluster_shape[:2]
+    chain += [f"tile = {form}" for form in best.chain
+              if not form.startswith("ClusterSplit") or form.endswith(f", {cm}, {cn})")]
+    chain.append(f"Pol({cfg.mainloop_schedule}, {cfg.epilogue_schedule}, {cfg.tile_scheduler}, auto) = "
+                 f"Pol(..., {st})  [StageCountAutoCarveout]")
+    runners = [{"config": r.config.short_name(), "cost": round(r.cost, 3), "delta_us": round(r.cost - best.cost, 3),
+                "worse_in": _why_more(best.breakdown, r.breakdown)} for r in result.ranked[1:]]
+    rejected = [{"config": KernelConfigName(x["config"]), "rules": x["rules"], "reasons": x["reasons"]}
+                for x in result.rejected[:8]]
+    return {"chosen": cfg.short_name(), "rewrite_chain": chain, "smem_layouts": layouts,
+            "cost_breakdown": best.breakdown, "runners_up": runners, "rejected_near_top": rejected}
+
+
+def cute_text(term: str) -> str:
+    """``Sw<b,m,s> o (shapes):(strides)`` for an extracted swizzled layout term."""
+    from cutegen.search.layout_rewrites import parse_swlayout
+
+    (b, m, s), off, modes = parse_swlayout(term)
+    shapes = ",".join(str(x) for x, _ in modes)
+    strides = ",".join(str(d) for _, d in modes)
+    lay = f"({shapes}):({strides})"
+    return f"Sw<{b},{m},{s}> o {lay}" if b else (f"{off} + {lay}" if off else lay)
+
+
+def KernelConfigName(d: dict) -> str:  # noqa: N802 - reads as a constructor of a name
+    from cutegen.config import KernelConfig
+
+    return KernelConfig.from_dict(d).short_name()
+
+
+def print_explain(result) -> None:
+    e = explain_dict(result)
+    print(f"\nchosen: {e['chosen']}")
+    print("rewrite chain:")
+    for line in e["rewrite_chain"]:
+        print(f"  {line}")
+    print("shared-memory layouts (tile_to_shape rewritten to CuTe form):")
+    for op, lay in e["smem_layouts"].items():
+        print(f"  {op}: {lay['term']} = {lay['cute']}")
+        print(f"     {lay['swizzle']}, TMA box {lay['tma_box']}, WGMMA descriptor layout {lay['wgmma_layout_type']}")
+    print("cost breakdown:")
+    for k, v in e["cost_breakdown"].items():
+        print(f"  {k:26s} {v}")
+    print("runners-up:")
+    for r in e["runners_up"]:
+        why = "; ".join(r["worse_in"]) or "equal terms; ordered by the configuration text"
+        print(f"  {r['config']:44s} +{r['delta_us']:.3f} us: {why}")
+    if e["rejected_near_top"]:
+        print("rejected near the top (cheaper or close, but illegal):")
+        for r in e["rejected_near_top"]:
+            print(f"  {r['config']:44s} {'; '.join(r['reasons'])}")
