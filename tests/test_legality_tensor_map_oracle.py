@@ -104,3 +104,23 @@ def test_the_driver_does_not_look_at_the_allocation(sweep):
                for r in diffs)
     null = [r for r in recs if r["c_api"].startswith("CUDA_") and r["input"]["global_address"] == 0]
     assert any(r["c_api"] == "CUDA_SUCCESS" for r in null) or not null
+
+
+def test_box_limit_is_where_the_data_puts_it(sweep):
+    """Among maps that break no other enforced rule, the driver accepts exactly those whose
+    floor-counted box bytes are at most 228 KiB."""
+    from cutegen.legality.tensor_map import SMEM_BOX_LIMIT_BYTES, box_bytes_floor
+    _, recs = sweep
+    accepted, rejected = [], []
+    for r in recs:
+        if not r["c_api"].startswith("CUDA_"):
+            continue
+        tm = TensorMap.from_dict(r["input"])
+        others = [v for v in check_tensor_map(tm) if v.enforced and v.rule_id != "TMA-BOX-SMEM-BYTES"]
+        if others:
+            continue
+        (accepted if r["c_api"] == "CUDA_SUCCESS" else rejected).append(box_bytes_floor(tm))
+    assert SMEM_BOX_LIMIT_BYTES == 233472
+    assert max(accepted) <= SMEM_BOX_LIMIT_BYTES
+    if rejected:
+        assert min(rejected) > SMEM_BOX_LIMIT_BYTES
