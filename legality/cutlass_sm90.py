@@ -389,3 +389,15 @@ for _op in ("A", "B", "C", "D"):
 
 
 # --- what the H100 showed ----------------------------------------------------------------------------
+
+@_rule("SM90-STREAMK-TMA-EPILOGUE-HANG", rulebook="H", enforced=False,
+       source="rulebook H: stream-K cooperative 128x96x128, 3 stages hung on an H100 at 4096^3 (cluster 1x1, 2x2) and "
+              "2048^3 (2x2); NVIDIA/cutlass#1801, #1917 (stream-K + TMA epilogue hangs for some shapes, not with "
+              "NoSmem); the config oracle on an H200 ran the same six cases correctly",
+       summary="stream-K with a TMA epilogue has shape-dependent hangs that no document explains; flagged, "
+               "not enforced, until a GPU run with a watchdog shows which shapes hang")
+def _streamk_hang(c):
+    if c.config.tile_scheduler == "stream_k" and c.tma_epilogue:
+        return (f"stream-K with the {c.config.epilogue_schedule} epilogue: known shape-dependent hangs "
+                f"(seen on H100 at tile {c.tm}x{c.tn}x{c.tk}-like configurations; not reproduced on H200)")
+    return None

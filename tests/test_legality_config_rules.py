@@ -377,3 +377,10 @@ def test_descriptor_c_both_sides():
     # no C tensor map at all for void C or the no-smem epilogue
     assert "SM90-TMA-DESCRIPTOR-C" not in ids({"n": 4098, "dtype_c": "void", "dtype_d": "f32"})
     assert "SM90-TMA-DESCRIPTOR-C" not in ids({"n": 4098, "dtype_c": "f32", "dtype_d": "f32"}, epilogue_schedule="no_smem")
+
+
+def test_streamk_tma_epilogue_warning():
+    r = check_config(GemmProblem(**BASE_P), KernelConfig(tile_shape=(128, 96, 128), stages=3, tile_scheduler="stream_k"))
+    assert r.legal and [v.rule_id for v in r.warnings] == ["SM90-STREAMK-TMA-EPILOGUE-HANG"]
+    assert "SM90-STREAMK-TMA-EPILOGUE-HANG" not in ids(tile_scheduler="stream_k", epilogue_schedule="no_smem")
+    assert "SM90-STREAMK-TMA-EPILOGUE-HANG" not in ids()
