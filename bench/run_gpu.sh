@@ -174,7 +174,7 @@ rm -f "$OUT/build_dirs.txt" "$OUT/sanitize.txt"  # their content is in log.txt a
 import json, sys
 s = json.load(open(sys.argv[1]))["summary"]
 print(f"validate: {s['kernels']} kernels, {len(s['pass'])} pass, {len(s['fail'])} fail, {len(s['hang'])} hang, "
-      f"{len(s['crash'])} crash, {len(s['skipped'])} skipped, {s['unusable']} not built; "
+      f"{len(s['crash'])} crash, {len(s['skipped'])} skipped, {s['unusable']} unusable (not built or no manifest); "
       f"cases {s['cases_passed']}/{s['cases_run']}, probes {s['probes_agreed']}/{s['probes']}")
 for v in ("fail", "hang", "crash"):
     for k in s[v]:
