@@ -169,18 +169,34 @@ def dsl_supports(problem: GemmProblem, config: KernelConfig) -> list[str]:
 
 
 # --- rendering -------------------------------------------------------------------------------------
+def _raster_swizzle(problem: GemmProblem, config: KernelConfig) -> int:
+    """The swizzle CUTLASS actually applies for this problem: raster_swizzle is a maximum, cut down for
+    small grids (tile_scheduler_params.h get_log_swizzle_size, on the CTA-tile counts)."""
+    tm, tn, _ = config.tile_shape
+    least = min(-(-problem.m // tm), -(-problem.n // tn))
+    swz = config.raster_swizzle
+    if swz >= 8 and least >= 6:
+        return 8
+    if swz >= 4 and least >= 3:
+        return 4
+    if swz >= 2 and least >= 2:
+        return 2
+    return 1
+
+
 def _raster_along_m(problem: GemmProblem, config: KernelConfig) -> tuple[bool, str]:
     """The DSL scheduler's raster order is fixed at compile time; "heuristic" is resolved here for
-    this problem's shape as CUTLASS resolves it at run time (tile_scheduler_params.h:337-343:
-    along M when there are more N tiles than M tiles)."""
+    this problem's shape as CUTLASS resolves it at run time (tile_scheduler_params.h:337-343: along
+    M when there are more N than M cluster tiles, counted after rounding up to swizzle x cluster)."""
     if config.raster_order == "along_m":
         return True, "along_m"
     if config.raster_order == "along_n":
         return False, "along_n"
     tm, tn, _ = config.tile_shape
     cm, cn, _ = config.cluster_shape
-    tiles_m = _round_up(-(-problem.m // tm), cm) // cm
-    tiles_n = _round_up(-(-problem.n // tn), cn) // cn
+    swz = _raster_swizzle(problem, config)
+    tiles_m = _round_up(-(-problem.m // tm), swz * cm) // cm
+    tiles_n = _round_up(-(-problem.n // tn), swz * cn) // cn
     along_m = tiles_n > tiles_m
     return along_m, (f"heuristic for this problem: {tiles_m} x {tiles_n} cluster tiles -> "
                      f"{'along_m' if along_m else 'along_n'}")
@@ -254,7 +270,8 @@ def template_context(problem: GemmProblem, config: KernelConfig) -> dict[str, An
                                 if persistent else "one work tile per CTA, the grid covers every tile")
                              + ("; two consumer warpgroups on alternate tiles"
                                 if config.mainloop_schedule == "pingpong" else "")),
-        "raster_along_m": along_m, "raster_comment": raster_comment, "raster_swizzle": config.raster_swizzle,
+        "raster_along_m": along_m, "raster_comment": raster_comment, "raster_swizzle": _raster_swizzle(problem, config),
+        "max_swizzle": config.raster_swizzle,
         "epi_tma": epi is not None, "epi_tile": list(epi) if epi else [0, 0],
         "epi_stages": dsl_epilogue_stages(config, epi),
         "epilogue_schedule": config.epilogue_schedule,

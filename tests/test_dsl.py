@@ -100,6 +100,16 @@ def test_abi_shim_matches_the_c_abi():
     assert describe["config"] == cfg.to_dict() and "kDescribe[] =" in shim
 
 
+def test_swizzle_is_cut_for_small_grids_like_cutlass():
+    cfg = full(tile_shape=(128, 128, 64), cluster_shape=(1, 1, 1), raster_swizzle=8)
+    big = GemmProblem(m=768, n=8192, k=64)      # 6 x 64 CTA tiles: the full 8
+    five = GemmProblem(m=640, n=8192, k=64)     # 5 x 64: 4 (get_log_swizzle_size needs 6 for 8)
+    two = GemmProblem(m=256, n=8192, k=64)      # 2 x 64: 2
+    one = GemmProblem(m=128, n=8192, k=64)      # 1 x 64: none
+    for p, swz in ((big, 8), (five, 4), (two, 2), (one, 1)):
+        assert f"RASTER_SWIZZLE = {swz} " in dsl.render_dsl(p, cfg)
+
+
 def test_heuristic_raster_is_resolved_like_cutlass():
     tall = GemmProblem(m=8192, n=1024, k=1024)
     wide = GemmProblem(m=1024, n=8192, k=1024)
