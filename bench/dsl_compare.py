@@ -181,6 +181,7 @@ def run(args) -> int:
     summary = build([out / e["cutlass_dir"] for e in entries], jobs=args.jobs, timeout=args.build_timeout)
     cpp_builds = {str(r.name): r for r in summary.results} if hasattr(summary, "results") else {}
     device = torch.device("cuda")
+    torch.backends.cuda.matmul.allow_tf32 = False   # the float32 reference is float32
     rows = []
     for e in plan["problems"]:
         row = {"name": e["name"], "problem": e["problem"], "config": e.get("config"),
