@@ -1,4 +1,8 @@
-"""The ``cutegen`` command line: one subcommand per module of ``cutegen.commands``."""
+"""The ``cutegen`` command line: one subcommand per module of ``cutegen.commands``.
+
+Only the module of the command being run is imported, so a machine without egglog (the GPU
+machine) can still run ``cutegen build``, ``validate`` and ``bench``.
+"""
 from __future__ import annotations
 
 import argparse
@@ -9,36 +13,46 @@ from .commands import COMMANDS
 from .errors import CutegenError
 
 
-def _build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="cutegen", description=__import__("cutegen").__doc__)
-    parser.add_argument("--version", action="version", version=f"cutegen {__import__('cutegen').__version__}")
+def _load(name: str):
+    return importlib.import_module(f"cutegen.commands.{name}")
+
+
+def _add_command(sub, name: str, mod) -> None:
+    if hasattr(mod, "SUBCOMMANDS"):
+        p = sub.add_parser(name, help=mod.HELP)
+        inner = p.add_subparsers(dest="subcommand", metavar="WHAT", required=True)
+        for sname, (shelp, add, run) in mod.SUBCOMMANDS.items():
+            sp = inner.add_parser(sname, help=shelp)
+            add(sp)
+            sp.set_defaults(_run=run)
+    else:
+        p = sub.add_parser(name, help=mod.HELP)
+        mod.add_arguments(p)
+        p.set_defaults(_run=mod.run)
+
+
+def _build_parser(command: str | None) -> argparse.ArgumentParser:
+    import cutegen
+    parser = argparse.ArgumentParser(prog="cutegen", description=cutegen.__doc__)
+    parser.add_argument("--version", action="version", version=f"cutegen {cutegen.__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMANDS:
-        try:
-            mod = importlib.import_module(f"cutegen.commands.{name}")
-        except ModuleNotFoundError as e:
-            if e.name == f"cutegen.commands.{name}":
-                continue  # not built yet
-            raise
-        if hasattr(mod, "SUBCOMMANDS"):
-            p = sub.add_parser(name, help=mod.HELP)
-            inner = p.add_subparsers(dest="subcommand", metavar="WHAT", required=True)
-            for sname, (shelp, add, run) in mod.SUBCOMMANDS.items():
-                sp = inner.add_parser(sname, help=shelp)
-                add(sp)
-                sp.set_defaults(_run=run)
-        else:
-            p = sub.add_parser(name, help=mod.HELP)
-            mod.add_arguments(p)
-            p.set_defaults(_run=mod.run)
+    if command in COMMANDS:
+        _add_command(sub, command, _load(command))
+    else:  # help or an unknown word: list every command, importing what imports
+        for name in COMMANDS:
+            try:
+                _add_command(sub, name, _load(name))
+            except ImportError as e:
+                sub.add_parser(name, help=f"(unavailable here: {e})")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = _build_parser()
     if not argv:
         argv = ["generate"]  # the main job: generate a kernel for the default problem
+    command = next((a for a in argv if not a.startswith("-")), None)
+    parser = _build_parser(command)
     args = parser.parse_args(argv)
     if not getattr(args, "_run", None):
         parser.print_help()
