@@ -244,7 +244,7 @@ def _compare(torch, abi, problem, dsl_so, cpp_so, tolerance, device, args) -> di
     elif problem.activation == "gelu":
         ref = torch.nn.functional.gelu(ref)
     stream = torch.cuda.current_stream().cuda_stream
-    outs, timings = {}, {}
+    outs, timings, alive = {}, {}, []   # alive: D and workspace tensors the timed calls point into
     for name, lib in libs.items():
         d_st, d, ldd = _storage(torch, m, n, c_row, problem.dtype_d, batch, False, device)
         ws_bytes = lib.cutegen_workspace_size(m, n, k, batch)
@@ -258,6 +258,7 @@ def _compare(torch, abi, problem, dsl_so, cpp_so, tolerance, device, args) -> di
             raise RuntimeError(f"{name}: cutegen_gemm returned {status}: {lib.cutegen_last_error().decode()}")
         outs[name] = d.clone()
         timings[name] = call
+        alive += [d_st, ws]
     tol = tolerance(problem)
     errs = {name: _rel_err(torch, d, ref) for name, d in outs.items()}
     cross = _rel_err(torch, outs["dsl"], outs["cutlass"])
