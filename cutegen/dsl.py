@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import shutil
 import subprocess
@@ -63,11 +62,8 @@ def dsl_epilogue_tile(problem: GemmProblem, config: KernelConfig) -> tuple[int, 
         return None
     if config.epilogue_tile is not None:
         return tuple(config.epilogue_tile)  # type: ignore[return-value]
-    tm, tn, _ = config.tile_shape
-    if config.epilogue_schedule == "tma_warp_specialized_cooperative":
-        return (min(128, tm), math.gcd(min(32, tn), tn))
-    n_perf = 64 if DTYPES[problem.dtype_d].bits == 8 and tn % 64 == 0 else 32
-    return (min(64, tm), math.gcd(min(n_perf, tn), tn))
+    from .collective_builder import auto_epilogue_tile
+    return auto_epilogue_tile(problem, config)
 
 
 def dsl_epilogue_stages(config: KernelConfig, epi: tuple[int, int] | None) -> int:
@@ -219,11 +215,9 @@ def kernel_hash(problem: GemmProblem, config: KernelConfig) -> str:
 
 
 def describe_json(problem: GemmProblem, config: KernelConfig) -> str:
-    """cutegen_describe()'s JSON, the same shape as the C++ backend's."""
-    from . import __version__
-    return json.dumps({"backend": BACKEND, "config": config.to_dict(), "cutegen": __version__,
-                       "hash": kernel_hash(problem, config), "problem": problem.to_dict()},
-                      sort_keys=True, separators=(",", ":"))
+    """cutegen_describe()'s JSON, made as the C++ backend makes it."""
+    from .render import _describe
+    return _describe(problem, config, BACKEND, kernel_hash(problem, config))
 
 
 def template_context(problem: GemmProblem, config: KernelConfig) -> dict[str, Any]:
