@@ -11,8 +11,9 @@ Stages (each a ruleset run to saturation, so nothing blows up):
                   ones are certain (the next estimate is no cheaper than the k-th legal exact cost);
                   every judged candidate becomes a Kernel e-node of the root, its violations the
                   ``illegal`` analysis of its e-class.
-  5. extract    -- egglog's extractor with the cost model (illegal: infinite) gives the best
-                  kernel and the next k (``extract_variants`` over the root e-class).
+  5. extract    -- the costs enter egglog's dynamic cost table (``price`` ruleset; an illegal
+                  e-class is priced out by its analysis) and egglog extracts the cheapest
+                  variants of the root e-class: the best kernel and the next k.
 """
 from __future__ import annotations
 

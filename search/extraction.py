@@ -1,70 +1,61 @@
-"""Extraction: egglog's extractor over the root e-class with the analytic cost model.
+"""Extraction: egglog's own extractor over the root e-class, priced by the cost model.
 
-A ``K`` e-node costs its predicted microseconds if its e-class is legal and has been costed,
-and infinity otherwise (the ``illegal`` analysis is non-zero, or the candidate was never costed);
-``Impl`` and ``Root`` add nothing and infinity respectively. ``extract_variants`` returns the
-root's e-nodes cheapest first, which gives the best kernel and the next k. Ties are broken by the
-configuration's JSON text, so the ranking is deterministic.
+The cost model's predictions enter the e-graph as ``CostOf`` facts; the ``price`` ruleset writes
+them into egglog's dynamic cost table of ``K`` (in picoseconds), and raises every kernel whose
+``illegal`` analysis is non-zero to ``ILLEGAL_COST`` (a ``max`` merge, so nothing lowers it again).
+The root itself costs ``ILLEGAL_COST``. egglog then extracts the cheapest variants of the root
+e-class (``extract <root> n``), all in the engine. An e-node that breaks a rule is therefore never
+extracted while a legal one exists, and any extracted key that is not a costed legal candidate is
+dropped. Ties are broken by the configuration's JSON text, so the ranking is deterministic.
 """
 from __future__ import annotations
 
-import math
-
 from egglog import bindings
+
+from .egg import term_to_tree
+from .schedule_rewrites import ILLEGAL_COST
+
+
+def price(egg, costs: dict) -> None:
+    """Load the legal candidates' costs (microseconds) and run the ``price`` ruleset."""
+    rows = [(*key[0], *key[1], *key[2], 0, 1, max(1, int(round(c[0] * 1e6)))) for key, c in costs.items()]
+    egg.input("CostOf", sorted(rows))
+    egg.run("(run-schedule (saturate (run price)))")
 
 
 def extract_ranked(egg, costs: dict, top_k: int) -> list[tuple]:
     """Keys (tile, cluster, policy) of the best ``top_k`` legal kernels, cheapest first."""
-    frozen = egg.freeze().functions
-    i64 = egg.i64
-    if "K" not in frozen or not frozen["K"].rows:
-        return []
-    tiles = {r.output: tuple(i64(x) for x in r.inputs) for r in frozen["CtaTile"].rows}
-    clusters = {r.output: tuple(i64(x) for x in r.inputs) for r in frozen["Cl"].rows}
-    pols = {r.output: tuple(i64(x) for x in r.inputs) for r in frozen["Pol"].rows}
-    illegal = {r.inputs[0]: i64(r.output) for r in frozen["illegal"].rows} if "illegal" in frozen else {}
-    knode_key: dict = {}
-    for r in frozen["K"].rows:
-        t, c, p = tiles.get(r.inputs[0]), clusters.get(r.inputs[1]), pols.get(r.inputs[2])
-        if t is None or c is None or p is None:
-            continue
-        knode_key[tuple(r.inputs)] = ((t, c, p[:3]), r.output)
-
-    def enode_cost(name: str, args: list):
-        if name == "K":
-            hit = knode_key.get(tuple(args))
-            if hit is None:
-                return math.inf
-            key, cls = hit
-            if illegal.get(cls, 0) or key not in costs:
-                return math.inf
-            return costs[key][0]
-        if name == "Root":
-            return math.inf
-        return 0.0
-
-    model = bindings.CostModel(lambda name, c, cs: c + sum(cs), enode_cost,
-                               lambda name, v, cs: sum(cs), lambda sort, v: 0.0)
-    extractor = bindings.Extractor(["Gemm"], egg.engine, model)
+    price(egg, costs)
     span = bindings.PanicSpan()
-    sort, root = egg.engine.eval_expr(bindings.Call(span, "Root", [bindings.Lit(span, bindings.Int(0))]))
-    termdag = bindings.TermDag()
-    # ask for more variants than needed: ties and infinite entries are filtered below
-    variants = extractor.extract_variants(egg.engine, termdag, root, top_k * 4 + 8, sort)
-    from .egg import term_to_tree
-
-    picked = []
-    for c, term in variants:
-        if not math.isfinite(c):
+    root = bindings.Call(span, "Root", [bindings.Lit(span, bindings.Int(0))])
+    cmd = bindings.UserDefined(span, "extract", [root, bindings.Lit(span, bindings.Int(top_k * 4 + 8))])
+    out = egg.engine.run_program(cmd)[0]
+    table = _cost_table(egg)
+    picked: list[tuple] = []
+    for term in out.terms:
+        tree = term_to_tree(out.termdag, term)       # ("Impl", ("K", tile, cluster, policy, r, w)) or ("Root", 0)
+        if tree[0] != "Impl":
             continue
-        tree = term_to_tree(termdag, term)          # ("Impl", ("K", tile, cluster, policy, r, w))
         k = tree[1]
         key = (_tile(k[1]), tuple(k[2][1:]), tuple(k[3][1:4]))
-        if key in costs and key not in picked:
+        if key in costs and key not in picked and table.get(key, ILLEGAL_COST) < ILLEGAL_COST:
             picked.append(key)
-    # deterministic: cost, then the configuration text
-    picked.sort(key=lambda key: (costs[key][0], costs[key][2].config.to_json()))
+    picked.sort(key=lambda key: (table[key], costs[key][2].config.to_json()))
     return picked[:top_k]
+
+
+def _cost_table(egg) -> dict:
+    """The engine's cost table of K, keyed (tile, cluster, policy): what extraction ranked by."""
+    f = egg.freeze().functions
+    i64 = egg.i64
+    tiles = {r.output: tuple(i64(x) for x in r.inputs) for r in f["CtaTile"].rows}
+    clusters = {r.output: tuple(i64(x) for x in r.inputs) for r in f["Cl"].rows}
+    pols = {r.output: tuple(i64(x) for x in r.inputs)[:3] for r in f["Pol"].rows}
+    out: dict = {}
+    for r in f["cost_table_K"].rows:
+        key = (tiles.get(r.inputs[0]), clusters.get(r.inputs[1]), pols.get(r.inputs[2]))
+        out[key] = max(out.get(key, 0), i64(r.output))
+    return out
 
 
 def _tile(term) -> tuple:

@@ -36,8 +36,15 @@ SCHEDULE_SORTS = """
 (relation Expand (i64 i64 i64 i64 i64 i64 i64 i64 i64 i64))
 (relation Rejected (i64 i64 i64 i64 i64 i64 i64 i64 i64 i64 i64))
 (relation Violates (Kernel i64))
+(relation CostOf (i64 i64 i64 i64 i64 i64 i64 i64 i64 i64 i64))
+;; dynamic extraction costs (egglog's cost tables): picoseconds from the cost model; the legality
+;; analysis raises an illegal kernel's cost to ILLEGAL_COST (10^15), and max keeps it there
+(function cost_table_K (Tile Cluster Policy i64 i64) i64 :merge (max old new))
+(function cost_table_Root (i64) i64 :no-merge)
 (function illegal (Kernel) i64 :merge (| old new))
 """
+
+ILLEGAL_COST = 10 ** 15
 
 SCHEDULE_RULES = """
 (ruleset tiles)
@@ -60,4 +67,11 @@ SCHEDULE_RULES = """
       ((Violates x i)) :ruleset expand)
 ;; the legality analysis: a lattice of violated rule bits, joined by bitwise or (bit 62: "index >= 62")
 (rule ((Violates x i)) ((set (illegal x) (<< 1 (min i 62)))) :ruleset expand)
+(ruleset price)
+(rule ((CostOf m n k cm cn s e sc r w ps) (= t (CtaTile m n k)) (= c (Cl cm cn)) (= p (Pol s e sc st))
+       (= x (K t c p r w)))
+      ((set (cost_table_K t c p r w) ps)) :ruleset price)
+(rule ((= x (K t c p r w)) (= bits (illegal x)) (!= bits 0))
+      ((set (cost_table_K t c p r w) 1000000000000000)) :ruleset price)
+(rule ((= g (Root i))) ((set (cost_table_Root i) 1000000000000000)) :ruleset price)
 """
