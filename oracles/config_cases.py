@@ -8,7 +8,8 @@ Standard library only: this file runs on the GPU machine, where nothing of this 
 installed. ``tests/test_config_oracle_data.py`` checks every case against ``cutegen``'s own schema.
 
     python3 oracles/config_cases.py list                 # one line per case
-    python3 oracles/config_cases.py render BUILD_DIR     # BUILD_DIR/<kernel>/probe.cu, cases.json, kernels.txt
+    python3 oracles/config_cases.py render BUILD_DIR [--groups g1,g2]
+                                   # BUILD_DIR/<kernel>/probe.cu, cases.json, kernels.txt (only those groups)
 """
 from __future__ import annotations
 
@@ -286,9 +287,18 @@ def wrapper_source(case: Case) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render(build_dir: str) -> int:
-    """Write BUILD/<kernel>/probe.cu for every kernel, BUILD/kernels.txt (compile order) and BUILD/cases.json."""
-    groups = kernels()
+def render(build_dir: str, only_groups: list[str] | None = None) -> int:
+    """Write BUILD/<kernel>/probe.cu for every kernel, BUILD/kernels.txt (compile order) and BUILD/cases.json.
+
+    ``only_groups`` restricts the sweep to those case groups (e.g. re-run ``streamk_hang`` on another chip).
+    """
+    selected = cases()
+    if only_groups:
+        unknown = sorted(set(only_groups) - {c.group for c in selected})
+        if unknown:
+            raise ValueError(f"unknown case group(s): {', '.join(unknown)}")
+        selected = [c for c in selected if c.group in only_groups]
+    groups = kernels(selected)
     os.makedirs(build_dir, exist_ok=True)
     for key, kcases in groups.items():
         d = os.path.join(build_dir, key)
@@ -301,7 +311,7 @@ def render(build_dir: str) -> int:
     with open(os.path.join(build_dir, "kernels.txt"), "w") as f:
         f.write("".join(k + "\n" for k in groups))
     with open(os.path.join(build_dir, "cases.json"), "w") as f:
-        json.dump([c.to_dict() for c in cases()], f, indent=1, sort_keys=True)
+        json.dump([c.to_dict() for c in selected], f, indent=1, sort_keys=True)
         f.write("\n")
     # kernel -> "id M N K L" lines, read by the runner to run each problem of a compiled kernel
     for key, kcases in groups.items():
@@ -317,9 +327,14 @@ def main(argv: list[str]) -> int:
         for c in cases():
             print(f"{c.id}\t{c.why}")
         return 0
-    if len(argv) == 2 and argv[0] == "render":
-        n = render(argv[1])
-        print(f"rendered {len(cases())} cases, {n} kernels into {argv[1]}")
+    if len(argv) in (2, 4) and argv[0] == "render" and (len(argv) == 2 or argv[2] == "--groups"):
+        only = argv[3].split(",") if len(argv) == 4 and argv[3] else None
+        try:
+            n = render(argv[1], only)
+        except ValueError as e:
+            print(f"config_cases: {e}", file=sys.stderr)
+            return 2
+        print(f"rendered {n} kernels into {argv[1]}" + (f" (groups {argv[3]})" if only else ""))
         return 0
     print(__doc__, file=sys.stderr)
     return 2

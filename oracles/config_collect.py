@@ -183,6 +183,7 @@ def collect(build: str) -> list[dict]:
             "rel_err": probe.get("rel_err"), "tolerance": TOLERANCE[case["problem"]["dtype_a"]],
             "nonfinite": probe.get("nonfinite"), "elements": probe.get("elements"),
             "time_ms": probe.get("time_ms"), "tflops": probe.get("tflops"),
+            "timing_reinitialize": probe.get("timing_reinitialize"),
             "device": probe.get("device") or env.get("nvidia_smi", "").split(",")[0] or None,
             "driver": env.get("nvidia_smi", "").split(",")[-1].strip() or None,
             "cuda_driver_api": probe.get("cuda_driver_api"), "cuda_runtime": probe.get("cuda_runtime"),

@@ -380,15 +380,21 @@ int main(int argc, char** argv) {
 
   // ---- timing (informative). Re-initialize before every run so that stream-K's workspace
   // barriers start from zero each time; only the run itself lies between the events.
+  // PROBE_REUSE_WORKSPACE=1 in the environment skips the re-initialization instead: the experiment
+  // that tells whether a stream-K "hang" is the kernel's or a harness re-running on a stale workspace.
   {
+    const bool reinitialize = std::getenv("PROBE_REUSE_WORKSPACE") == nullptr;
+    field("timing_reinitialize", reinitialize ? "true" : "false");
     cudaEvent_t t0, t1;
     CUDA_CHECK(cudaEventCreate(&t0));
     CUDA_CHECK(cudaEventCreate(&t1));
     const int warmup = 2, iters = 5;
     float total_ms = 0.f, best_ms = 1e30f;
     for (int i = 0; i < warmup + iters; ++i) {
-      st = gemm.initialize(args, ws);
-      if (st != cutlass::Status::kSuccess) break;
+      if (reinitialize) {
+        st = gemm.initialize(args, ws);
+        if (st != cutlass::Status::kSuccess) break;
+      }
       CUDA_CHECK(cudaEventRecord(t0));
       st = gemm.run();
       CUDA_CHECK(cudaEventRecord(t1));

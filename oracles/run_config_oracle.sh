@@ -5,6 +5,8 @@
 #
 #   bash oracles/prepare_cutlass_headers.sh            # once, on a machine with the nvidia-cutlass wheel
 #   OUT=/some/dir bash oracles/run_config_oracle.sh    # on the GPU machine
+#   OUT=/some/dir ORACLE_GROUPS=streamk_hang bash oracles/run_config_oracle.sh   # one group only
+#   ... PROBE_REUSE_WORKSPACE=1 ...   # time stream-K runs without re-initializing the workspace
 #
 # Budget (must end within 9 minutes): no compile starts after COMPILE_START_END_S, every compile is
 # killed at COMPILE_END_S (and at 300 s), no probe starts after RUN_START_END_S. Nothing stops the
@@ -33,7 +35,8 @@ fi
 
 # A fresh build folder each time: stale binaries must not answer for changed cases.
 rm -rf "$BUILD"/* && mkdir -p "$BUILD/runs"
-"$PY" "$HERE/config_cases.py" render "$BUILD" || exit 2
+# ORACLE_GROUPS=g1,g2 re-runs only those case groups (e.g. streamk_hang on an H100).
+"$PY" "$HERE/config_cases.py" render "$BUILD" ${ORACLE_GROUPS:+--groups "$ORACLE_GROUPS"} || exit 2
 : > "$BUILD/queue.txt"
 
 {

@@ -111,6 +111,16 @@ def test_render_writes_the_same_bytes_twice(tmp_path):
     assert '#include "config_probe.cu"' in src and "#define PROBE_TILE_SCHEDULER" in src
 
 
+def test_render_can_restrict_to_groups(tmp_path):
+    n = cases_mod.render(str(tmp_path), ["streamk_hang"])
+    listed = json.loads((tmp_path / "cases.json").read_text())
+    assert {c["group"] for c in listed} == {"streamk_hang"}
+    assert len(listed) == sum(c.group == "streamk_hang" for c in CASES)
+    assert n == len((tmp_path / "kernels.txt").read_text().split()) < len(cases_mod.kernels())
+    with pytest.raises(ValueError, match="no_such_group"):
+        cases_mod.render(str(tmp_path / "x"), ["no_such_group"])
+
+
 def test_wrapper_spells_the_cutlass_types_of_the_case():
     c = next(c for c in CASES if c.problem["dtype_a"] == "e4m3" and c.config["tile_scheduler"] == "persistent")
     src = cases_mod.wrapper_source(c)
