@@ -174,3 +174,11 @@ def test_oracle_script_records_every_case_and_survives_crashes(tmp_path, fake_cu
     assert body[5]["c_api"] == body[5]["binding_dummy_stride"] == "CUDA_SUCCESS"
     assert body[6]["c_api"] == "CUDA_ERROR_INVALID_VALUE"
     assert body[6]["c_api_alloc"] == "CUDA_ERROR_INVALID_VALUE"  # offset 8 kept inside the allocation
+
+
+def test_committed_sweep_3_is_what_its_generator_writes(tmp_path):
+    # (Sweep 2's generator takes minutes on a shared 2-core machine; it was checked by hand.)
+    out = tmp_path / "cases3.jsonl.gz"
+    subprocess.run([sys.executable, str(ROOT / "oracles" / "tensor_map_cases_3.py"), str(out)], check=True,
+                   capture_output=True)
+    assert out.read_bytes() == (ROOT / "tests" / "data" / "tensor_map_cases_3.jsonl.gz").read_bytes()
