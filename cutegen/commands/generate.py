@@ -67,38 +67,39 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--jobs", type=int, help="parallel compiles (default: from cores and memory)")
 
 
-def choose(problem: GemmProblem) -> tuple[KernelConfig, object, list[str]]:
-    """The search's best configuration, its cost estimate and the reasons to print."""
-    try:
-        from ..search import search  # egglog lives behind this import
-    except ImportError as e:
-        return _fallback_until_search_lands(problem, e)
-    result = search(problem, 1)
+def choose(problem: GemmProblem, top_k: int = 3) -> tuple[KernelConfig, object, list[str]]:
+    """The search's best configuration, the cost record for the manifest, and the reasons to print.
+
+    The cost record holds only what the model predicts (deterministic), never search timings, so
+    that the manifest's bytes depend on the problem and the configuration alone.
+    """
+    from ..search import search  # egglog lives behind this import
+    result = search(problem, top_k)
     if not result.ranked:
-        raise CutegenError(f"the search found no legal configuration for {problem.name}")
+        raise CutegenError(f"the search found no legal configuration for {problem.name} "
+                           f"(pruned: {dict(result.pruned_by_rule) or 'nothing'})")
     best = result.ranked[0]
-    why = [f"search ranked {len(result.ranked)} legal configuration(s); picked the cheapest"]
-    for attr in ("explain", "why", "reason"):
-        text = getattr(best, attr, None)
-        if callable(text):
-            text = text()
-        if text:
-            why.append(str(text))
-            break
-    why.append(f"estimated cost: {best.cost}")
-    return best.config, best.cost, why
-
-
-# TEMPORARY: cutegen.search is being written now. Until it exports search(), generate renders this
-# fixed configuration (CUTLASS users' usual first choice) and says so. Remove once search lands.
-_FALLBACK_CONFIG = {"tile_shape": [128, 256, 64], "cluster_shape": [2, 1, 1], "stages": "auto",
-                    "mainloop_schedule": "cooperative", "epilogue_schedule": "tma_warp_specialized_cooperative"}
-
-
-def _fallback_until_search_lands(problem: GemmProblem, error: Exception):
-    config = KernelConfig.from_dict(_FALLBACK_CONFIG)
-    return config, None, [f"FALLBACK: cutegen.search is not available ({error}); rendered the fixed "
-                          "default configuration 128x256x64, cluster 2x1x1, cooperative"]
+    bd = dict(best.breakdown or {})
+    why = [f"search: {result.candidates_legal} legal of {result.candidates_judged} judged "
+           f"({result.candidates_total} in the e-graph's space, {result.egraph_nodes} e-nodes, "
+           f"{result.search_seconds:.2f} s); picked the cheapest by the cost model"]
+    line = f"predicted {best.cost:.1f} us"
+    if "predicted_tflops" in bd:
+        line += f" = {bd['predicted_tflops']:.0f} TFLOP/s"
+    for key in ("waves", "stages", "instruction_efficiency", "mainloop_us", "epilogue_us_per_tile"):
+        if key in bd:
+            line += f", {key} {bd[key]:g}"
+    why.append(line)
+    for other in result.ranked[1:]:
+        delta = (other.cost / best.cost - 1) * 100 if best.cost else 0.0
+        why.append(f"runner-up {other.config.short_name()}: {other.cost:.1f} us (+{delta:.1f}%)")
+    if result.pruned_by_rule:
+        top = sorted(result.pruned_by_rule.items(), key=lambda kv: (-kv[1], kv[0]))[:4]
+        why.append("pruned by rule: " + ", ".join(f"{rule} {n}" for rule, n in top))
+    if best.chain:
+        why.append("rewrite chain: " + " -> ".join(best.chain))
+    cost = {"model": "cutegen.search.cost", "predicted_us": best.cost, "breakdown": bd}
+    return best.config, cost, why
 
 
 def run(args: argparse.Namespace) -> int:
