@@ -181,34 +181,49 @@ def test_logical_divide_matches_pycute():
 
 
 def test_tile_to_shape_of_gmma_atoms_matches_pycute_blocked_product():
-    """tile_to_shape(atom, (MN, K, stages)) = blocked product of the atom with a column-major grid."""
-    from cutegen.search.layout_rewrites import parse_swlayout, smem_layout
+    """tile_to_shape(atom, (MN, K, stages)) = blocked product of the atom with a column-major grid,
+    on 1,000 random (major, swizzle, element width, tile, stages) cases."""
+    from cutegen.search.egg import Egg
+    from cutegen.search.layout_rewrites import LAYOUT_RULES, LAYOUT_SORTS, parse_swlayout, smem_layout
 
     rng = random.Random(5)
-    checked = 0
-    combos = [(maj, sw, bits) for maj in ("K", "MN") for sw in (16, 32, 64, 128) for bits in (8, 16, 32)]
-    for major, swz, bits in combos:
-        (b, base, sh), atom = gmma_atom_modes(major, swz, bits)
+    cases = []
+    for _ in range(N):
+        major, swz, bits = rng.choice(["K", "MN"]), rng.choice([16, 32, 64, 128]), rng.choice([8, 16, 32])
         t = swz * 8 // bits
-        mn = (t if major == "MN" else 8) * rng.choice([1, 2, 4])
-        k = (t if major == "K" else 8) * rng.choice([1, 2])
-        stages = rng.choice([1, 2, 3])
-        got = smem_layout(major, swz, bits, mn, k, stages)
-        (gb, gm, gs), off, modes = parse_swlayout(got["layout"])
-        assert off == 0 and (gb == b == 0 or (gb, gm, gs) == (b, base, sh))
-        # reference: pycute logical_product of the atom with the tile grid, zipped mode by mode
-        a0, a1 = atom
-        grid = pycute.Layout((mn // a0[0], k // a1[0], stages))
-        prod = pycute.logical_product(pyc(atom), grid)
-        rest = flat_modes(prod[1])
-        ref = [a0, rest[0], a1, rest[1], rest[2]]
-        sw = pycute.Swizzle(b, base, sh)
-        n = size(ref)
-        assert n == mn * k * stages
-        want = [sw(evaluate(ref, i)) for i in range(n)]
-        assert [sw(evaluate(modes, i)) for i in range(n)] == want, (major, swz, bits)
-        checked += 1
-    assert checked == len(combos)
+        mn = (t if major == "MN" else 8) * rng.choice([1, 2, 3, 4])
+        k = (t if major == "K" else 8) * rng.choice([1, 2, 4])
+        cases.append((major, swz, bits, mn, k, rng.choice([1, 2, 3, 5])))
+    # the public helper once, then the same rewrite in bulk
+    assert smem_layout("K", 128, 16, 128, 64, 4)["layout"].startswith("(Swz 3 3 3 0")
+    for lo in range(0, N, 100):
+        chunk = cases[lo:lo + 100]
+        lets = ""
+        for i, (major, swz, bits, mn, k, st) in enumerate(chunk):
+            (b, base, _), _ = gmma_atom_modes(major, swz, bits)
+            lets += f"(let $t{i} (TileToShape (GmmaAtom {0 if major == 'K' else 1} {b} {base}) {mn} {k} {st}))\n"
+        with Egg(LAYOUT_SORTS + LAYOUT_RULES) as egg:
+            egg.run(lets + "(run-schedule (saturate (run layout)))")
+            for i, (major, swz, bits, mn, k, st) in enumerate(chunk):
+                (b, base, sh), atom = gmma_atom_modes(major, swz, bits)
+                (gb, gm, gs), off, modes = parse_swlayout(egg.extract(f"$t{i}"))
+                assert off == 0 and (gb == b == 0 or (gb, gm, gs) == (b, base, sh))
+                # reference, all pycute: the atom at the coordinate inside the atom, plus the logical
+                # product's grid layout at the atom's coordinate in the column-major grid
+                a0, a1 = atom
+                grid = pycute.logical_product(pyc(atom), pycute.Layout((mn // a0[0], k // a1[0], st)))[1]
+                atom_l = pyc(atom)
+                sw = pycute.Swizzle(b, base, sh)
+                n = mn * k * st
+
+                def ref(j):
+                    m_, k_, s_ = j % mn, (j // mn) % k, j // (mn * k)
+                    return sw(atom_l((m_ % a0[0], k_ % a1[0])) + grid((m_ // a0[0], k_ // a1[0], s_)))
+
+                # every index of small layouts; 600 of big ones (both ends and a random middle)
+                idx = range(n) if n <= 600 else sorted({*range(64), *range(n - 64, n), *rng.sample(range(n), 472)})
+                assert [sw(evaluate(modes, j)) for j in idx] == [ref(j) for j in idx], \
+                    (major, swz, bits, mn, k, st)
 
 
 def test_swizzle_rewrites_match_pycute_composed_layouts():
