@@ -194,11 +194,12 @@ def rank_space(space: SearchSpace):
 def search(problem, top_k: int = 5, *, explain: bool = False) -> SearchResult:
     """Search the legal Hopper GEMM kernels for ``problem``; the best ``top_k``, cheapest first."""
     from cutegen.errors import FieldError
+    from cutegen.problem import GemmProblem
 
+    if not isinstance(problem, GemmProblem):
+        raise FieldError("problem", f"expected a GemmProblem, got {type(problem).__name__}")
     if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1 or top_k > 100:
         raise FieldError("top_k", f"expected an integer from 1 to 100, got {top_k!r}")
-    if problem.dtype_a != problem.dtype_b and {problem.dtype_a, problem.dtype_b} - {"e4m3", "e5m2"}:
-        pass  # mixed inputs are judged by the WGMMA rules like anything else
     t0 = time.perf_counter()
     space = SearchSpace(problem)
     tiles, clusters, pols, ti, ci, pi, est, order = rank_space(space)

@@ -113,3 +113,15 @@ def test_configurations_catalogs_do_not_emit_are_reachable():
 def test_bad_top_k_is_a_field_error():
     with pytest.raises(FieldError, match="top_k"):
         search(GemmProblem(64, 64, 64), top_k=0)
+
+
+def test_a_problem_no_kernel_can_implement_reports_the_rule():
+    res = search(GemmProblem(4096, 4096, 4100), top_k=1)     # K-major A with K % 8 != 0 (E15)
+    assert res.ranked == []
+    assert res.candidates_judged > 0 and res.candidates_legal == 0
+    assert max(res.pruned_by_rule, key=res.pruned_by_rule.get) == "SM90-CAN-IMPLEMENT-AB"
+
+
+def test_not_a_problem_is_a_field_error():
+    with pytest.raises(FieldError, match="problem"):
+        search({"m": 1, "n": 1, "k": 1})

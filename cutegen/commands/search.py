@@ -42,7 +42,8 @@ def run(args) -> int:
     problem = problem_from_args(args)
     result = search(problem, top_k=args.top_k, explain=args.explain)
     if not result.ranked:
-        raise FieldError("problem", f"no legal configuration found for {problem.name}; rules that pruned: "
+        raise FieldError("problem", f"no legal configuration for {problem.name} among the "
+                         f"{result.candidates_judged} cheapest candidates judged; rules that rejected them: "
                          + ", ".join(f"{k} x{v}" for k, v in sorted(result.pruned_by_rule.items())))
     if args.json:
         out = result.to_dict()
