@@ -134,13 +134,15 @@ class SearchSpace:
             if r.output == cls:
                 n = mma[r.inputs[0]]
                 out.append(f"Tiled(Wgmma(64,{n[1]},{n[2]}), wg_m={i64(r.inputs[1])}, n_rep={i64(r.inputs[2])}, "
-                           f"k_steps={i64(r.inputs[3])})")
+                           f"k_steps={i64(r.inputs[3])})  [tiles: instruction x repeats]")
         for r in f["WgSplit"].rows:
             if r.output == cls:
-                out.append(f"WgSplit(CtaTile{tile_of.get(r.inputs[0])}, {i64(r.inputs[1])})")
+                out.append(f"WgSplit(CtaTile{tile_of.get(r.inputs[0])}, {i64(r.inputs[1])})  "
+                           "[splits: two consumer warpgroups along M]")
         for r in f["ClusterSplit"].rows:
             if r.output == cls and i64(r.inputs[1]) * i64(r.inputs[2]) <= 4:
-                out.append(f"ClusterSplit(ClTile{cl[r.inputs[0]]}, {i64(r.inputs[1])}, {i64(r.inputs[2])})")
+                out.append(f"ClusterSplit(ClTile{cl[r.inputs[0]]}, {i64(r.inputs[1])}, {i64(r.inputs[2])})  "
+                           "[splits: cluster tile over its CTAs]")
         return out
 
 

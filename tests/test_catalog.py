@@ -42,3 +42,12 @@ def test_void_c_and_nt_catalogs_too():
                                                              sort_keys=True))
     assert cov["missing"] == 0, cov["missing_names"][:10]
     assert cov["reachable"] + cov["rejected"] == len(kerns) > 1000
+
+
+def test_fp8_catalog_too():
+    kerns = [k for k in catalog("e4m3", "tn") if k.problem.dtype_c == "bf16"]
+    cov = coverage(kerns)
+    print("\ncatalog coverage e4m3 TN (C=bf16):", json.dumps({k: v for k, v in cov.items() if k != "missing_names"},
+                                                             sort_keys=True))
+    assert cov["missing"] == 0, cov["missing_names"][:10]
+    assert cov["reachable"] + cov["rejected"] == len(kerns) > 1000

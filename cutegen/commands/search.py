@@ -92,12 +92,13 @@ def explain_dict(result) -> dict:
         lay = smem_layout(atom.major, atom.swizzle_bytes, DTYPES[dt].bits, mn, tk, st)
         lay["cute"] = cute_text(lay["layout"])
         layouts[op] = lay
-    chain = ["Gemm(problem) = Impl(K(tile, cluster, policy, raster, swizzle))  [kernels of one GEMM]"]
     cm, cn = cfg.cluster_shape[:2]
+    chain = [f"Root = Impl(K(tile, Cl({cm}, {cn}), Pol(...), raster, swizzle))  [expand: judged legal by "
+             f"check_config, priced by the cost model, extracted]"]
     chain += [f"tile = {form}" for form in best.chain
-              if not form.startswith("ClusterSplit") or form.endswith(f", {cm}, {cn})")]
+              if not form.startswith("ClusterSplit") or f", {cm}, {cn})  [" in form]
     chain.append(f"Pol({cfg.mainloop_schedule}, {cfg.epilogue_schedule}, {cfg.tile_scheduler}, auto) = "
-                 f"Pol(..., {st})  [StageCountAutoCarveout]")
+                 f"Pol(..., {st})  [expand: StageCountAutoCarveout resolves auto]")
     runners = [{"config": r.config.short_name(), "cost": round(r.cost, 3), "delta_us": round(r.cost - best.cost, 3),
                 "worse_in": _why_more(best.breakdown, r.breakdown)} for r in result.ranked[1:]]
     rejected = [{"config": KernelConfigName(x["config"]), "rules": x["rules"], "reasons": x["reasons"]}
