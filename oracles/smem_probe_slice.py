@@ -6,7 +6,13 @@ conditions (cute/layout.hpp:1077, :1101). This TU instantiates ``sizeof(Main::Pa
 each case; nvcc names the failing namespaces. The verdicts are the table in
 tests/test_smem_stage_slice.py (measured with nvcc 13.0, CUTLASS 4.2.0, on 2026-11-22).
 
-    python oracles/smem_probe_slice.py      # prints: case, compiles?
+    python oracles/smem_probe_slice.py            # prints: case, compiles?
+    python oracles/smem_probe_slice.py kernels    # full kernels (device code too): the epilogue cases
+
+The ``kernels`` mode instantiates ``cutlass::device_kernel<GemmKernel>`` for KERNEL_CASES, which
+compiles the epilogue's device code: that is where SM90-EPILOGUE-FRAGMENT fires
+(sm90_epilogue_tma_warpspecialized.hpp:626) and where the C/D buffers turned out NOT to follow the
+mainloop's slice algebra. Verdicts (nvcc 13.0, 2026-11-22) are in tests/test_smem_stage_slice.py.
 """
 from __future__ import annotations
 
@@ -34,6 +40,43 @@ CASES = [
 ]
 
 
+# (layout_a, layout_b, layout_c, tile, stages or "auto", schedule) -> nvcc verdict in the tests
+KERNEL_CASES = [
+    ("row", "col", "row", (128, 8, 64), 12, "coop"), ("col", "row", "row", (128, 8, 64), "auto", "coop"),
+    ("col", "row", "row", (128, 16, 64), "auto", "coop"), ("row", "col", "row", (64, 8, 64), "auto", "pp"),
+    ("col", "row", "row", (128, 24, 64), "auto", "coop"), ("col", "row", "row", (64, 24, 64), "auto", "pp"),
+    ("row", "col", "col", (128, 8, 128), "auto", "pp"), ("row", "col", "col", (64, 8, 64), "auto", "pp"),
+    ("row", "col", "row", (128, 8, 128), "auto", "pp"), ("row", "col", "col", (128, 8, 64), 12, "coop"),
+]
+
+
+def kernel_source() -> str:
+    out = ['#include "cutlass/cutlass.h"\n#include "cute/tensor.hpp"\n'
+           '#include "cutlass/gemm/collective/collective_builder.hpp"\n'
+           '#include "cutlass/epilogue/collective/collective_builder.hpp"\n'
+           '#include "cutlass/gemm/kernel/gemm_universal.hpp"\n#include "cutlass/device_kernel.h"\n']
+    for i, (la, lb, lc, (m, n, k), s, sch) in enumerate(KERNEL_CASES):
+        kern = "KernelTmaWarpSpecializedCooperative" if sch == "coop" else "KernelTmaWarpSpecializedPingpong"
+        epi = "TmaWarpSpecializedCooperative" if sch == "coop" else "TmaWarpSpecialized"
+        stages = (f"cutlass::gemm::collective::StageCount<{s}>" if s != "auto" else
+                  "cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epi::SharedStorage))>")
+        out.append(f"""
+namespace q{i} {{
+using Tile = cute::Shape<cute::_{m}, cute::_{n}, cute::_{k}>;
+using Cl = cute::Shape<cute::_1, cute::_1, cute::_1>;
+using Epi = typename cutlass::epilogue::collective::CollectiveBuilder<cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+  Tile, Cl, cutlass::epilogue::collective::EpilogueTileAuto, float, float, cutlass::bfloat16_t, {LAYOUT[lc]}, 8,
+  cutlass::bfloat16_t, {LAYOUT[lc]}, 8, cutlass::epilogue::{epi}>::CollectiveOp;
+using Main = typename cutlass::gemm::collective::CollectiveBuilder<cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+  cutlass::bfloat16_t, {LAYOUT[la]}, 8, cutlass::bfloat16_t, {LAYOUT[lb]}, 8, float, Tile, Cl, {stages},
+  cutlass::gemm::{kern}>::CollectiveOp;
+using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int,int,int,int>, Main, Epi>;
+void* ptr = (void*)&cutlass::device_kernel<Kernel>;
+}}
+""")
+    return "".join(out)
+
+
 def source() -> str:
     out = ['#include "cutlass/cutlass.h"\n#include "cute/tensor.hpp"\n'
            '#include "cutlass/gemm/collective/collective_builder.hpp"\n']
@@ -56,13 +99,15 @@ def main() -> int:
     inc = Path(cutlass_library.__file__).parent / "source"
     build = HERE.parent / "build" / "smem_probe_slice"
     build.mkdir(parents=True, exist_ok=True)
-    src = build / "probe.cu"
-    src.write_text(source())
+    kernels = sys.argv[1:] == ["kernels"]
+    cases = KERNEL_CASES if kernels else CASES
+    src = build / ("kernels.cu" if kernels else "probe.cu")
+    src.write_text(kernel_source() if kernels else source())
     r = subprocess.run(["flock", "/tmp/cutegen-nvcc.lock", "nvcc", "-std=c++17", "-O0", "--expt-relaxed-constexpr",
-                        "-gencode=arch=compute_90a,code=sm_90a", f"-I{inc / 'include'}", "-c", "-o",
+                        "-DNDEBUG", "-gencode=arch=compute_90a,code=sm_90a", f"-I{inc / 'include'}", "-c", "-o",
                         str(build / "probe.o"), str(src)], capture_output=True, text=True)
     failed = {int(x) for x in re.findall(r"\bq(\d+)::", r.stdout + r.stderr)}
-    for i, case in enumerate(CASES):
+    for i, case in enumerate(cases):
         print(case, "compiles" if i not in failed else "static_assert")
     return 0
 

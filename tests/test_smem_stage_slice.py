@@ -52,3 +52,24 @@ def test_layout_algebra_units():
         _compose(anti, [(13, 512)])
     assert _compose(anti, [(12, 512)]) is not None
     assert _compose(anti, [(13, 1024)]) == [[(13, 1024)]]
+
+
+def test_epilogue_buffers_not_judged_by_the_slice_algebra():
+    """nvcc 13.0 compiled the full pingpong 128x8x128 kernel with column-major bf16 C/D (C buffer 64x8 with 3
+    stages, which slice_and_offset's algebra would reject): the epilogue does not slice that way."""
+    p = GemmProblem(m=4096, n=4096, k=4096, layout_c="col")
+    cfg = KernelConfig(tile_shape=(128, 8, 128), mainloop_schedule="pingpong", epilogue_schedule="tma_warp_specialized")
+    assert check_config(p, cfg).legal
+
+
+def test_full_kernel_verdicts():
+    """oracles/smem_probe_slice.py kernels: nvcc 13.0 compiled the whole kernel (device code included) for
+    every KERNEL_CASES row except the two whose epilogue FragmentSize is 12 (Tile_N = 24)."""
+    from smem_probe_slice import KERNEL_CASES
+    nvcc_fails = {4, 5}
+    for i, (la, lb, lc, tile, stages, sched) in enumerate(KERNEL_CASES):
+        p = GemmProblem(m=4096, n=4096, k=4096, layout_a=la, layout_b=lb, layout_c=lc)
+        cfg = KernelConfig(tile_shape=tile, stages=stages,
+                           mainloop_schedule="cooperative" if sched == "coop" else "pingpong",
+                           epilogue_schedule="tma_warp_specialized_cooperative" if sched == "coop" else "tma_warp_specialized")
+        assert check_config(p, cfg).legal == (i not in nvcc_fails), (i, check_config(p, cfg).to_dict()["reasons"])
