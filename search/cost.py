@@ -33,7 +33,9 @@ LAUNCH_US = 4.0
 TILE_SWITCH_US = 0.35        # per tile a persistent CTA starts (scheduler + accumulator reset)
 NON_PERSISTENT_TILE_US = 1.2 # per tile of the non-persistent warp-specialized kernel (launch, prologue)
 STREAMK_FIXUP_US = 3.0
-STREAMK_EFFICIENCY = 0.96    # stream-K work units: extra bookkeeping, partial-tile reductions
+STREAMK_EFFICIENCY = 0.96
+NOSMEM_EPILOGUE_FACTOR = 1.3 # no-smem epilogue: unstaged stores straight from registers
+INSTRUCTION_N_HALF = 20.0    # efficiency 1 / (1 + this / N) of wgmma m64nNk    # stream-K work units: extra bookkeeping, partial-tile reductions
 # Resident CTAs by cluster size: a cluster must fit in one GPC, so big clusters strand SMs.
 ACTIVE_CTAS = {1: 132, 2: 132, 4: 128, 8: 120, 16: 112}
 
@@ -45,7 +47,7 @@ SCHEDULERS = ("persistent", "stream_k")
 def instruction_efficiency(n):
     """Fraction of peak one warpgroup reaches with wgmma m64nNk: A is re-read per instruction."""
     n = np.asarray(n, dtype=np.float64)
-    return 1.0 / (1.0 + 20.0 / n)
+    return 1.0 / (1.0 + INSTRUCTION_N_HALF / n)
 
 
 def _ss_op_n(tn):
@@ -102,7 +104,7 @@ def cost_arrays(problem, tm, tn, tk, cm, cn, sched, epi, scheduler, stages):
 
     # epilogue per tile
     t_epi = tm * tn * (out_bytes + c_bytes) * busy / STORE_BYTES_PER_S * 1e6
-    t_epi = np.where(epi == 2, t_epi * 1.3, t_epi)           # no-smem: unstaged, uncoalesced stores
+    t_epi = np.where(epi == 2, t_epi * NOSMEM_EPILOGUE_FACTOR, t_epi)
     hidden = np.where(sched == 2, 0.85, 0.0)                 # ping-pong overlaps it with the other tile
     t_epi_exposed = t_epi * (1.0 - hidden)
 

@@ -1,0 +1,68 @@
+"""The analytic cost model: each term moves the way the hardware says it should."""
+import os
+
+import numpy as np
+import pytest
+
+from cutegen import GemmProblem
+from cutegen.search import cost as C
+
+P = GemmProblem(8192, 8192, 8192)
+
+
+def one(problem=P, tile=(128, 256, 64), cluster=(1, 1), sched=1, epi=1, scheduler=0, stages=4):
+    total, parts = C.cost_arrays(problem, [tile[0]], [tile[1]], [tile[2]], [cluster[0]], [cluster[1]],
+                                 [sched], [epi], [scheduler], [stages])
+    return float(total[0]), {k: float(np.asarray(v).reshape(-1)[0]) for k, v in parts.items()}
+
+
+def test_wider_instructions_are_more_efficient():
+    eff = C.instruction_efficiency([8, 16, 64, 128, 256])
+    assert all(a < b for a, b in zip(eff, eff[1:])) and eff[-1] < 1
+
+
+def test_multicast_divides_the_bytes_each_cta_loads():
+    _, p1 = one(cluster=(1, 1))
+    _, p2 = one(cluster=(2, 1))
+    _, p3 = one(cluster=(1, 2))
+    assert p2["load_us_per_kblock"] < p1["load_us_per_kblock"] and p3["load_us_per_kblock"] < p1["load_us_per_kblock"]
+
+
+def test_deeper_pipelines_hide_more_latency():
+    pipes = [one(stages=s)[1]["pipeline_us_per_kblock"] for s in (2, 3, 4, 6)]
+    assert all(a > b for a, b in zip(pipes, pipes[1:]))
+
+
+def test_stream_k_wins_on_a_ragged_last_wave_and_loses_on_whole_waves():
+    ragged = GemmProblem(128 * 12, 256 * 12, 8192)      # 144 tiles: 1.09 waves on 132 SMs
+    whole = GemmProblem(128 * 12, 256 * 11, 8192)       # 132 tiles: exactly one wave
+    assert one(ragged, scheduler=1)[0] < one(ragged, scheduler=0)[0]
+    assert one(whole, scheduler=1)[0] > one(whole, scheduler=0)[0]
+
+
+def test_ragged_edges_are_waste():
+    assert one(GemmProblem(4000, 4000, 4000))[1]["ragged_waste"] > 0
+    assert one(GemmProblem(4096, 4096, 4096))[1]["ragged_waste"] == 0
+
+
+def test_pingpong_hides_the_epilogue():
+    coop = one(tile=(128, 128, 64), sched=1, epi=1)[1]["epilogue_us_per_tile"]
+    pp = one(tile=(128, 128, 64), sched=2, epi=0)[1]["epilogue_us_per_tile"]
+    assert pp < coop
+
+
+def test_large_clusters_strand_sms():
+    assert one(cluster=(4, 4))[1]["active_ctas"] < one(cluster=(2, 1))[1]["active_ctas"]
+
+
+ORACLE = os.path.join(os.path.dirname(__file__), "data", "config_oracle_h200.jsonl")
+
+
+@pytest.mark.skipif(not os.path.exists(ORACLE), reason="configuration oracle data not present")
+def test_rank_agreement_with_measured_kernels():
+    """Not fitted to this data (the knobs are H100 figures); a guard that the ranking stays sensible."""
+    from cutegen.search.calibration import load, score
+
+    s = score(load(ORACLE))
+    assert s["records"] >= 40
+    assert s["spearman"] > 0.5, s
