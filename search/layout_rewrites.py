@@ -100,6 +100,23 @@ LAYOUT_RULES = """
 (rewrite (TileToShape (Swz b m sh 0 (MCons t 1 (MCons 8 t (MNil)))) mn k st)
          (Swz b m sh 0 (MCons t 1 (MCons (/ mn t) (* 8 t) (MCons 8 t (MCons (/ k 8) (* mn 8) (MCons st (* mn k) (MNil)))))))
          :when ((= 0 (% mn t)) (= 0 (% k 8))) :ruleset layout)
+
+;; --- what a tiled GMMA layout implies for TMA and for the WGMMA descriptor ------------------------
+;; TMA box (innermost first): the atom's contiguous extent (capped by the tile), the tile's other
+;; extent, 1; a contiguous extent wider than the atom takes several TMA issues per stage.
+(rule ((= x (TileToShape (GmmaAtom 0 b base) mn k st)))
+      ((set (tma_box x) (TmaBox (min (<< 1 (+ b base)) k) mn 1))
+       (set (tma_issues x) (/ (+ k (- (<< 1 (+ b base)) 1)) (<< 1 (+ b base))))) :ruleset layout)
+(rule ((= x (TileToShape (GmmaAtom 1 b base) mn k st)))
+      ((set (tma_box x) (TmaBox (min (<< 1 (+ b base)) mn) k 1))
+       (set (tma_issues x) (/ (+ mn (- (<< 1 (+ b base)) 1)) (<< 1 (+ b base))))) :ruleset layout)
+;; descriptor layout type (PTX 9.7.15.5.1.2.2 bits 62-63): 0 interleave, 1 B128, 2 B64, 3 B32
+(rule ((= x (TileToShape (GmmaAtom m 3 base) mn k st))) ((set (gmma_layout_type x) 1)) :ruleset layout)
+(rule ((= x (TileToShape (GmmaAtom m 2 base) mn k st))) ((set (gmma_layout_type x) 2)) :ruleset layout)
+(rule ((= x (TileToShape (GmmaAtom m 1 base) mn k st))) ((set (gmma_layout_type x) 3)) :ruleset layout)
+(rule ((= x (TileToShape (GmmaAtom m 0 base) mn k st))) ((set (gmma_layout_type x) 0)) :ruleset layout)
+;; K-major: SBO = bytes between 8-row groups along MN = 8 rows of one swizzle span (rulebook B14)
+(rule ((= x (TileToShape (GmmaAtom 0 b base) mn k st))) ((set (gmma_sbo_bytes x) (<< 128 b))) :ruleset layout)
 """
 
 # Requests: what a batch asks the e-graph to compute for each layout id.
@@ -242,14 +259,18 @@ def smem_layout(major: str, swizzle_bytes: int, elem_bits: int, mn: int, k: int,
         egg.run(f"(let $smem (TileToShape (GmmaAtom {code} {bits} {base}) {mn} {k} {stages}))"
                 "(run-schedule (saturate (run layout)))")
         text = egg.extract("$smem")
-    t = swizzle_bytes * 8 // elem_bits
-    box = (min(t, k), mn) if major == "K" else (min(t, mn), k)
+        box = [int(x) for x in egg.extract("(tma_box $smem)").strip("()").split()[1:]]
+        issues = int(egg.extract("(tma_issues $smem)"))
+        ltype = int(egg.extract("(gmma_layout_type $smem)"))
+        sbo = int(egg.extract("(gmma_sbo_bytes $smem)")) if major == "K" else None
     return {
         "term": f"TileToShape(GmmaAtom({major}, SW{swizzle_bytes}), {mn}, {k}, {stages})",
         "layout": text,
         "swizzle": f"Swizzle<{bits},{base},{shift}> (element offsets)",
         "tma_box": box,
-        "wgmma_layout_type": {128: "B128", 64: "B64", 32: "B32", 16: "INTERLEAVE"}[swizzle_bytes],
+        "tma_issues_per_stage": issues,
+        "wgmma_layout_type": {0: "INTERLEAVE", 1: "B128", 2: "B64", 3: "B32"}[ltype],
+        "wgmma_sbo_bytes": sbo,
     }
 
 

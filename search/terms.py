@@ -38,6 +38,11 @@ LAYOUT_SORTS = """
   (SwCompose SwLayout Modes :cost 1000)
   (GmmaAtom i64 i64 i64 :cost 1000)
   (TileToShape SwLayout i64 i64 i64 :cost 1000))
+(datatype Box (TmaBox i64 i64 i64))
+(function tma_box (SwLayout) Box :no-merge)
+(function tma_issues (SwLayout) i64 :no-merge)
+(function gmma_layout_type (SwLayout) i64 :no-merge)
+(function gmma_sbo_bytes (SwLayout) i64 :no-merge)
 (function canon (Modes) CModes :merge old)  ; every node of a class folds to the same form (tests check it)
 (function msize (Modes) i64 :no-merge)
 """

@@ -125,3 +125,29 @@ def test_a_problem_no_kernel_can_implement_reports_the_rule():
 def test_not_a_problem_is_a_field_error():
     with pytest.raises(FieldError, match="problem"):
         search({"m": 1, "n": 1, "k": 1})
+
+
+def test_tma_box_the_layout_term_implies_matches_the_rules_box():
+    """The e-graph derives the TMA box from TileToShape; legality computes it from the config."""
+    import random
+
+    from cutegen.dtypes import DTYPES
+    from cutegen.legality import ConfigContext
+    from cutegen.search.layout_rewrites import smem_layout
+
+    rng = random.Random(7)
+    checked = 0
+    for _ in range(60):
+        dt, lay = rng.choice([("bf16", "tn"), ("bf16", "nt"), ("f16", "nn"), ("e4m3", "tn")])
+        p = GemmProblem.from_dict({"m": 4096, "n": 4096, "k": 4096, "dtype": dt, "layout": lay})
+        tile = (rng.choice([64, 128, 256]), rng.choice([64, 128, 256]), rng.choice([32, 64, 128]) * (2 if dt == "e4m3" else 1))
+        rep = check_config(p, KernelConfig(tile_shape=tile, mainloop_schedule="pingpong",
+                                           epilogue_schedule="tma_warp_specialized"))
+        if rep.config is None:
+            continue
+        ctx = ConfigContext(p, rep.config)
+        for op, atom, mn in (("a", rep.config.smem_layout_a, tile[0]), ("b", rep.config.smem_layout_b, tile[1])):
+            got = smem_layout(atom.major, atom.swizzle_bytes, DTYPES[dt].bits, mn, tile[2], ctx.stages)
+            assert got["tma_box"] == ctx.operand_box(op), (dt, lay, tile, op)
+            checked += 1
+    assert checked > 60

@@ -133,7 +133,9 @@ def print_explain(result) -> None:
     print("shared-memory layouts (tile_to_shape rewritten to CuTe form):")
     for op, lay in e["smem_layouts"].items():
         print(f"  {op}: {lay['term']} = {lay['cute']}")
-        print(f"     {lay['swizzle']}, TMA box {lay['tma_box']}, WGMMA descriptor layout {lay['wgmma_layout_type']}")
+        sbo = f", SBO {lay['wgmma_sbo_bytes']} B" if lay["wgmma_sbo_bytes"] else ""
+        print(f"     {lay['swizzle']}, TMA box {lay['tma_box']} x{lay['tma_issues_per_stage']} per stage, "
+              f"WGMMA descriptor {lay['wgmma_layout_type']}{sbo}")
     print("cost breakdown:")
     for k, v in e["cost_breakdown"].items():
         print(f"  {k:26s} {v}")
