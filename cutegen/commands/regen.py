@@ -106,11 +106,11 @@ def run(args: argparse.Namespace) -> int:
             if args.check:
                 diff = kernel.differences(directory)
                 changed += diff
-                print(f"{'differs' if diff else 'same':8s} {directory}")
+                print(f"{'differs' if diff else 'same':8s} {directory} [{kernel.config.short_name()}]")
             else:
                 written = kernel.write(directory)
                 changed += written
-                print(f"{'wrote' if written else 'same':8s} {directory}")
+                print(f"{'wrote' if written else 'same':8s} {directory} [{kernel.config.short_name()}]")
     stale = sorted(d.parent for d in root.rglob("manifest.json") if d.parent not in expected_dirs) \
         if root.is_dir() else []
     for d in stale:
