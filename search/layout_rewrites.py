@@ -104,19 +104,20 @@ LAYOUT_RULES = """
 ;; --- what a tiled GMMA layout implies for TMA and for the WGMMA descriptor ------------------------
 ;; TMA box (innermost first): the atom's contiguous extent (capped by the tile), the tile's other
 ;; extent, 1; a contiguous extent wider than the atom takes several TMA issues per stage.
-(rule ((= x (TileToShape (GmmaAtom 0 b base) mn k st)))
-      ((set (tma_box x) (TmaBox (min (<< 1 (+ b base)) k) mn 1))
-       (set (tma_issues x) (/ (+ k (- (<< 1 (+ b base)) 1)) (<< 1 (+ b base))))) :ruleset layout)
-(rule ((= x (TileToShape (GmmaAtom 1 b base) mn k st)))
-      ((set (tma_box x) (TmaBox (min (<< 1 (+ b base)) mn) k 1))
-       (set (tma_issues x) (/ (+ mn (- (<< 1 (+ b base)) 1)) (<< 1 (+ b base))))) :ruleset layout)
+(rule ((= o (SmemOp m b base mn k st))) ((set (smem_of o) (TileToShape (GmmaAtom m b base) mn k st))) :ruleset layout)
+(rule ((= o (SmemOp 0 b base mn k st)))
+      ((set (tma_box o) (TmaBox (min (<< 1 (+ b base)) k) mn 1))
+       (set (tma_issues o) (/ (+ k (- (<< 1 (+ b base)) 1)) (<< 1 (+ b base))))) :ruleset layout)
+(rule ((= o (SmemOp 1 b base mn k st)))
+      ((set (tma_box o) (TmaBox (min (<< 1 (+ b base)) mn) k 1))
+       (set (tma_issues o) (/ (+ mn (- (<< 1 (+ b base)) 1)) (<< 1 (+ b base))))) :ruleset layout)
 ;; descriptor layout type (PTX 9.7.15.5.1.2.2 bits 62-63): 0 interleave, 1 B128, 2 B64, 3 B32
-(rule ((= x (TileToShape (GmmaAtom m 3 base) mn k st))) ((set (gmma_layout_type x) 1)) :ruleset layout)
-(rule ((= x (TileToShape (GmmaAtom m 2 base) mn k st))) ((set (gmma_layout_type x) 2)) :ruleset layout)
-(rule ((= x (TileToShape (GmmaAtom m 1 base) mn k st))) ((set (gmma_layout_type x) 3)) :ruleset layout)
-(rule ((= x (TileToShape (GmmaAtom m 0 base) mn k st))) ((set (gmma_layout_type x) 0)) :ruleset layout)
+(rule ((= o (SmemOp m 3 base mn k st))) ((set (gmma_layout_type o) 1)) :ruleset layout)
+(rule ((= o (SmemOp m 2 base mn k st))) ((set (gmma_layout_type o) 2)) :ruleset layout)
+(rule ((= o (SmemOp m 1 base mn k st))) ((set (gmma_layout_type o) 3)) :ruleset layout)
+(rule ((= o (SmemOp m 0 base mn k st))) ((set (gmma_layout_type o) 0)) :ruleset layout)
 ;; K-major: SBO = bytes between 8-row groups along MN = 8 rows of one swizzle span (rulebook B14)
-(rule ((= x (TileToShape (GmmaAtom 0 b base) mn k st))) ((set (gmma_sbo_bytes x) (<< 128 b))) :ruleset layout)
+(rule ((= o (SmemOp 0 b base mn k st))) ((set (gmma_sbo_bytes o) (<< 128 b))) :ruleset layout)
 """
 
 # Requests: what a batch asks the e-graph to compute for each layout id.
@@ -249,20 +250,22 @@ def gmma_atom_modes(major: str, swizzle_bytes: int, elem_bits: int) -> tuple[tup
 def smem_layout(major: str, swizzle_bytes: int, elem_bits: int, mn: int, k: int, stages: int) -> dict:
     """The shared-memory layout of one operand, derived in the e-graph from its GMMA atom.
 
-    ``TileToShape(GmmaAtom(major, swizzle, base), MN, K, stages)`` is rewritten to its explicit
-    ``Swz(b, base, 3, 0, modes)`` form; from the modes follow the TMA box (the atom's contiguous
-    extent by the tile's other extent) and the WGMMA descriptor's layout type.
+    The operand term ``SmemOp(major, swizzle, base, MN, K, stages)`` has the layout
+    ``TileToShape(GmmaAtom(major, swizzle, base), MN, K, stages)``, which the rewrites turn into its
+    explicit ``Swz(b, base, 3, 0, modes)`` form; the operand's TMA box (the atom's contiguous extent
+    by the tile's other extent), TMA issues per stage and WGMMA descriptor layout type and SBO are
+    analyses of the operand term.
     """
     (bits, base, shift), _ = gmma_atom_modes(major, swizzle_bytes, elem_bits)
     code = 0 if major == "K" else 1
     with Egg(LAYOUT_SORTS + LAYOUT_RULES) as egg:
-        egg.run(f"(let $smem (TileToShape (GmmaAtom {code} {bits} {base}) {mn} {k} {stages}))"
+        egg.run(f"(let $op (SmemOp {code} {bits} {base} {mn} {k} {stages}))"
                 "(run-schedule (saturate (run layout)))")
-        text = egg.extract("$smem")
-        box = [int(x) for x in egg.extract("(tma_box $smem)").strip("()").split()[1:]]
-        issues = int(egg.extract("(tma_issues $smem)"))
-        ltype = int(egg.extract("(gmma_layout_type $smem)"))
-        sbo = int(egg.extract("(gmma_sbo_bytes $smem)")) if major == "K" else None
+        text = egg.extract("(smem_of $op)")
+        box = [int(x) for x in egg.extract("(tma_box $op)").strip("()").split()[1:]]
+        issues = int(egg.extract("(tma_issues $op)"))
+        ltype = int(egg.extract("(gmma_layout_type $op)"))
+        sbo = int(egg.extract("(gmma_sbo_bytes $op)")) if major == "K" else None
     return {
         "term": f"TileToShape(GmmaAtom({major}, SW{swizzle_bytes}), {mn}, {k}, {stages})",
         "layout": text,

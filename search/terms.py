@@ -39,10 +39,14 @@ LAYOUT_SORTS = """
   (GmmaAtom i64 i64 i64 :cost 1000)
   (TileToShape SwLayout i64 i64 i64 :cost 1000))
 (datatype Box (TmaBox i64 i64 i64))
-(function tma_box (SwLayout) Box :no-merge)
-(function tma_issues (SwLayout) i64 :no-merge)
-(function gmma_layout_type (SwLayout) i64 :no-merge)
-(function gmma_sbo_bytes (SwLayout) i64 :no-merge)
+;; one operand's shared memory: (major, swizzle bits, base, MN, K, stages). Its layout may equal
+;; another operand's as a function, but the TMA box belongs to the operand, not to the function.
+(datatype Operand (SmemOp i64 i64 i64 i64 i64 i64))
+(function smem_of (Operand) SwLayout :no-merge)
+(function tma_box (Operand) Box :no-merge)
+(function tma_issues (Operand) i64 :no-merge)
+(function gmma_layout_type (Operand) i64 :no-merge)
+(function gmma_sbo_bytes (Operand) i64 :no-merge)
 (function canon (Modes) CModes :merge old)  ; every node of a class folds to the same form (tests check it)
 (function msize (Modes) i64 :no-merge)
 """
