@@ -41,7 +41,7 @@ CLUSTERS = tuple((cm, cn) for cm in (1, 2, 4, 8, 16) for cn in (1, 2, 4, 8, 16) 
 POLICIES = tuple((s, e, sc) for s, e in ((1, 1), (1, 2), (2, 0), (2, 2), (0, 0), (0, 2)) for sc in (0, 1))
 RASTER = ("heuristic", "along_m", "along_n")
 
-MIN_JUDGED = 24
+MIN_JUDGED = 64          # judge at least this many of the cheapest, so the report shows what the rules cut
 MAX_JUDGED = 2500
 
 
@@ -204,6 +204,13 @@ def search(problem, top_k: int = 5, *, explain: bool = False) -> SearchResult:
         raise FieldError("top_k", f"expected an integer from 1 to 100, got {top_k!r}")
     t0 = time.perf_counter()
     space = SearchSpace(problem)
+    try:
+        return _search(space, problem, top_k, explain, t0)
+    finally:
+        space.egg.close()
+
+
+def _search(space: SearchSpace, problem, top_k: int, explain: bool, t0: float) -> SearchResult:
     tiles, clusters, pols, ti, ci, pi, est, order = rank_space(space)
     judge = Judge(problem)
     expanded: list[tuple] = []      # (key, config, verdict, exact cost, breakdown)
@@ -257,5 +264,4 @@ def search(problem, top_k: int = 5, *, explain: bool = False) -> SearchResult:
         candidates_total=int(len(order)), candidates_judged=len(expanded), candidates_legal=len(legal),
         pruned_by_rule=dict(judge.pruned_by_rule),
         peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, rejected=rejected)
-    space.egg.close()
     return result
