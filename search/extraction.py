@@ -10,9 +10,7 @@ dropped. Ties are broken by the configuration's JSON text, so the ranking is det
 """
 from __future__ import annotations
 
-from egglog import bindings
-
-from .egg import term_to_tree
+from .egg import bindings, term_to_tree
 from .schedule_rewrites import ILLEGAL_COST
 
 
