@@ -13,6 +13,9 @@ spends time on legality. Terms, each reported in the breakdown:
 * epilogue  -- bytes of D (and C) per tile; ping-pong overlaps it with the other warpgroup's mainloop.
 * ragged    -- implicit: partial tiles compute (and load) whole tiles; reported as wasted fraction.
 * stream_k  -- splits the k-blocks of the last wave across idle SMs at the price of a fix-up.
+* dram      -- the tiles a wave touches at once (raster order and swizzle, as CUTLASS's persistent
+               scheduler walks them) must come from HBM once per wave: fewer distinct A rows and B
+               columns per wave means less DRAM traffic.
 
 Constants are H100 SXM figures (132 SMs, 989 TFLOP/s dense bf16, ~3.35 TB/s HBM); the L2 rate
 and the latency are calibration knobs that GPU measurements are meant to set.
@@ -42,6 +45,33 @@ ACTIVE_CTAS = {1: 132, 2: 132, 4: 128, 8: 120, 16: 112}
 SCHEDULES = ("warp_specialized", "cooperative", "pingpong")
 EPILOGUES = ("tma_warp_specialized", "tma_warp_specialized_cooperative", "no_smem")
 SCHEDULERS = ("persistent", "stream_k")
+RASTERS = ("heuristic", "along_m", "along_n")
+
+
+def effective_swizzle(tiles_m, tiles_n, max_swizzle):
+    """get_log_swizzle_size of tile_scheduler_params.h: the swizzle the scheduler really uses."""
+    lo = np.minimum(tiles_m, tiles_n)
+    return np.where((max_swizzle >= 8) & (lo >= 6), 8,
+                    np.where((max_swizzle >= 4) & (lo >= 3), 4, np.where((max_swizzle >= 2) & (lo >= 2), 2, 1)))
+
+
+def wave_footprint(tiles_m, tiles_n, active, raster, swizzle):
+    """(rows, cols) of tiles one wave of ``active`` CTAs touches.
+
+    Raster along M walks M fastest inside strips ``swizzle`` tiles wide along N (and vice versa);
+    ``heuristic`` is AlongM when there are more tiles along N (get_rasterization_order).
+    """
+    along_m = np.where(raster == 0, tiles_n > tiles_m, raster == 1)
+    major = np.where(along_m, tiles_m, tiles_n)
+    minor = np.where(along_m, tiles_n, tiles_m)
+    s = np.minimum(effective_swizzle(tiles_m, tiles_n, swizzle), minor)
+    strip = s * major
+    fits = active <= strip
+    along = np.where(fits, np.minimum(major, np.ceil(active / s)), major)
+    across = np.where(fits, s, np.minimum(minor, s * np.ceil(active / strip)))
+    rows = np.where(along_m, along, across)
+    cols = np.where(along_m, across, along)
+    return rows, cols
 
 
 def instruction_efficiency(n):
@@ -59,8 +89,8 @@ def _ss_op_n(tn):
     return out
 
 
-def cost_arrays(problem, tm, tn, tk, cm, cn, sched, epi, scheduler, stages):
-    """Vectorised cost. Integer arrays (codes index SCHEDULES / EPILOGUES / SCHEDULERS).
+def cost_arrays(problem, tm, tn, tk, cm, cn, sched, epi, scheduler, stages, raster=0, swizzle=1):
+    """Vectorised cost. Integer arrays (codes index SCHEDULES / EPILOGUES / SCHEDULERS / RASTERS).
 
     Returns (total_us, parts) where parts is a dict of arrays, one per term.
     """
@@ -119,16 +149,23 @@ def cost_arrays(problem, tm, tn, tk, cm, cn, sched, epi, scheduler, stages):
             + np.where(tiles % active != 0, STREAMK_FIXUP_US + 2 * t_epi, 0.0) + TILE_SWITCH_US + fill)
     t_main = np.where(scheduler == 1, t_sk, t_dp)
 
+    # DRAM: each wave reads the A rows and B columns of the tiles it covers
+    rows, cols = wave_footprint(tiles_m / cm, tiles_n / cn, active / (cm * cn), np.asarray(raster),
+                                np.asarray(swizzle))
+    unique = (rows * cm * tm + cols * cn * tn) * tk * in_bytes
+    t_dram = np.where(scheduler == 1, np.ceil(tiles / active), waves) * kblocks * unique / HBM_BYTES_PER_S * 1e6
+
     # compulsory DRAM traffic is a floor no tiling beats
     t_hbm = (M * K + N * K) * L * in_bytes / HBM_BYTES_PER_S * 1e6 + M * N * L * (out_bytes + c_bytes) / HBM_BYTES_PER_S * 1e6
     # smooth maximum: a memory-bound problem still prefers the kernel with the shorter mainloop
-    total = (t_main ** 4 + t_hbm ** 4) ** 0.25 + LAUNCH_US
+    total = (t_main ** 4 + np.maximum(t_hbm, t_dram) ** 4) ** 0.25 + LAUNCH_US
     ragged = 1.0 - (M * N * L) / (np.ceil(M / tm) * tm * np.ceil(N / tn) * tn * L)
     parts = {
         "waves": waves, "tiles": tiles, "active_ctas": active, "kblocks": kblocks,
         "mma_us_per_kblock": t_mma, "load_us_per_kblock": t_load, "pipeline_us_per_kblock": t_pipe,
         "epilogue_us_per_tile": t_epi_exposed, "instruction_efficiency": eff, "accumulator_registers": acc, "ragged_waste": ragged,
         "mainloop_us": t_main, "hbm_floor_us": np.broadcast_to(t_hbm, np.shape(t_main)),
+        "dram_us": t_dram, "wave_tile_rows": rows * cm, "wave_tile_cols": cols * cn,
     }
     return total, parts
 
@@ -143,7 +180,8 @@ def config_cost(problem, config, stages: int) -> tuple[float, dict]:
     s, e, sc = config_codes(config)
     t = config.tile_shape
     c = config.cluster_shape
-    total, parts = cost_arrays(problem, [t[0]], [t[1]], [t[2]], [c[0]], [c[1]], [s], [e], [sc], [stages])
+    total, parts = cost_arrays(problem, [t[0]], [t[1]], [t[2]], [c[0]], [c[1]], [s], [e], [sc], [stages],
+                               [RASTERS.index(config.raster_order)], [config.raster_swizzle])
     breakdown = {k: round(float(np.asarray(v).reshape(-1)[0]), 4) for k, v in parts.items()}
     breakdown["stages"] = stages
     breakdown["predicted_us"] = round(float(total[0]), 3)

@@ -16,13 +16,13 @@ from .schedule_rewrites import ILLEGAL_COST
 
 def price(egg, costs: dict) -> None:
     """Load the legal candidates' costs (microseconds) and run the ``price`` ruleset."""
-    rows = [(*key[0], *key[1], *key[2], 0, 1, max(1, int(round(c[0] * 1e6)))) for key, c in costs.items()]
+    rows = [(*key[0], *key[1], *key[2], key[3], key[4], max(1, int(round(c[0] * 1e6)))) for key, c in costs.items()]
     egg.input("CostOf", sorted(rows))
     egg.run("(run-schedule (saturate (run price)))")
 
 
 def extract_ranked(egg, costs: dict, top_k: int) -> list[tuple]:
-    """Keys (tile, cluster, policy) of the best ``top_k`` legal kernels, cheapest first."""
+    """Keys (tile, cluster, policy, raster, swizzle) of the best ``top_k`` legal kernels, cheapest first."""
     price(egg, costs)
     span = bindings.PanicSpan()
     root = bindings.Call(span, "Root", [bindings.Lit(span, bindings.Int(0))])
@@ -35,15 +35,19 @@ def extract_ranked(egg, costs: dict, top_k: int) -> list[tuple]:
         if tree[0] != "Impl":
             continue
         k = tree[1]
-        key = (_tile(k[1]), tuple(k[2][1:]), tuple(k[3][1:4]))
+        key = (_tile(k[1]), tuple(k[2][1:]), tuple(k[3][1:4]), k[4], k[5])
         if key in costs and key not in picked and table.get(key, ILLEGAL_COST) < ILLEGAL_COST:
             picked.append(key)
-    picked.sort(key=lambda key: (table[key], costs[key][2].config.to_json()))
+    picked.sort(key=lambda key: (table[key], _simple(costs[key][2].config), costs[key][2].config.to_json()))
     return picked[:top_k]
 
 
+def _simple(cfg) -> int:
+    return (cfg.raster_order != "heuristic") + (cfg.raster_swizzle != 1)
+
+
 def _cost_table(egg) -> dict:
-    """The engine's cost table of K, keyed (tile, cluster, policy): what extraction ranked by."""
+    """The engine's cost table of K, keyed (tile, cluster, policy, raster, swizzle): what extraction ranks by."""
     f = egg.freeze().functions
     i64 = egg.i64
     tiles = {r.output: tuple(i64(x) for x in r.inputs) for r in f["CtaTile"].rows}
@@ -51,7 +55,8 @@ def _cost_table(egg) -> dict:
     pols = {r.output: tuple(i64(x) for x in r.inputs)[:3] for r in f["Pol"].rows}
     out: dict = {}
     for r in f["cost_table_K"].rows:
-        key = (tiles.get(r.inputs[0]), clusters.get(r.inputs[1]), pols.get(r.inputs[2]))
+        key = (tiles.get(r.inputs[0]), clusters.get(r.inputs[1]), pols.get(r.inputs[2]), i64(r.inputs[3]),
+               i64(r.inputs[4]))
         out[key] = max(out.get(key, 0), i64(r.output))
     return out
 

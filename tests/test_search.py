@@ -91,12 +91,12 @@ def test_rules_prune_inside_the_search():
 def test_an_illegal_e_node_is_never_extracted():
     p = GemmProblem(4096, 4096, 4096)
     space = SearchSpace(p)
-    good = ((128, 256, 64), (2, 1), (1, 1, 0))
-    bad = ((128, 128, 64), (1, 1), (1, 1, 0))
-    space.egg.input("Expand", [(*t, *c, *pol, 0, 1) for t, c, pol in (good, bad)])
+    good = ((128, 256, 64), (2, 1), (1, 1, 0), 0, 1)
+    bad = ((128, 128, 64), (1, 1), (1, 1, 0), 0, 1)
+    space.egg.input("Expand", [(*t, *c, *pol, r, w) for t, c, pol, r, w in (good, bad)])
     space.egg.input("Rejected", [(*bad[0], *bad[1], *bad[2], 0, 1, 3)])
     space.egg.run("(run-schedule (saturate (run expand)))")
-    cfg = _make_config(*good)
+    cfg = _make_config(*good[:3])
     costs = {bad: (1.0, {}, type("V", (), {"config": cfg})()), good: (2.0, {}, type("V", (), {"config": cfg})())}
     assert extract_ranked(space.egg, costs, 2) == [good]          # the cheaper one is illegal
     space.egg.close()

@@ -34,6 +34,14 @@ def problem_from_args(args):
     return GemmProblem.from_dict(data, where="problem")
 
 
+def label(cfg) -> str:
+    """short_name plus the scheduler's raster order and swizzle when they are not the defaults."""
+    extra = ""
+    if cfg.raster_order != "heuristic" or cfg.raster_swizzle != 1:
+        extra = f"_{cfg.raster_order}_swz{cfg.raster_swizzle}"
+    return cfg.short_name() + extra
+
+
 def run(args) -> int:
     from cutegen.search import search
 
@@ -57,7 +65,7 @@ def run(args) -> int:
           f"e-graph {result.egraph_nodes} nodes / {result.egraph_classes} classes, "
           f"{result.iterations} iterations, {result.search_seconds:.3f} s")
     for i, r in enumerate(result.ranked):
-        print(f"  {i + 1}. {r.config.short_name():44s} {r.cost:10.2f} us  "
+        print(f"  {i + 1}. {label(r.config):58s} {r.cost:10.2f} us  "
               f"{r.breakdown['predicted_tflops']:7.1f} TFLOP/s (predicted)")
     if result.pruned_by_rule:
         print("pruned by rule: " + ", ".join(f"{k}={v}" for k, v in sorted(result.pruned_by_rule.items())))
@@ -69,7 +77,8 @@ def run(args) -> int:
 def _why_more(best: dict, other: dict) -> list[str]:
     """The cost terms in which a runner-up is worse than the winner, largest first."""
     keys = ("waves", "mma_us_per_kblock", "load_us_per_kblock", "pipeline_us_per_kblock", "epilogue_us_per_tile",
-            "kblocks", "ragged_waste", "instruction_efficiency", "accumulator_registers", "active_ctas", "mainloop_us")
+            "kblocks", "ragged_waste", "instruction_efficiency", "accumulator_registers", "active_ctas", "mainloop_us",
+            "dram_us")
     out = []
     for k in keys:
         a, b = best.get(k), other.get(k)
@@ -93,17 +102,17 @@ def explain_dict(result) -> dict:
         lay["cute"] = cute_text(lay["layout"])
         layouts[op] = lay
     cm, cn = cfg.cluster_shape[:2]
-    chain = [f"Root = Impl(K(tile, Cl({cm}, {cn}), Pol(...), raster, swizzle))  [expand: judged legal by "
-             f"check_config, priced by the cost model, extracted]"]
+    chain = [f"Root = Impl(K(tile, Cl({cm}, {cn}), Pol(...), {cfg.raster_order}, {cfg.raster_swizzle}))  "
+             "[expand: judged legal by check_config, priced by the cost model, extracted]"]
     chain += [f"tile = {form}" for form in best.chain
               if not form.startswith("ClusterSplit") or f", {cm}, {cn})  [" in form]
     chain.append(f"Pol({cfg.mainloop_schedule}, {cfg.epilogue_schedule}, {cfg.tile_scheduler}, auto) = "
                  f"Pol(..., {st})  [expand: StageCountAutoCarveout resolves auto]")
-    runners = [{"config": r.config.short_name(), "cost": round(r.cost, 3), "delta_us": round(r.cost - best.cost, 3),
+    runners = [{"config": label(r.config), "cost": round(r.cost, 3), "delta_us": round(r.cost - best.cost, 3),
                 "worse_in": _why_more(best.breakdown, r.breakdown)} for r in result.ranked[1:]]
     rejected = [{"config": KernelConfigName(x["config"]), "rules": x["rules"], "reasons": x["reasons"]}
                 for x in result.rejected[:8]]
-    return {"chosen": cfg.short_name(), "rewrite_chain": chain, "smem_layouts": layouts,
+    return {"chosen": label(cfg), "rewrite_chain": chain, "smem_layouts": layouts,
             "cost_breakdown": best.breakdown, "runners_up": runners, "rejected_near_top": rejected}
 
 
@@ -121,7 +130,7 @@ def cute_text(term: str) -> str:
 def KernelConfigName(d: dict) -> str:  # noqa: N802 - reads as a constructor of a name
     from cutegen.config import KernelConfig
 
-    return KernelConfig.from_dict(d).short_name()
+    return label(KernelConfig.from_dict(d))
 
 
 def print_explain(result) -> None:
@@ -142,8 +151,8 @@ def print_explain(result) -> None:
     print("runners-up:")
     for r in e["runners_up"]:
         why = "; ".join(r["worse_in"]) or "equal terms; ordered by the configuration text"
-        print(f"  {r['config']:44s} +{r['delta_us']:.3f} us: {why}")
+        print(f"  {r['config']:58s} +{r['delta_us']:.3f} us: {why}")
     if e["rejected_near_top"]:
         print("rejected near the top (cheaper or close, but illegal):")
         for r in e["rejected_near_top"]:
-            print(f"  {r['config']:44s} {'; '.join(r['reasons'])}")
+            print(f"  {r['config']:58s} {'; '.join(r['reasons'])}")
