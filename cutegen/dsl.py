@@ -231,7 +231,7 @@ def template_context(problem: GemmProblem, config: KernelConfig) -> dict[str, An
         "version": __version__,
         "kernel_hash": khash,
         "prefix": f"cutegen_dsl_{khash}",
-        "problem_name": problem.name,
+        "problem_name": problem.kernel_class_name,
         "config_name": config.short_name(),
         "config_lines": [f"{k} = {json.dumps(v)}" for k, v in sorted(config.to_dict().items())],
         "epilogue_formula": _epilogue_formula(problem),

@@ -30,8 +30,12 @@ SCHEMA = 1
 
 
 def kernel_hash(problem: GemmProblem, config: KernelConfig, backend: str) -> str:
-    """Names a kernel by what it computes and how: 16 hex digits of a canonical digest."""
-    ident = json.dumps({"backend": backend, "config": config.to_dict(), "problem": problem.to_dict()},
+    """Names a kernel by what it computes and how: 16 hex digits of a canonical digest.
+
+    Sizes are run-time arguments, so the digest covers ``problem.kernel_key()`` only: the same
+    configuration for two problem sizes is one kernel, compiled and cached once.
+    """
+    ident = json.dumps({"backend": backend, "config": config.to_dict(), "problem": problem.kernel_key()},
                        sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(ident.encode()).hexdigest()[:16]
 

@@ -7,6 +7,7 @@ contiguous. BLAS-style two-letter names (``tn``) follow CUTLASS: the first lette
 """
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -19,6 +20,10 @@ ACTIVATIONS = ("none", "relu", "gelu")
 TARGETS = ("sm90a",)
 C_DTYPES = OUTPUT_DTYPES + ("void",)
 BLAS_LAYOUTS = {"tn": ("row", "col"), "nt": ("col", "row"), "nn": ("col", "col"), "tt": ("row", "row")}
+# The fields a compiled kernel depends on. M, N, K, batch, alpha and beta are run-time arguments:
+# one kernel serves every size, so they stay out of its name and hash.
+KERNEL_FIELDS = ("dtype_a", "dtype_b", "dtype_c", "dtype_d", "dtype_acc", "layout_a", "layout_b", "layout_c",
+                 "alignment_a", "alignment_b", "alignment_c", "bias", "activation", "target")
 
 
 def default_alignment(dtype_name: str) -> int:
@@ -92,6 +97,15 @@ class GemmProblem:
     @property
     def flops(self) -> int:
         return 2 * self.m * self.n * self.k * self.batch
+
+    def kernel_key(self) -> dict[str, Any]:
+        """What a compiled kernel for this problem depends on (not its sizes or scalars)."""
+        return {f: getattr(self, f) for f in KERNEL_FIELDS}
+
+    @property
+    def kernel_class_name(self) -> str:
+        """``name`` without the sizes: every problem with this name runs on the same kernels."""
+        return "_".join(p for p in self.name.split("_") if not re.fullmatch(r"m\d+n\d+k\d+|b\d+", p))
 
     @property
     def name(self) -> str:

@@ -243,7 +243,7 @@ def _cstring(text: str) -> str:
 def _describe(problem: GemmProblem, config: KernelConfig, backend: str, khash: str) -> str:
     from . import __version__
     return json.dumps({"backend": backend, "config": config.to_dict(), "cutegen": __version__, "hash": khash,
-                       "problem": problem.to_dict()}, sort_keys=True, separators=(",", ":"))
+                       "problem": problem.kernel_key()}, sort_keys=True, separators=(",", ":"))
 
 
 def template_context(problem: GemmProblem, config: KernelConfig, backend: str) -> dict[str, Any]:
@@ -255,7 +255,7 @@ def template_context(problem: GemmProblem, config: KernelConfig, backend: str) -
     ctx: dict[str, Any] = {
         "version": __version__,
         "kernel_hash": khash,
-        "problem_name": problem.name,
+        "problem_name": problem.kernel_class_name,
         "config_name": config.short_name(),
         "config_lines": [f"{k} = {json.dumps(v)}" for k, v in sorted(config.to_dict().items())],
         "dtype_a": problem.dtype_a, "dtype_b": problem.dtype_b,

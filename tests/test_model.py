@@ -93,3 +93,20 @@ def test_smem_atom_geometry_matches_cute_gmma_atoms():
     assert SmemAtom("MN", "SW128").shape(16) == (64, 8)
     assert SmemAtom("K", "SW32").shape(8) == (8, 32)
     assert SmemAtom("K", "INTER").shape(32) == (8, 4)
+
+
+def test_kernel_key_leaves_sizes_and_scalars_out():
+    a = GemmProblem(4096, 4096, 4096)
+    b = GemmProblem(128, 8192, 1000, batch=3, alpha=2.0, beta=0.5)
+    assert a.kernel_key() == b.kernel_key() and a.kernel_class_name == b.kernel_class_name == "bf16_tn_cbf16dbf16"
+    assert a.kernel_key() != GemmProblem(4096, 4096, 4096, layout_b="row").kernel_key()
+    assert a.kernel_key() != GemmProblem(4096, 4096, 4096, alignment_a=4).kernel_key()
+
+
+def test_same_config_for_two_sizes_is_one_kernel():
+    from cutegen.manifest import kernel_hash
+    cfg = KernelConfig((128, 256, 64), (2, 1, 1))
+    assert kernel_hash(GemmProblem(4096, 4096, 4096), cfg, "cutlass") == \
+        kernel_hash(GemmProblem(1000, 2000, 3000, batch=2), cfg, "cutlass")
+    assert kernel_hash(GemmProblem(4096, 4096, 4096), cfg, "cutlass") != \
+        kernel_hash(GemmProblem(4096, 4096, 4096, dtype_d="f32"), cfg, "cutlass")
