@@ -148,20 +148,35 @@ class SearchSpace:
 
 
 @lru_cache(maxsize=65536)
-def _auto_stages(shape_free_problem, tile: tuple, family: str) -> int:
-    """StageCountAutoCarveout for a tile and epilogue family, exactly as the builder resolves it.
+def _epilogue_carveout(shape_free_problem, tm: int, tn: int, family: str) -> int | None:
+    """sizeof(CollectiveEpilogue::SharedStorage) for a CTA tile's M, N and epilogue family.
 
-    The stage count does not depend on M, N, K, so the problem is passed with them set to 1 and
-    the answer is shared by every problem of the same types and layouts.
+    It does not depend on Tile_K nor on M, N, K (the problem is passed with them set to 1), so it
+    is computed once per (Tile_M, Tile_N) and shared by every problem of the same types and layouts.
+    None: the builder cannot size it (the rules say why when such a candidate is judged).
     """
     from cutegen import collective_builder as cb
 
-    sched, epi = {"coop": ("cooperative", 1), "other": ("pingpong", 0), "no_smem": ("cooperative", 2)}[family]
+    if family == "no_smem":
+        return 0
+    sched, epi = {"coop": ("cooperative", 1), "other": ("pingpong", 0)}[family]
     try:
-        cfg = _make_config(tile, (1, 1), (costmod.SCHEDULES.index(sched), epi, 0))
-        return max(int(cb.resolve_stages(shape_free_problem, cfg)), 0)
-    except Exception:  # noqa: BLE001 - a tile the builder cannot size is ranked as 1 stage; rules reject it
+        cfg = _make_config((tm, tn, 64), (1, 1), (costmod.SCHEDULES.index(sched), epi, 0))
+        return int(cb.epilogue_storage_bytes(shape_free_problem, cfg))
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def _auto_stages(shape_free_problem, tile: tuple, family: str) -> int:
+    """StageCountAutoCarveout<carveout> (rulebook E07) for ranking; check_config resolves it exactly."""
+    from cutegen import smem
+    from cutegen.dtypes import DTYPES
+
+    carve = _epilogue_carveout(shape_free_problem, tile[0], tile[1], family)
+    if carve is None:
         return 1
+    p = shape_free_problem
+    return max(int(smem.auto_stage_count(DTYPES[p.dtype_a].bits, DTYPES[p.dtype_b].bits, tile, carve)), 0)
 
 
 def _make_config(tile, cluster, policy, stages="auto", raster="heuristic", swizzle=1):
@@ -194,6 +209,19 @@ def rank_space(space: SearchSpace):
     return tiles, clusters, pols, ti, ci, pi, total, order
 
 
+def _exact_costs(problem, rows: list) -> list[tuple[float, tuple]]:
+    """(cost, row) for judged-legal rows, from their completed configs, in one vectorised call."""
+    if not rows:
+        return []
+    cfgs = [row[6].config for row in rows]
+    codes = np.array([costmod.config_codes(c) for c in cfgs])
+    total, _ = costmod.cost_arrays(
+        problem, [c.tile_shape[0] for c in cfgs], [c.tile_shape[1] for c in cfgs], [c.tile_shape[2] for c in cfgs],
+        [c.cluster_shape[0] for c in cfgs], [c.cluster_shape[1] for c in cfgs], codes[:, 0], codes[:, 1], codes[:, 2],
+        [row[6].stages for row in rows], [row[3] for row in rows], [row[4] for row in rows])
+    return [(float(t), row) for t, row in zip(total, rows)]
+
+
 def search(problem, top_k: int = 5, *, explain: bool = False) -> SearchResult:
     """Search the legal Hopper GEMM kernels for ``problem``; the best ``top_k``, cheapest first."""
     from cutegen.errors import FieldError
@@ -223,15 +251,16 @@ def _search(space: SearchSpace, problem, top_k: int, explain: bool, t0: float) -
     legal: list[tuple] = []
     kth = math.inf
 
-    def judge_one(tile, cluster, pol, r=0, w=1):
+    est_of: dict = {}
+
+    def judge_one(tile, cluster, pol, r=0, w=1, est_cost=math.inf):
         nonlocal kth
         cfg = _make_config(tile, cluster, pol, raster=RASTER[r], swizzle=w)
         v = judge(cfg)
         row = (tile, cluster, pol, r, w, cfg, v)
         expanded.append(row)
         if v.legal:
-            c, bd = costmod.config_cost(problem, v.config, v.stages)
-            legal.append((c, _simplicity(v.config), v.config.to_json(), row, bd))
+            legal.append((est_cost, _simplicity(v.config), v.config.to_json(), row))
             legal.sort(key=lambda x: x[:3])
             if len(legal) >= top_k:
                 kth = legal[top_k - 1][0]
@@ -242,14 +271,16 @@ def _search(space: SearchSpace, problem, top_k: int, explain: bool, t0: float) -
         if len(legal) >= top_k and n >= MIN_JUDGED and est[idx] >= kth:
             break
         judge_one(tuple(int(x) for x in tiles[ti[idx]]), tuple(int(x) for x in clusters[ci[idx]]),
-                  tuple(int(x) for x in pols[pi[idx]]))
+                  tuple(int(x) for x in pols[pi[idx]]), est_cost=float(est[idx]))
     # refine: the raster order and swizzle of the best kernels (they change only the DRAM term)
-    for c, _, _, row, _ in list(legal[:REFINE]):
+    for row in [x[3] for x in legal[:REFINE]]:
         tile, cluster, pol = row[:3]
         for r in range(len(RASTER)):
             for w in (1, 2, 4, 8):
                 if (r, w) != (0, 1):
                     judge_one(tile, cluster, pol, r, w)
+    # exact costs of every legal candidate (its resolved stages, raster, swizzle), in one batch
+    legal = _exact_costs(problem, [x[3] for x in legal])
 
     # materialise the judged candidates in the e-graph, with the legality analysis
     egg = space.egg
@@ -265,11 +296,12 @@ def _search(space: SearchSpace, problem, top_k: int, explain: bool, t0: float) -
     egg.input("Rejected", reject_rows)
     egg.input("StagesOf", sorted(stage_rows))
     egg.run("(run-schedule (saturate (run expand)))")
-    costs = {(row[0], row[1], row[2], row[3], row[4]): (c, bd, row[6]) for c, _, _, row, bd in legal}
+    costs = {(row[0], row[1], row[2], row[3], row[4]): (c, None, row[6]) for c, row in legal}
     picked = extract_ranked(egg, costs, top_k)
     ranked = []
     for key in picked:
-        c, bd, v = costs[key]
+        _, _, v = costs[key]
+        c, bd = costmod.config_cost(problem, v.config, v.stages)
         ranked.append(Ranked(v.config, c, bd, space.tile_forms(key[0]) if explain else []))
     nodes, classes = egg.sizes()
     rejected = [{"config": row[5].to_dict(), "rules": row[6].rules, "reasons": row[6].reasons}
