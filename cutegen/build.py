@@ -294,6 +294,7 @@ class Builder:
         for i in range(self.jobs):
             self._slots.put(i)
         self._print_lock = threading.Lock()
+        self._key_locks: dict[str, threading.Lock] = {}  # one compile per distinct source at a time
         self._done = 0
         self._total = 0
 
@@ -309,10 +310,15 @@ class Builder:
         key = cache_key(job.source, nvcc_version=self.nvcc_version, cutlass_version=self.cutlass_version)
         entry = self.entry(key)
         lib = entry / "kernel.so"
-        if lib.is_file():
-            result = BuildResult(job.name, "cached", lib, 0.0, key, stats=_read_stats(entry))
-        else:
-            result = self._compile(job, key, entry)
+        with self._print_lock:
+            key_lock = self._key_locks.setdefault(key, threading.Lock())
+        # Two jobs with the same source (one kernel serving several problems) compile it once: the
+        # second waits here, without holding an nvcc slot, and then finds the cache entry.
+        with key_lock:
+            if lib.is_file():
+                result = BuildResult(job.name, "cached", lib, 0.0, key, stats=_read_stats(entry))
+            else:
+                result = self._compile(job, key, entry)
         if result.ok and job.out_dir is not None:
             dest = job.out_dir / "kernel.so"
             _install(result.library, dest)
