@@ -55,6 +55,17 @@ def effective_swizzle(tiles_m, tiles_n, max_swizzle):
                     np.where((max_swizzle >= 4) & (lo >= 3), 4, np.where((max_swizzle >= 2) & (lo >= 2), 2, 1)))
 
 
+def effective_raster(problem, tile, cluster, raster: int, swizzle: int) -> tuple[str, int]:
+    """What the persistent scheduler really does with (raster, swizzle) for this problem and tile:
+    heuristic resolves to along_m or along_n, and the swizzle is capped by the grid. Two settings
+    with the same effective pair run the same tile order."""
+    tiles_m = -(-(-(-problem.m // tile[0])) // cluster[0])
+    tiles_n = -(-(-(-problem.n // tile[1])) // cluster[1])
+    along_m = (tiles_n > tiles_m) if raster == 0 else raster == 1
+    s = int(effective_swizzle(np.array(tiles_m), np.array(tiles_n), np.array(swizzle)))
+    return ("along_m" if along_m else "along_n"), s
+
+
 def wave_footprint(tiles_m, tiles_n, active, raster, swizzle):
     """(rows, cols) of tiles one wave of ``active`` CTAs touches.
 

@@ -275,9 +275,12 @@ def _search(space: SearchSpace, problem, top_k: int, explain: bool, t0: float) -
     # refine: the raster order and swizzle of the best kernels (they change only the DRAM term)
     for row in [x[3] for x in legal[:REFINE]]:
         tile, cluster, pol = row[:3]
+        seen = {costmod.effective_raster(problem, tile, cluster, 0, 1)}
         for r in range(len(RASTER)):
             for w in (1, 2, 4, 8):
-                if (r, w) != (0, 1):
+                eff = costmod.effective_raster(problem, tile, cluster, r, w)
+                if eff not in seen:          # same tile order as one already judged: the same kernel
+                    seen.add(eff)
                     judge_one(tile, cluster, pol, r, w)
     # exact costs of every legal candidate (its resolved stages, raster, swizzle), in one batch
     legal = _exact_costs(problem, [x[3] for x in legal])

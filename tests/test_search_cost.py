@@ -82,3 +82,12 @@ def test_a_swizzled_raster_reads_less_dram_on_a_big_grid():
     base = one(P, cluster=(2, 1))[1]["dram_us"]
     _, parts = C.cost_arrays(P, [128], [256], [64], [2], [1], [1], [1], [0], [4], [1], [8])
     assert float(parts["dram_us"][0]) < base
+
+
+def test_effective_raster_resolves_the_heuristic_and_caps_the_swizzle():
+    wide = GemmProblem(1024, 8192, 4096)     # more tiles along N: the heuristic walks along M
+    assert C.effective_raster(wide, (128, 128, 64), (1, 1), 0, 1) == ("along_m", 1)
+    tall = GemmProblem(8192, 1024, 4096)
+    assert C.effective_raster(tall, (128, 128, 64), (1, 1), 0, 8) == ("along_n", 8)
+    tiny = GemmProblem(256, 256, 4096)       # a 2 x 2 grid allows at most a swizzle of 2
+    assert C.effective_raster(tiny, (128, 128, 64), (1, 1), 1, 8) == ("along_m", 2)
