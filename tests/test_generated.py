@@ -71,8 +71,16 @@ def test_two_checked_in_kernels_compile():
     from cutegen import build as build_mod
     if build_mod.find_nvcc() is None:
         pytest.skip("nvcc not found")
-    explicit = [d for d in KERNEL_DIRS if json.loads((d / "manifest.json").read_text())["backend"] == "cutlass"]
-    picked = explicit[:2]
+    picked, dtypes = [], set()
+    for d in KERNEL_DIRS:  # two explicit kernels of different input types where the suite has them
+        man = json.loads((d / "manifest.json").read_text())
+        if man["backend"] == "cutlass" and man["problem"]["dtype_a"] not in dtypes:
+            picked.append(d)
+            dtypes.add(man["problem"]["dtype_a"])
+    if len(picked) < 2:
+        picked = [d for d in KERNEL_DIRS
+                  if json.loads((d / "manifest.json").read_text())["backend"] == "cutlass"][:2]
+    picked = picked[:2]
     had = {d for d in picked if (d / "kernel.so").exists()}
     summary = build_mod.build(picked, jobs=1, progress=None)
     assert summary.ok, "\n".join(r.message for r in summary.results if not r.ok)
