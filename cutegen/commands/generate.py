@@ -67,6 +67,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--jobs", type=int, help="parallel compiles (default: from cores and memory)")
 
 
+def label(config: KernelConfig) -> str:
+    """short_name plus the raster settings it leaves out."""
+    extra = "" if config.raster_order == "heuristic" and config.raster_swizzle == 1 else \
+        f" raster {config.raster_order} swizzle {config.raster_swizzle}"
+    return config.short_name() + extra
+
+
 def choose(problem: GemmProblem, top_k: int = 3) -> tuple[KernelConfig, object, list[str]]:
     """The search's best configuration, the cost record for the manifest, and the reasons to print.
 
@@ -92,7 +99,7 @@ def choose(problem: GemmProblem, top_k: int = 3) -> tuple[KernelConfig, object, 
     why.append(line)
     for other in result.ranked[1:]:
         delta = (other.cost / best.cost - 1) * 100 if best.cost else 0.0
-        why.append(f"runner-up {other.config.short_name()}: {other.cost:.1f} us (+{delta:.1f}%)")
+        why.append(f"runner-up {label(other.config)}: {other.cost:.1f} us (+{delta:.1f}%)")
     if result.pruned_by_rule:
         top = sorted(result.pruned_by_rule.items(), key=lambda kv: (-kv[1], kv[0]))[:4]
         why.append("pruned by rule: " + ", ".join(f"{rule} {n}" for rule, n in top))
@@ -121,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"kernel   {out / ('kernel.py' if args.backend == 'dsl' else 'kernel.cu')}")
     print(f"manifest {out / 'manifest.json'}")
     print(f"problem  {problem.name}")
-    print(f"config   {kernel.config.short_name()} (hash {kernel.kernel_hash})")
+    print(f"config   {label(kernel.config)} (hash {kernel.kernel_hash})")
     for line in why:
         print(f"why      {line}")
     legality = kernel.manifest.get("legality") or {}
