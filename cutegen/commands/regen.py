@@ -7,6 +7,7 @@ from pathlib import Path
 
 from ..errors import CutegenError, FieldError, IllegalConfig
 from ..problem import GemmProblem
+from .generate import label
 
 HELP = "re-render generated/ for bench/suite.toml (search + render); --check: fail if any byte would change"
 BASELINE = {"tile_shape": [128, 256, 64], "cluster_shape": [2, 1, 1], "stages": "auto",
@@ -106,11 +107,11 @@ def run(args: argparse.Namespace) -> int:
             if args.check:
                 diff = kernel.differences(directory)
                 changed += diff
-                print(f"{'differs' if diff else 'same':8s} {directory} [{kernel.config.short_name()}]")
+                print(f"{'differs' if diff else 'same':8s} {directory} [{label(kernel.config)}]")
             else:
                 written = kernel.write(directory)
                 changed += written
-                print(f"{'wrote' if written else 'same':8s} {directory} [{kernel.config.short_name()}]")
+                print(f"{'wrote' if written else 'same':8s} {directory} [{label(kernel.config)}]")
     stale = sorted(d.parent for d in root.rglob("manifest.json") if d.parent not in expected_dirs) \
         if root.is_dir() else []
     for d in stale:
