@@ -94,6 +94,18 @@ class ConfigContext:
         return self.tm * self.tn // self.mma_threads
 
     @cached_property
+    def fp8_promoted(self) -> bool:
+        """FP8 inputs through CUTLASS's two-level accumulation mainloop (MainloopSm90TmaGmmaWarpSpecializedFP8,
+        what both the builder and cutegen's renderer use for FP8 without fast accumulation)."""
+        return self.problem.dtype_a in ("e4m3", "e5m2") and not cb.uses_register_a(self.problem)
+
+    @cached_property
+    def live_acc_regs_per_thread(self) -> int:
+        """Accumulator registers live at once: GmmaFP8Accumulation keeps the WGMMA accumulator and the
+        promoted f32 copy side by side (collective/fp8_accumulation.hpp), so FP8 needs twice the tile's."""
+        return self.acc_regs_per_thread * (2 if self.fp8_promoted else 1)
+
+    @cached_property
     def setmaxnreg(self) -> tuple[int, int] | None:
         """(producer, consumer) setmaxnreg values of the Cooperative / Pingpong kernels; None for plain WS."""
         if self.config.mainloop_schedule == "warp_specialized":

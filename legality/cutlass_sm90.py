@@ -392,3 +392,17 @@ def _streamk_hang(c):
         return (f"stream-K with the {c.config.epilogue_schedule} epilogue: known shape-dependent hangs "
                 f"(seen on H100 at tile {c.tm}x{c.tn}x{c.tk}-like configurations; not reproduced on H200)")
     return None
+
+
+@_rule("SM90-FP8-PROMOTION-INTERVAL", rulebook="E15 (FP8 mainloop)",
+       source="collective/sm90_mma_tma_gmma_ss_warpspecialized_fp8.hpp:253 (can_implement)",
+       summary="FP8 two-level accumulation: mma_promotion_interval (4, the default cutegen passes) is a "
+               "multiple of the MMAs per k-block, Tile_K / WGMMA K")
+def _fp8_promotion_interval(c):
+    if not c.fp8_promoted:
+        return None
+    per_kblock = c.tk // c.wgmma_k
+    if per_kblock == 0 or 4 % per_kblock:
+        return (f"Tile_K {c.tk} / WGMMA K {c.wgmma_k} = {c.tk / c.wgmma_k:g} MMAs per k-block does not divide "
+                f"the promotion interval 4: can_implement fails")
+    return None

@@ -384,3 +384,28 @@ def test_streamk_tma_epilogue_warning():
     assert r.legal and [v.rule_id for v in r.warnings] == ["SM90-STREAMK-TMA-EPILOGUE-HANG"]
     assert "SM90-STREAMK-TMA-EPILOGUE-HANG" not in ids(tile_scheduler="stream_k", epilogue_schedule="no_smem")
     assert "SM90-STREAMK-TMA-EPILOGUE-HANG" not in ids()
+
+
+def test_fp8_promotion_doubles_the_live_accumulator():
+    from cutegen import GemmProblem, KernelConfig
+    from cutegen.legality import check_config
+    fp8 = GemmProblem(4096, 4096, 4096, dtype_a="e4m3", dtype_b="e4m3")
+    bf16 = GemmProblem(4096, 4096, 4096)
+    big = KernelConfig((128, 256, 128), (2, 1, 1))     # 128 f32 regs/thread: 256 live with promotion
+    small = KernelConfig((128, 128, 128), (2, 1, 1))   # 64 -> 128 live
+    warn = lambda p, c: {w.rule_id for w in check_config(p, c).warnings}  # noqa: E731
+    assert "WGMMA-ACCUMULATOR-REGISTERS" in warn(fp8, big)
+    assert "WGMMA-ACCUMULATOR-REGISTERS" not in warn(fp8, small)
+    assert "WGMMA-ACCUMULATOR-REGISTERS" not in warn(bf16, big.replace(tile_shape=(128, 256, 64)))
+
+
+def test_fp8_promotion_interval_divides_by_mmas_per_kblock():
+    from cutegen import GemmProblem, KernelConfig
+    from cutegen.legality import check_config
+    fp8 = GemmProblem(4096, 4096, 4096, dtype_a="e4m3", dtype_b="e4m3")
+    ids = lambda c: {v.rule_id for v in check_config(fp8, c).violations}  # noqa: E731
+    for tk, bad in ((32, False), (64, False), (128, False), (96, True), (256, True)):
+        cfg = KernelConfig((128, 64, tk), (1, 1, 1), stages=2)
+        assert ("SM90-FP8-PROMOTION-INTERVAL" in ids(cfg)) == bad, tk
+    assert "SM90-FP8-PROMOTION-INTERVAL" not in {v.rule_id for v in check_config(
+        GemmProblem(4096, 4096, 4096), KernelConfig((128, 64, 256), (1, 1, 1), stages=2)).violations}
