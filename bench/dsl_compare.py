@@ -99,6 +99,9 @@ def prepare(args) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     plan = {"suite": str(args.suite), "cute_dsl": dsl.dsl_version(), "problems": []}
+    # A C++ kernel takes M, N, K, batch, alpha and beta at run time: problems that differ only in those
+    # share one library (one nvcc run on the GPU machine instead of one per problem).
+    cutlass_dirs: dict[str, Path] = {}
     for name, problem in load_suite(args.suite):
         if args.only and name not in args.only:
             continue
@@ -119,10 +122,14 @@ def prepare(args) -> int:
             plan["problems"].append(entry)
             continue
         wall = time.monotonic() - start
-        render(problem, cfg, "cutlass").write(d / "cutlass")
+        generic = {k: v for k, v in problem.to_dict().items() if k not in ("m", "n", "k", "batch", "alpha", "beta")}
+        key = json.dumps({"problem": generic, "config": cfg.to_dict()}, sort_keys=True)
+        if key not in cutlass_dirs:
+            cutlass_dirs[key] = d / "cutlass"
+            render(problem, cfg, "cutlass").write(d / "cutlass")
         build = json.loads((d / "dsl" / "build.json").read_text())
         entry.update(config=cfg.to_dict(), config_name=cfg.short_name(), origin=origin, not_taken=reasons,
-                     dsl_library=str(so.relative_to(out)), cutlass_dir=str((d / "cutlass").relative_to(out)),
+                     dsl_library=str(so.relative_to(out)), cutlass_dir=str(cutlass_dirs[key].relative_to(out)),
                      dsl_compile_here=build["timings"], dsl_build_wall_s=round(wall, 2),
                      dsl_library_bytes=build["library_bytes"])
         t = build["timings"]
@@ -176,9 +183,9 @@ def run(args) -> int:
     plan = json.loads((out / "plan.json").read_text())
     dest = Path(os.environ.get("OUT", out))
     dest.mkdir(parents=True, exist_ok=True)
-    entries = [e for e in plan["problems"] if "dsl_library" in e]
-    print(f"building {len(entries)} C++ kernels (cutegen.build, --jobs {args.jobs})", flush=True)
-    summary = build([out / e["cutlass_dir"] for e in entries], jobs=args.jobs, timeout=args.build_timeout)
+    cutlass_dirs = sorted({e["cutlass_dir"] for e in plan["problems"] if "dsl_library" in e})
+    print(f"building {len(cutlass_dirs)} C++ kernels (cutegen.build, --jobs {args.jobs})", flush=True)
+    summary = build([out / c for c in cutlass_dirs], jobs=args.jobs, timeout=args.build_timeout)
     cpp_builds = {str(r.name): r for r in summary.results} if hasattr(summary, "results") else {}
     device = torch.device("cuda")
     torch.backends.cuda.matmul.allow_tf32 = False   # the float32 reference is float32
