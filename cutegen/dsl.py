@@ -26,7 +26,7 @@ from typing import Any
 
 from .config import KernelConfig
 from .dtypes import DTYPES
-from .errors import CutegenError, FieldError, IllegalConfig
+from .errors import CutegenError, FieldError
 from .problem import GemmProblem
 
 BACKEND = "dsl"
