@@ -91,3 +91,34 @@ def test_effective_raster_resolves_the_heuristic_and_caps_the_swizzle():
     assert C.effective_raster(tall, (128, 128, 64), (1, 1), 0, 8) == ("along_n", 8)
     tiny = GemmProblem(256, 256, 4096)       # a 2 x 2 grid allows at most a swizzle of 2
     assert C.effective_raster(tiny, (128, 128, 64), (1, 1), 1, 8) == ("along_m", 2)
+
+
+SQ2048 = GemmProblem(2048, 2048, 2048)
+
+
+def test_the_no_smem_epilogue_costs_more_than_a_tma_store_epilogue():
+    for sched, tma_epi in ((1, 1), (2, 0)):
+        t_tma, p_tma = one(SQ2048, tile=(128, 128, 64), sched=sched, epi=tma_epi)
+        t_raw, p_raw = one(SQ2048, tile=(128, 128, 64), sched=sched, epi=2)
+        assert p_raw["epilogue_us_per_tile"] > p_tma["epilogue_us_per_tile"]
+        assert t_raw > t_tma
+
+
+def test_pingpong_hides_a_tma_epilogue_but_not_a_no_smem_one():
+    coop = one(SQ2048, tile=(128, 128, 64), sched=1, epi=2)[1]["epilogue_us_per_tile"]
+    pp = one(SQ2048, tile=(128, 128, 64), sched=2, epi=2)[1]["epilogue_us_per_tile"]
+    assert pp == pytest.approx(coop)
+
+
+def test_cluster_sync_grows_with_the_cluster_then_saturates():
+    sync = {c: one(cluster=c)[1]["cluster_sync_us_per_kblock"] for c in ((1, 1), (2, 1), (2, 2), (4, 4))}
+    assert sync[(1, 1)] == 0 < sync[(2, 1)] < sync[(2, 2)]
+    assert sync[(4, 4)] == sync[(2, 2)]
+
+
+def test_small_k_tiles_pay_more_per_k_block_overhead():
+    # same tile, same stages' worth of bytes: k=32 runs twice the k-blocks of k=64
+    t64 = one(SQ2048, tile=(128, 128, 64), stages=6)[0]
+    t32 = one(SQ2048, tile=(128, 128, 32), stages=12)[0]
+    t16 = one(SQ2048, tile=(128, 128, 16), stages=24)[0]
+    assert t64 < t32 < t16
