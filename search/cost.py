@@ -3,14 +3,16 @@
 The model is vectorised (numpy) so the search can rank every reachable candidate before it
 spends time on legality. Terms, each reported in the breakdown:
 
-* waves     -- CTA tiles (rounded up to whole clusters) over the CTAs that can be resident at once;
+* waves     -- CTA tiles (rounded up to whole clusters, then to whole swizzle strips as CUTLASS's
+               persistent scheduler pads its grid) over the CTAs that can be resident at once;
                clusters larger than 2 cannot always fill every SM (GPC granularity).
 * mma       -- per k-block WGMMA time at the peak rate, scaled by the instruction's efficiency
                (a narrow N re-reads A from shared memory for fewer FLOPs).
 * load      -- per k-block bytes of A and B each CTA pulls through L2; TMA multicast divides the
                A bytes by cluster N and the B bytes by cluster M.
 * pipeline  -- a k-block costs at least latency / (stages - 1): a shallow pipeline cannot hide TMA.
-* epilogue  -- bytes of D (and C) per tile; ping-pong overlaps it with the other warpgroup's mainloop.
+* epilogue  -- bytes of D (and C) per tile; ping-pong overlaps a TMA-store epilogue with the other
+               warpgroup's mainloop; the no-smem epilogue is far slower and stays exposed.
 * ragged    -- implicit: partial tiles compute (and load) whole tiles; reported as wasted fraction.
 * stream_k  -- splits the k-blocks of the last wave across idle SMs at the price of a fix-up.
 * dram      -- the tiles a wave touches at once (raster order and swizzle, as CUTLASS's persistent
