@@ -3,6 +3,7 @@
 # (bench/run1/baseline/sm90a) with 16 jobs, then time every candidate against cuBLAS and the
 # baseline (bench/calibrate.py run). Carry oracles/.cutlass. Ends inside 9.5 minutes.
 set -u -o pipefail
+CALIB=${CALIB:-bench/calib}; NAME=${NAME:-calibration}
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd); cd "$REPO"
 T0=$(date +%s); OUT=${OUT:-$REPO/out/calib}; mkdir -p "$OUT"
 exec > >(tee "$OUT/calib_log.txt") 2>&1
@@ -12,7 +13,7 @@ for f in "$REPO"/cutegen/*; do ln -s "$f" "$STAGE/cutegen/$(basename "$f")"; don
 for sub in legality search templates; do ln -s "$REPO/$sub" "$STAGE/cutegen/$sub"; done
 export PYTHONPATH="$STAGE"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
-ls -d bench/calib/kernels/* bench/run1/baseline/sm90a/* > /tmp/dirs.txt; echo "$(wc -l < /tmp/dirs.txt) kernel dirs"
+ls -d $CALIB/kernels/* bench/run1/baseline/sm90a/* > /tmp/dirs.txt; echo "$(wc -l < /tmp/dirs.txt) kernel dirs"
 timeout 330 python3 -c "
 import sys
 from cutegen.build import build
@@ -22,5 +23,5 @@ s=build(dirs, jobs=16, progress=sys.stdout, timeout=280); print(s.line())
 tail -3 "$OUT/calib_build.txt"; grep -iE "fail|bug" "$OUT/calib_build.txt" | head -20
 echo "build done at $(( $(date +%s) - T0 )) s"
 LEFT=$(( 540 - ($(date +%s) - T0) ))
-python3 bench/calibrate.py run bench/calib --baselines bench/run1/baseline/sm90a --out "$OUT/calibration.json" --deadline $(( LEFT - 40 )) --timeout 60
+python3 bench/calibrate.py run $CALIB --baselines bench/run1/baseline/sm90a --out "$OUT/$NAME.json" --deadline $(( LEFT - 40 )) --timeout 60
 echo "calibration done at $(( $(date +%s) - T0 )) s"
