@@ -35,7 +35,9 @@ from cutegen import GemmProblem, KernelConfig, abi
 from cutegen import runner as R
 lib = abi.bind(ctypes.CDLL(sys.argv[1]))
 d = json.loads(lib.cutegen_describe())
-p, cfg = GemmProblem.from_dict(d["problem"]), KernelConfig.from_dict(d["config"])
+# The kernel describes what it depends on, not one problem's sizes: probe it at a size of our own.
+p = GemmProblem.from_dict({**d["problem"], "m": 1024, "n": 1024, "k": 1024})
+cfg = KernelConfig.from_dict(d["config"])
 bases = {"A": 1 << 40, "B": 2 << 40, "C": 3 << 40, "D": 4 << 40}   # never dereferenced: every call is refused
 out = []
 for case in R.refusal_probes(p, cfg):
