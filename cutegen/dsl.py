@@ -124,6 +124,13 @@ def dsl_supports(problem: GemmProblem, config: KernelConfig) -> list[str]:
     if DTYPES[problem.dtype_a].bits == 16 and problem.dtype_a != problem.dtype_b:
         out.append(f"DSL-AB-TYPE: 16-bit A ({problem.dtype_a}) and B ({problem.dtype_b}) differ; MmaF16BF16Op "
                    "takes one type for both")
+    if config.mainloop_schedule == "pingpong":
+        # H200, 2026-11-22 (bench/results/2026-11-22-nvidia-h200-dsl-validate.json): the DSL ping-pong kernel
+        # 128x96x128 e4m3 faulted ("unspecified launch failure") at 8192x3072x1024, where persistent CTAs
+        # take several tiles each, and passed only cases of at most one tile per CTA; the C++ kernel of the
+        # same configuration passed everything. Refused until the template's ping-pong ordering is fixed.
+        out.append("DSL-PINGPONG: the DSL ping-pong kernel faults once a persistent CTA takes more than one "
+                   "tile (seen on an H200); use the C++ backend or the cooperative schedule")
     if config.mainloop_schedule == "pingpong" and tuple(config.warpgroup_layout) != (1, 1, 1):
         out.append(f"DSL-PINGPONG-WG: pingpong gives each consumer warpgroup a whole tile; warpgroup_layout "
                    f"{config.warpgroup_layout} is not (1, 1, 1)")
