@@ -222,8 +222,11 @@ def _exact_costs(problem, rows: list) -> list[tuple[float, tuple]]:
     return [(float(t), row) for t, row in zip(total, rows)]
 
 
-def search(problem, top_k: int = 5, *, explain: bool = False) -> SearchResult:
-    """Search the legal Hopper GEMM kernels for ``problem``; the best ``top_k``, cheapest first."""
+def search(problem, top_k: int = 5, *, explain: bool = False, backend: str = "cutlass") -> SearchResult:
+    """Search the legal Hopper GEMM kernels for ``problem``; the best ``top_k``, cheapest first.
+
+    ``backend`` is the renderer the result is for: "cutlass" (C++) or "dsl" (CuTe DSL, which
+    also prunes what that backend refuses)."""
     from cutegen.errors import FieldError
     from cutegen.problem import GemmProblem
 
@@ -231,10 +234,12 @@ def search(problem, top_k: int = 5, *, explain: bool = False) -> SearchResult:
         raise FieldError("problem", f"expected a GemmProblem, got {type(problem).__name__}")
     if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1 or top_k > 100:
         raise FieldError("top_k", f"expected an integer from 1 to 100, got {top_k!r}")
+    if backend not in ("cutlass", "cutlass_builder", "dsl"):
+        raise FieldError("backend", f"{backend!r} is not one of cutlass, cutlass_builder, dsl")
     t0 = time.perf_counter()
     space = SearchSpace(problem)
     try:
-        return _search(space, problem, top_k, explain, t0)
+        return _search(space, problem, top_k, explain, t0, backend)
     finally:
         space.egg.close()
 
@@ -244,9 +249,10 @@ def _simplicity(cfg) -> int:
     return (cfg.raster_order != "heuristic") + (cfg.raster_swizzle != 1)
 
 
-def _search(space: SearchSpace, problem, top_k: int, explain: bool, t0: float) -> SearchResult:
+def _search(space: SearchSpace, problem, top_k: int, explain: bool, t0: float,
+            backend: str = "cutlass") -> SearchResult:
     tiles, clusters, pols, ti, ci, pi, est, order = rank_space(space)
-    judge = Judge(problem)
+    judge = Judge(problem, backend="dsl" if backend == "dsl" else "cutlass")
     expanded: list[tuple] = []      # (tile, cluster, policy, raster code, swizzle, config, verdict)
     legal: list[tuple] = []
     kth = math.inf

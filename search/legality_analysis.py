@@ -33,8 +33,13 @@ class Verdict:
 
 @dataclass
 class Judge:
-    """Memoised ``check_config`` for one problem, counting what each rule pruned."""
+    """Memoised ``check_config`` for one problem, counting what each rule pruned.
+
+    ``backend="dsl"`` adds the CuTe DSL backend's refusals (``cutegen.dsl.dsl_supports``, IDs ``DSL-*``):
+    what that backend cannot express, or was seen to get wrong, is illegal to a DSL search.
+    """
     problem: object
+    backend: str = "cutlass"
     pruned_by_rule: dict[str, int] = field(default_factory=dict)
     checked: int = 0
     _memo: dict = field(default_factory=dict)
@@ -60,8 +65,14 @@ class Judge:
         # documented-but-not-enforced rules (spills, NOT-ENFORCED driver checks) are illegal to the search
         broken = list(rep.violations) + list(getattr(rep, "warnings", []) or [])
         rules = [v.rule_id for v in broken]
+        reasons = [str(x) for x in broken]
+        if self.backend == "dsl" and rep.config is not None and not rules:
+            from cutegen.dsl import dsl_supports
+            for why in dsl_supports(self.problem, rep.config):
+                rules.append(why.split(":", 1)[0])
+                reasons.append(why)
         for r in rules:
             self.pruned_by_rule[r] = self.pruned_by_rule.get(r, 0) + 1
-        v = Verdict(not rules, rules, [str(x) for x in broken], rep.config, rep.stages, rep.smem_bytes)
+        v = Verdict(not rules, rules, reasons, rep.config, rep.stages, rep.smem_bytes)
         self._memo[key] = v
         return v

@@ -151,3 +151,15 @@ def test_tma_box_the_layout_term_implies_matches_the_rules_box():
             assert got["tma_box"] == ctx.operand_box(op), (dt, lay, tile, op)
             checked += 1
     assert checked > 60
+
+
+def test_dsl_search_prunes_what_the_dsl_backend_refuses():
+    from cutegen.dsl import dsl_supports
+    p = GemmProblem(1024, 1024, 1024)            # the C++ search picks a ping-pong kernel here
+    cpp = search(p, top_k=3)
+    dsl = search(p, top_k=3, backend="dsl")
+    assert any(r.config.mainloop_schedule == "pingpong" for r in cpp.ranked)
+    assert dsl.ranked and all(dsl_supports(p, r.config) == [] for r in dsl.ranked)
+    assert dsl.pruned_by_rule.get("DSL-PINGPONG", 0) > 0 and "DSL-PINGPONG" not in cpp.pruned_by_rule
+    with pytest.raises(FieldError):
+        search(p, backend="triton")

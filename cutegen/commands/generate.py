@@ -74,14 +74,14 @@ def label(config: KernelConfig) -> str:
     return config.short_name() + extra
 
 
-def choose(problem: GemmProblem, top_k: int = 3) -> tuple[KernelConfig, object, list[str]]:
+def choose(problem: GemmProblem, top_k: int = 3, backend: str = "cutlass") -> tuple[KernelConfig, object, list[str]]:
     """The search's best configuration, the cost record for the manifest, and the reasons to print.
 
     The cost record holds only what the model predicts (deterministic), never search timings, so
     that the manifest's bytes depend on the problem and the configuration alone.
     """
     from ..search import search  # egglog lives behind this import
-    result = search(problem, top_k)
+    result = search(problem, top_k, backend=backend)
     if not result.ranked:
         raise CutegenError(f"the search found no legal configuration for {problem.name} "
                            f"(pruned: {dict(result.pruned_by_rule) or 'nothing'})")
@@ -121,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
             raise FieldError("--config", f"not valid JSON: {e}") from None
         cost, why = None, ["configuration given with --config (no search)"]
     else:
-        config, cost, why = choose(problem)
+        config, cost, why = choose(problem, backend="dsl" if args.backend == "dsl" else "cutlass")
     kernel = render_mod.render(problem, config, args.backend, cost=cost)
     out = Path(args.output) if args.output else Path("generated") / problem.target / problem.name
     kernel.write(out)

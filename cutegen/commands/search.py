@@ -19,6 +19,8 @@ def add_arguments(p) -> None:
     p.add_argument("--dtype-d", default=None, help="D type (f32 bf16 f16); default follows --dtype")
     p.add_argument("--layout", default="tn", help="tn nt nn tt (A then B; t = row-major)")
     p.add_argument("--top-k", type=int, default=5)
+    p.add_argument("--backend", default="cutlass", choices=("cutlass", "dsl"),
+                   help="the renderer the result is for; dsl also prunes what the CuTe DSL backend refuses")
     p.add_argument("--explain", action="store_true", help="rewrite chain, cost breakdown, why runners-up lose")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
 
@@ -48,7 +50,7 @@ def run(args) -> int:
     if args.top_k < 1 or args.top_k > 100:
         raise FieldError("top_k", f"expected 1 to 100, got {args.top_k}")
     problem = problem_from_args(args)
-    result = search(problem, top_k=args.top_k, explain=args.explain)
+    result = search(problem, top_k=args.top_k, explain=args.explain, backend=args.backend)
     if not result.ranked:
         raise FieldError("problem", f"no legal configuration for {problem.name} among the "
                          f"{result.candidates_judged} cheapest candidates judged; rules that rejected them: "
