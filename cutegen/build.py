@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Iterable
 
+from ._atomic import atomic_write
 from .errors import CutegenError
 
 NVCC_FLAGS = (
@@ -216,16 +217,7 @@ def _slot_lock(slot: int):
 
 def _install(src: Path, dest: Path) -> None:
     """Copy a library into place atomically (temp file + rename)."""
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        shutil.copyfile(src, tmp)
-        os.chmod(tmp, 0o755)
-        os.replace(tmp, dest)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    atomic_write(dest, Path(src).read_bytes(), mode=0o755)
 
 
 def _run_nvcc(cmd: list[str], cwd: str, timeout: float | None) -> tuple[str, int]:

@@ -70,27 +70,24 @@ def nvcc_version(nvcc: str = "nvcc") -> str | None:
     Only the release is recorded: patch builds of one release generate identical kernels, and
     recording them would make ``regen --check`` fail on every toolkit patch update.
     """
+    m = re.search(r"release (\d+\.\d+)", _nvcc_version_text(nvcc))
+    return m.group(1) if m else None
+
+
+def _nvcc_version_text(nvcc: str) -> str:
+    """``nvcc --version``'s output, or "" when there is no nvcc or it does not answer."""
     exe = shutil.which(nvcc)
     if exe is None:
-        return None
+        return ""
     try:
-        out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=60).stdout
+        return subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=60).stdout
     except (OSError, subprocess.SubprocessError):
-        return None
-    m = re.search(r"release (\d+\.\d+)", out)
-    return m.group(1) if m else None
+        return ""
 
 
 def nvcc_full_version(nvcc: str = "nvcc") -> str | None:
     """The complete ``V13.0.88``-style build string; part of the compile cache key."""
-    exe = shutil.which(nvcc)
-    if exe is None:
-        return None
-    try:
-        out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=60).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    m = re.search(r"\bV(\d+\.\d+\.\d+)", out)
+    m = re.search(r"\bV(\d+\.\d+\.\d+)", _nvcc_version_text(nvcc))
     return m.group(1) if m else None
 
 

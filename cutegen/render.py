@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from . import manifest as manifest_mod
+from ._atomic import atomic_write  # noqa: F401  (also used by dsl.py)
 from .config import KernelConfig
 from .dtypes import DTYPES
 from .errors import CutegenError, FieldError, IllegalConfig
@@ -91,20 +92,6 @@ class RenderedKernel:
             if not path.exists() or path.read_bytes() != self.files[name].encode():
                 out.append(path)
         return out
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write through a temporary file in the same directory and rename: readers never see half."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 # --- completion and legality (owned by other modules; imported late so that a missing or ----

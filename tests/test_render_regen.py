@@ -132,3 +132,20 @@ def test_generate_with_no_arguments_is_the_default_problem(env, capsys):
 def test_generate_rejects_partial_extents(env, capsys):
     assert main(["generate", "--m", "1024", "--no-build"]) == 2
     assert "--m/--n/--k" in capsys.readouterr().err
+
+
+def test_regen_only_checks_one_problem_and_calls_nothing_else_stale(tmp_path, capsys):
+    from cutegen.commands import regen
+    suite = tmp_path / "suite.toml"
+    suite.write_text('[[problem]]\nname = "a"\nm = 256\nn = 256\nk = 256\ndtype = "bf16"\nlayout = "tn"\n'
+                     '[[problem]]\nname = "b"\nm = 512\nn = 512\nk = 512\ndtype = "bf16"\nlayout = "nt"\n')
+    out = tmp_path / "gen"
+    base = ["--suite", str(suite), "--out", str(out)]
+    assert main(["regen", *base]) == 0
+    assert main(["regen", "--check", "--only", "a", *base]) == 0
+    assert "stale" not in capsys.readouterr().err
+    (out / "sm90a" / "orphan").mkdir(parents=True)
+    (out / "sm90a" / "orphan" / "manifest.json").write_text("{}")
+    assert main(["regen", "--check", "--only", "a", *base]) == 1
+    assert "orphan" in capsys.readouterr().err
+    assert len(regen.select_suite(suite, ["b"])) == 1

@@ -73,6 +73,12 @@ def load_suite(path) -> list[tuple[str, GemmProblem]]:
     return _load(path)
 
 
+def select_suite(path, only) -> list[tuple[str, GemmProblem]]:
+    """The suite restricted by ``--only``, as ``cutegen regen`` selects it."""
+    from .regen import select_suite as _select
+    return _select(path, only)
+
+
 def find_kernel(root: Path, problem: GemmProblem) -> tuple[R.KernelInfo | None, str]:
     """The built kernel for ``problem`` under ``root`` (``root/<problem name>``), or why there is none."""
     d = Path(root) / problem.name
@@ -266,12 +272,7 @@ def run(args: argparse.Namespace) -> int:
         raise FieldError("--iters", f"{args.iters} is below 50 (issue 5 asks for at least 50 timed runs)")
     if args.warmup < 1:
         raise FieldError("--warmup", f"{args.warmup} is below 1")
-    suite = load_suite(args.suite)
-    if args.only:
-        unknown = sorted(set(args.only) - {n for n, _ in suite})
-        if unknown:
-            raise FieldError("--only", f"not in {args.suite}: {', '.join(unknown)}")
-        suite = [(n, p) for n, p in suite if n in args.only]
+    suite = select_suite(args.suite, args.only)
     started = _dt.datetime.now(_dt.timezone.utc)
     t0 = time.monotonic()
     entries: list[dict] = []

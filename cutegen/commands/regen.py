@@ -24,6 +24,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="only the suite problems with this name (repeatable)")
 
 
+def select_suite(path: str | Path, only: list[str] | None) -> list[tuple[str, GemmProblem]]:
+    """The suite's problems, restricted to the names in ``only`` (``--only``) when given."""
+    suite = load_suite(path)
+    if only:
+        unknown = sorted(set(only) - {n for n, _ in suite})
+        if unknown:
+            raise FieldError("--only", f"not in {path}: {', '.join(unknown)}")
+        suite = [(n, p) for n, p in suite if n in only]
+    return suite
+
+
 def load_suite(path: str | Path) -> list[tuple[str, GemmProblem]]:
     """(suite name, problem) for every entry of a suite TOML file: any array of tables of problems."""
     import tomllib
@@ -73,12 +84,7 @@ def _render_baseline(problem: GemmProblem):
 def run(args: argparse.Namespace) -> int:
     from .. import render as render_mod
     root = Path(args.out)
-    suite = load_suite(args.suite)
-    if args.only:
-        unknown = sorted(set(args.only) - {n for n, _ in suite})
-        if unknown:
-            raise FieldError("--only", f"not in {args.suite}: {', '.join(unknown)}")
-        suite = [(n, p) for n, p in suite if n in args.only]
+    suite = select_suite(args.suite, args.only)
     changed: list[Path] = []
     failures: list[str] = []
     expected_dirs: set[Path] = set()
@@ -112,6 +118,9 @@ def run(args: argparse.Namespace) -> int:
                 written = kernel.write(directory)
                 changed += written
                 print(f"{'wrote' if written else 'same':8s} {directory} [{label(kernel.config)}]")
+    # Stale means "in no problem of the suite": with --only, the rest of the suite is not stale.
+    for _, problem in (load_suite(args.suite) if args.only else []):
+        expected_dirs.update((kernel_dir(root, problem), baseline_dir(root, problem)))
     stale = sorted(d.parent for d in root.rglob("manifest.json") if d.parent not in expected_dirs) \
         if root.is_dir() else []
     for d in stale:
