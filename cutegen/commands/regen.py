@@ -121,8 +121,11 @@ def run(args: argparse.Namespace) -> int:
     # Stale means "in no problem of the suite": with --only, the rest of the suite is not stale.
     for _, problem in (load_suite(args.suite) if args.only else []):
         expected_dirs.update((kernel_dir(root, problem), baseline_dir(root, problem)))
-    stale = sorted(d.parent for d in root.rglob("manifest.json") if d.parent not in expected_dirs) \
-        if root.is_dir() else []
+    # regen owns <out>/<target>/ and <out>/baseline/<target>/ only: other trees under <out> (another
+    # suite's, e.g. generated/coverage) are not its to call stale.
+    owned = {d.parent for d in expected_dirs}
+    stale = sorted(d.parent for own in owned if own.is_dir() for d in own.glob("*/manifest.json")
+                   if d.parent not in expected_dirs)
     for d in stale:
         print(f"stale    {d} (not in {args.suite})", file=sys.stderr)
     for f in failures:
