@@ -14,7 +14,7 @@ KERNELS=${KERNELS:-generated/coverage/sm90a}
 timeout 330 python3 -c "
 import sys
 from cutegen.build import build
-s = build(['$KERNELS'], jobs=16, progress=sys.stdout, timeout=280); print(s.line())
+import glob; s = build(sorted(glob.glob('$KERNELS/*/')), jobs=16, progress=sys.stdout, timeout=280); print(s.line())
 " > "$OUT/coverage_build.txt" 2>&1
 grep -E "FAILED|LEGALITY BUG|built " "$OUT/coverage_build.txt" | tail -20
 timeout 240 python3 -m cutegen.commands.validate "$KERNELS" --timeout 45 --workers 3 --json "$OUT/coverage_validate.json" 2>&1 \

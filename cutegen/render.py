@@ -352,6 +352,21 @@ def render_source(problem: GemmProblem, config: KernelConfig, backend: str = "cu
     return _environment().get_template(TEMPLATES[backend]).render(**ctx)
 
 
+def cutlass_supports(problem: GemmProblem, config: KernelConfig) -> list[str]:
+    """Why the explicit-type template cannot render a configuration CUTLASS itself accepts (empty: it can).
+
+    Each reason starts with its rule ID, like ``cutegen.dsl.dsl_supports``, so the search prunes by it.
+    """
+    from .collective_builder import uses_register_a
+    if uses_register_a(problem):
+        # Found by the coverage build on 2026-11-22: tf32 NT rendered as an SS mainloop with K-major
+        # atoms did not compile; the template's static_assert showed CUTLASS builds a register-A mainloop.
+        return [f"CUTLASS-EXPLICIT-RS: {problem.dtype_a} {problem.blas_layout.upper()} goes to CUTLASS's "
+                "register-A (RS) mainloop, which transposes in shared memory; the explicit-type template "
+                "spells out the SS mainloop only (use backend cutlass_builder)"]
+    return []
+
+
 def render(problem: GemmProblem, config: KernelConfig, backend: str = "cutlass", *,
            cost: Any = None, toolchain: dict[str, Any] | None = None) -> RenderedKernel:
     """Complete ``config``, refuse it if any legality rule is broken, then render the kernel.
@@ -378,6 +393,10 @@ def render(problem: GemmProblem, config: KernelConfig, backend: str = "cutlass",
     else:
         config = complete_config(problem, config)
         report = check_legality(problem, config)
+        reasons = cutlass_supports(problem, config)
+        if reasons:
+            raise CutegenError("the explicit-type CUTLASS backend cannot render this configuration: "
+                               + "; ".join(reasons))
     source = render_source(problem, config, backend)
     if toolchain is None:
         toolchain = {"cutlass": manifest_mod.cutlass_version(), "nvcc": manifest_mod.nvcc_version()}

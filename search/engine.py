@@ -225,8 +225,8 @@ def _exact_costs(problem, rows: list) -> list[tuple[float, tuple]]:
 def search(problem, top_k: int = 5, *, explain: bool = False, backend: str = "cutlass") -> SearchResult:
     """Search the legal Hopper GEMM kernels for ``problem``; the best ``top_k``, cheapest first.
 
-    ``backend`` is the renderer the result is for: "cutlass" (C++) or "dsl" (CuTe DSL, which
-    also prunes what that backend refuses)."""
+    ``backend`` is the renderer the result is for: "cutlass" (explicit C++ types), "cutlass_builder"
+    (CUTLASS's CollectiveBuilder) or "dsl" (CuTe DSL); each prunes what its renderer refuses."""
     from cutegen.errors import FieldError
     from cutegen.problem import GemmProblem
 
@@ -252,7 +252,7 @@ def _simplicity(cfg) -> int:
 def _search(space: SearchSpace, problem, top_k: int, explain: bool, t0: float,
             backend: str = "cutlass") -> SearchResult:
     tiles, clusters, pols, ti, ci, pi, est, order = rank_space(space)
-    judge = Judge(problem, backend="dsl" if backend == "dsl" else "cutlass")
+    judge = Judge(problem, backend=backend)
     expanded: list[tuple] = []      # (tile, cluster, policy, raster code, swizzle, config, verdict)
     legal: list[tuple] = []
     kth = math.inf

@@ -35,8 +35,9 @@ class Verdict:
 class Judge:
     """Memoised ``check_config`` for one problem, counting what each rule pruned.
 
-    ``backend="dsl"`` adds the CuTe DSL backend's refusals (``cutegen.dsl.dsl_supports``, IDs ``DSL-*``):
-    what that backend cannot express, or was seen to get wrong, is illegal to a DSL search.
+    The backend's own refusals count as rules too: ``"dsl"`` adds ``cutegen.dsl.dsl_supports`` (``DSL-*``),
+    ``"cutlass"`` (explicit types) ``cutegen.render.cutlass_supports`` (``CUTLASS-EXPLICIT-*``);
+    ``"cutlass_builder"`` adds nothing (CUTLASS's builder decides the mainloop itself).
     """
     problem: object
     backend: str = "cutlass"
@@ -66,9 +67,12 @@ class Judge:
         broken = list(rep.violations) + list(getattr(rep, "warnings", []) or [])
         rules = [v.rule_id for v in broken]
         reasons = [str(x) for x in broken]
-        if self.backend == "dsl" and rep.config is not None and not rules:
-            from cutegen.dsl import dsl_supports
-            for why in dsl_supports(self.problem, rep.config):
+        if self.backend in ("dsl", "cutlass") and rep.config is not None and not rules:
+            if self.backend == "dsl":
+                from cutegen.dsl import dsl_supports as supports
+            else:
+                from cutegen.render import cutlass_supports as supports
+            for why in supports(self.problem, rep.config):
                 rules.append(why.split(":", 1)[0])
                 reasons.append(why)
         for r in rules:

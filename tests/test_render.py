@@ -339,3 +339,19 @@ def test_every_legal_config_of_a_sweep_renders():
         assert f"constexpr int Stages = {k.config.stages};" in k.source
         rendered += 1
     assert rendered > 50 and refused > 50, (rendered, refused)
+
+
+def test_explicit_backend_refuses_the_register_a_route_the_builder_takes():
+    """tf32 NT goes to CUTLASS's RS mainloop (it compiled and ran through the builder on an H200); the
+    explicit-type template spells out SS only, and a kernel rendered that way did not compile."""
+    from cutegen.errors import CutegenError
+    tf32_nt = GemmProblem(2048, 2048, 2048, dtype_a="tf32", dtype_b="tf32", dtype_c="f32", dtype_d="f32",
+                          layout_a="col", layout_b="row")
+    cfg = KernelConfig((128, 128, 32), (1, 1, 1))
+    assert render_mod.cutlass_supports(tf32_nt, render_mod.complete_config(tf32_nt, cfg))[0].startswith(
+        "CUTLASS-EXPLICIT-RS")
+    with pytest.raises(CutegenError, match="CUTLASS-EXPLICIT-RS"):
+        render_mod.render(tf32_nt, cfg, toolchain=TOOLCHAIN)
+    assert "CollectiveBuilder<" in render_mod.render(tf32_nt, cfg, backend="cutlass_builder", toolchain=TOOLCHAIN).source
+    tf32_tn = tf32_nt.replace(layout_a="row", layout_b="col")
+    assert render_mod.cutlass_supports(tf32_tn, render_mod.complete_config(tf32_tn, cfg)) == []

@@ -163,3 +163,12 @@ def test_dsl_search_prunes_what_the_dsl_backend_refuses():
     assert dsl.pruned_by_rule.get("DSL-PINGPONG", 0) > 0 and "DSL-PINGPONG" not in cpp.pruned_by_rule
     with pytest.raises(FieldError):
         search(p, backend="triton")
+
+
+def test_search_prunes_what_the_explicit_backend_cannot_render():
+    tf32_nt = GemmProblem(2048, 2048, 2048, dtype_a="tf32", dtype_b="tf32", dtype_c="f32", dtype_d="f32",
+                          layout_a="col", layout_b="row")
+    explicit = search(tf32_nt, top_k=2)
+    builder = search(tf32_nt, top_k=2, backend="cutlass_builder")
+    assert explicit.ranked == [] and explicit.pruned_by_rule.get("CUTLASS-EXPLICIT-RS", 0) > 0
+    assert builder.ranked and "CUTLASS-EXPLICIT-RS" not in builder.pruned_by_rule

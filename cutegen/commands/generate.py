@@ -121,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
             raise FieldError("--config", f"not valid JSON: {e}") from None
         cost, why = None, ["configuration given with --config (no search)"]
     else:
-        config, cost, why = choose(problem, backend="dsl" if args.backend == "dsl" else "cutlass")
+        config, cost, why = choose(problem, backend=args.backend)
     kernel = render_mod.render(problem, config, args.backend, cost=cost)
     out = Path(args.output) if args.output else Path("generated") / problem.target / problem.name
     kernel.write(out)

@@ -19,7 +19,7 @@ def add_arguments(p) -> None:
     p.add_argument("--dtype-d", default=None, help="D type (f32 bf16 f16); default follows --dtype")
     p.add_argument("--layout", default="tn", help="tn nt nn tt (A then B; t = row-major)")
     p.add_argument("--top-k", type=int, default=5)
-    p.add_argument("--backend", default="cutlass", choices=("cutlass", "dsl"),
+    p.add_argument("--backend", default="cutlass", choices=("cutlass", "cutlass_builder", "dsl"),
                    help="the renderer the result is for; dsl also prunes what the CuTe DSL backend refuses")
     p.add_argument("--explain", action="store_true", help="rewrite chain, cost breakdown, why runners-up lose")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
