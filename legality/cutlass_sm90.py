@@ -382,15 +382,19 @@ for _op in ("A", "B", "C", "D"):
 # --- what the H100 showed ----------------------------------------------------------------------------
 
 @_rule("SM90-STREAMK-TMA-EPILOGUE-HANG", rulebook="H", enforced=False,
-       source="rulebook H: stream-K cooperative 128x96x128, 3 stages hung on an H100 at 4096^3 (cluster 1x1, 2x2) and "
-              "2048^3 (2x2); NVIDIA/cutlass#1801, #1917 (stream-K + TMA epilogue hangs for some shapes, not with "
-              "NoSmem); the config oracle on an H200 ran the same six cases correctly",
-       summary="stream-K with a TMA epilogue has shape-dependent hangs that no document explains; flagged, "
-               "not enforced, until a GPU run with a watchdog shows which shapes hang")
+       source="rulebook H (hangs on an H100); NVIDIA/cutlass#1801, #1917. Measured 2026-11-22 "
+              "(tests/data/config_oracle_streamk_h100.jsonl, streamk_stale_workspace_h100.jsonl): on an H100 "
+              "the six reported cases ran correctly when the workspace was initialized before every launch, "
+              "and 3 of 6 hung when relaunched on the stale workspace; the H200 ran all six correctly",
+       summary="a stream-K kernel with a TMA epilogue hangs when it is relaunched without re-initializing "
+               "its workspace (a launch-protocol hazard the configuration alone cannot rule out)")
 def _streamk_hang(c):
+    # Flagged, not enforced: cutegen's ABI calls initialize() (which resets the stream-K workspace) on
+    # every call, but a caller driving CUTLASS directly can relaunch on a stale workspace. The search
+    # still counts it as illegal until stream-K kernels have run through the ABI on a GPU.
     if c.config.tile_scheduler == "stream_k" and c.tma_epilogue:
-        return (f"stream-K with the {c.config.epilogue_schedule} epilogue: known shape-dependent hangs "
-                f"(seen on H100 at tile {c.tm}x{c.tn}x{c.tk}-like configurations; not reproduced on H200)")
+        return (f"stream-K with the {c.config.epilogue_schedule} epilogue: hangs if relaunched without "
+                f"re-initializing its workspace (H100: 3 of 6 such configurations, e.g. 128x96x128)")
     return None
 
 

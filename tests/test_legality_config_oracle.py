@@ -34,3 +34,20 @@ def test_shared_memory_matches_compiler(row):
     s = shared_storage(problem, config)
     assert (s.mainloop, s.epilogue, s.kernel) == (row["smem_mainloop"], row["smem_epilogue"], row["smem_kernel"])
     assert complete(problem, config).stages == row["stages"]
+
+
+def test_streamk_hang_is_a_stale_workspace_not_a_configuration():
+    """H100: the rulebook's stream-K hangs appear only when a launch reuses a stale workspace."""
+    from cutegen import GemmProblem, KernelConfig
+    from cutegen.legality import check_config
+    fresh_path, stale_path = DATA / "config_oracle_streamk_h100.jsonl", DATA / "streamk_stale_workspace_h100.jsonl"
+    if not (fresh_path.exists() and stale_path.exists()):
+        pytest.skip("no H100 stream-K data")
+    fresh = {r["id"]: r for r in map(json.loads, fresh_path.read_text().splitlines())}
+    stale = [json.loads(line) for line in stale_path.read_text().splitlines()]
+    hung = [r for r in stale if r["outcome"] == "hang"]
+    assert hung and all(fresh[r["id"]]["outcome"] == "correct" for r in hung)
+    assert all(r["config"]["tile_scheduler"] == "stream_k" for r in hung)
+    for r in hung:
+        rep = check_config(GemmProblem.from_dict(r["problem"]), KernelConfig.from_dict(r["config"]))
+        assert rep.legal and "SM90-STREAMK-TMA-EPILOGUE-HANG" in {w.rule_id for w in rep.warnings}
