@@ -8,10 +8,7 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd); cd "$REPO"
 T0=$(date +%s); OUT=${OUT:-$REPO/out/calib}; mkdir -p "$OUT"
 exec > >(tee "$OUT/calib_log.txt") 2>&1
 export PYTHONUNBUFFERED=1 CUTEGEN_CACHE=${CUTEGEN_CACHE:-/tmp/cutegen-cache} CUTEGEN_CUTLASS_INCLUDE=$REPO/oracles/.cutlass
-STAGE=$(mktemp -d /tmp/cutegen-pkg.XXXXXX); mkdir -p "$STAGE/cutegen"
-for f in "$REPO"/cutegen/*; do ln -s "$f" "$STAGE/cutegen/$(basename "$f")"; done
-for sub in legality search templates; do ln -s "$REPO/$sub" "$STAGE/cutegen/$sub"; done
-export PYTHONPATH="$STAGE"
+. "$REPO/bench/stage_package.sh"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
 ls -d $CALIB/kernels/* bench/run1/baseline/sm90a/* > /tmp/dirs.txt; echo "$(wc -l < /tmp/dirs.txt) kernel dirs"
 timeout 330 python3 -c "

@@ -46,11 +46,7 @@ phase() { echo; echo "=== [$(elapsed) s] $*"; }
 
 # The tree is not installed there: mirror pyproject's package mapping (legality/, search/ and
 # templates/ live inside the cutegen package) with symbolic links, and put that on PYTHONPATH.
-STAGE=$(mktemp -d /tmp/cutegen-pkg.XXXXXX)
-mkdir -p "$STAGE/cutegen"
-for f in "$REPO"/cutegen/*; do ln -s "$f" "$STAGE/cutegen/$(basename "$f")"; done
-for sub in legality search templates; do ln -s "$REPO/$sub" "$STAGE/cutegen/$sub"; done
-export PYTHONPATH="$STAGE${PYTHONPATH:+:$PYTHONPATH}"
+. "$REPO/bench/stage_package.sh"
 
 phase "environment"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv 2>&1 | head -3

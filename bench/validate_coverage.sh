@@ -6,10 +6,7 @@ set -u -o pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd); cd "$REPO"
 OUT=${OUT:-$REPO/out/coverage}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 CUTEGEN_CACHE=${CUTEGEN_CACHE:-/tmp/cutegen-cache} CUTEGEN_CUTLASS_INCLUDE=$REPO/oracles/.cutlass
-STAGE=$(mktemp -d /tmp/cutegen-pkg.XXXXXX); mkdir -p "$STAGE/cutegen"
-for f in "$REPO"/cutegen/*; do ln -s "$f" "$STAGE/cutegen/$(basename "$f")"; done
-for sub in legality search templates; do ln -s "$REPO/$sub" "$STAGE/cutegen/$sub"; done
-export PYTHONPATH="$STAGE"
+. "$REPO/bench/stage_package.sh"
 KERNELS=${KERNELS:-generated/coverage/sm90a}
 timeout 330 python3 -c "
 import sys
