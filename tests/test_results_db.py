@@ -162,7 +162,7 @@ def test_killed_mid_transaction_leaves_none_of_it(tmp_path):
         conn.execute("BEGIN IMMEDIATE")
         sql = f"INSERT INTO measurements ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})"
         for i in range(500):
-            conn.execute(sql, _row(Measurement(problem=GemmProblem(8 * (i + 1), 64, 64),
+            conn.execute(sql, _row(conn, Measurement(problem=GemmProblem(8 * (i + 1), 64, 64),
                          config=KernelConfig((128, 128, 64)), device_kind="h200", median_us=1.0,
                          source="killed", measured_at="2026-11-23")))
         print("inserted", flush=True)
@@ -177,6 +177,7 @@ def test_killed_mid_transaction_leaves_none_of_it(tmp_path):
     conn = sqlite3.connect(path)
     assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     assert [m.source for m in db.measurements()] == ["t", "t"]
+    assert conn.execute("SELECT count(*) FROM problems").fetchone()[0] == 1   # its new problems went too
 
 
 def test_killed_at_random_moments_batches_all_or_none(tmp_path):

@@ -24,10 +24,11 @@ BUSY_TIMEOUT_MS = 60_000
 # The seed lives in the repository next to the GPU results it was imported from.
 REPO_SEED = Path(__file__).resolve().parents[2] / "bench" / "results" / "seed.sqlite"
 
-_COLUMNS = ("record_key", "problem_key", "kernel_class", "m", "n", "k", "batch", "config_json", "config_hash",
-            "kernel_hash", "backend", "device_name", "device_kind", "sm_count", "sm_clock_mhz", "driver", "cuda",
-            "cutlass", "cutegen", "timing_method", "times_us", "median_us", "validated", "max_rel_error",
-            "cublas_us", "source", "measured_at")
+_COLUMNS = ("record_key", "problem_id", "config_id", "kernel_hash", "backend", "device_name", "device_kind",
+            "sm_count", "sm_clock_mhz", "driver", "cuda", "cutlass", "cutegen", "timing_method", "times_us",
+            "median_us", "validated", "max_rel_error", "cublas_us", "source", "measured_at")
+_SELECT = ("SELECT m.*, p.key AS problem_json, c.json AS config_json FROM measurements m "
+           "JOIN problems p ON p.id = m.problem_id JOIN configs c ON c.id = m.config_id")
 
 
 def default_path() -> Path:
@@ -39,17 +40,24 @@ def default_path() -> Path:
     return Path(platformdirs.user_cache_dir("cutegen", appauthor=False)) / "results.sqlite"
 
 
-def _row(m: Measurement) -> tuple:
+def _row(conn: sqlite3.Connection, m: Measurement) -> tuple:
+    """The measurement's row, inserting its problem and configuration first where they are new."""
     p = m.problem
-    return (m.record_key, problem_key(p), p.kernel_class_name, p.m, p.n, p.k, p.batch, m.config.to_json(),
-            m.config.hash, m.kernel_hash, m.backend, m.device_name, m.device_kind, m.sm_count, m.sm_clock_mhz,
-            m.driver, m.cuda, m.cutlass, m.cutegen, m.timing_method, json.dumps(list(m.times_us)), m.median_us,
-            int(m.validated), m.max_rel_error, m.cublas_us, m.source, m.measured_at)
+    key = problem_key(p)
+    conn.execute("INSERT OR IGNORE INTO problems (key, kernel_class, m, n, k, batch) VALUES (?, ?, ?, ?, ?, ?)",
+                 (key, p.kernel_class_name, p.m, p.n, p.k, p.batch))
+    pid = conn.execute("SELECT id FROM problems WHERE key = ?", (key,)).fetchone()[0]
+    conn.execute("INSERT OR IGNORE INTO configs (hash, json) VALUES (?, ?)", (m.config.hash, m.config.to_json()))
+    cid = conn.execute("SELECT id FROM configs WHERE hash = ?", (m.config.hash,)).fetchone()[0]
+    return (m.record_key, pid, cid, m.kernel_hash, m.backend, m.device_name, m.device_kind, m.sm_count,
+            m.sm_clock_mhz, m.driver, m.cuda, m.cutlass, m.cutegen, m.timing_method,
+            json.dumps(list(m.times_us), separators=(",", ":")), m.median_us, int(m.validated), m.max_rel_error,
+            m.cublas_us, m.source, m.measured_at)
 
 
 def _measurement(r: sqlite3.Row) -> Measurement:
     return Measurement(
-        problem=GemmProblem.from_dict(json.loads(r["problem_key"])),
+        problem=GemmProblem.from_dict(json.loads(r["problem_json"])),
         config=KernelConfig.from_dict(json.loads(r["config_json"])),
         kernel_hash=r["kernel_hash"], backend=r["backend"], device_name=r["device_name"],
         device_kind=r["device_kind"], sm_count=r["sm_count"], sm_clock_mhz=r["sm_clock_mhz"], driver=r["driver"],
@@ -131,14 +139,15 @@ class ResultsDB:
 
     def add_many(self, ms: Iterable[Measurement]) -> list[int]:
         """Store measurements in one transaction: all of them land or none does. Idempotent."""
-        rows = [_row(m) for m in ms]
+        ms = list(ms)
         conn = self._open()
         sql = (f"INSERT INTO measurements ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))}) "
                "ON CONFLICT(record_key) DO NOTHING")
         ids: list[int] = []
         conn.execute("BEGIN IMMEDIATE")
         try:
-            for row in rows:
+            for m in ms:
+                row = _row(conn, m)
                 conn.execute(sql, row)
                 ids.append(conn.execute("SELECT id FROM measurements WHERE record_key = ?", (row[0],)).fetchone()[0])
             conn.execute("COMMIT")
@@ -147,13 +156,23 @@ class ResultsDB:
             raise
         return ids
 
+    def compact(self) -> None:
+        """Make the file self-contained and small (rollback journal, vacuumed): how the seed is committed.
+
+        The next writer that opens it through ResultsDB switches it back to WAL.
+        """
+        conn = self._open()
+        conn.execute("PRAGMA journal_mode = DELETE")
+        conn.execute("VACUUM")
+        self.close()
+
     # --- reads ---------------------------------------------------------------------------
     def _query(self, where: str, args: tuple) -> Iterator[Measurement]:
         seen: set[str] = set()
         for conn in (self._open(), self._open_seed()):
             if conn is None:
                 continue
-            for r in conn.execute(f"SELECT * FROM measurements {where} ORDER BY id", args):
+            for r in conn.execute(f"{_SELECT} {where} ORDER BY m.id", args):
                 if r["record_key"] not in seen:
                     seen.add(r["record_key"])
                     yield _measurement(r)
@@ -162,17 +181,17 @@ class ResultsDB:
         """Every stored measurement, optionally of one device kind and/or one exact problem."""
         conds, args = [], []
         if device_kind is not None:
-            conds.append("device_kind = ?")
+            conds.append("m.device_kind = ?")
             args.append(device_kind)
         if problem is not None:
-            conds.append("problem_key = ?")
+            conds.append("p.key = ?")
             args.append(problem_key(problem))
         where = ("WHERE " + " AND ".join(conds)) if conds else ""
         return list(self._query(where, tuple(args)))
 
     def best(self, problem: GemmProblem, device_kind: str) -> Measurement | None:
-        """The fastest validated measurement of exactly this problem on this device kind."""
-        ms = [m for m in self.measurements(device_kind, problem) if m.validated]
+        """The fastest validated benchmark of exactly this problem on this device kind."""
+        ms = [m for m in self.measurements(device_kind, problem) if m.validated and m.is_benchmark]
         return min(ms, key=lambda m: m.median_us) if ms else None
 
     def count(self) -> int:

@@ -57,6 +57,11 @@ class Measurement:
         object.__setattr__(self, "validated", bool(self.validated))
 
     @property
+    def is_benchmark(self) -> bool:
+        """A timing fit to compare kernels by (not the single wall-clock call of a validation run)."""
+        return not self.timing_method.startswith("validate:")
+
+    @property
     def record_key(self) -> str:
         """Identity of the record: the same measurement imported twice is stored once.
 

@@ -8,17 +8,25 @@ from __future__ import annotations
 import sqlite3
 
 MIGRATIONS: tuple[str, ...] = (
-    # 1: one row per measurement. Searchable facts get columns; the exact problem and configuration are
-    # kept as canonical JSON (problem_key / config_json) so nothing a record says is lost.
+    # 1: one row per measurement. Problems and configurations are stored once each as canonical JSON (so
+    # nothing a record says is lost) and referenced by id; searchable facts get columns.
     """
+    CREATE TABLE problems (
+        id           INTEGER PRIMARY KEY,
+        key          TEXT NOT NULL UNIQUE,          -- canonical JSON of GemmProblem.to_dict()
+        kernel_class TEXT NOT NULL,
+        m INTEGER NOT NULL, n INTEGER NOT NULL, k INTEGER NOT NULL, batch INTEGER NOT NULL
+    );
+    CREATE TABLE configs (
+        id   INTEGER PRIMARY KEY,
+        hash TEXT NOT NULL UNIQUE,                   -- KernelConfig.hash
+        json TEXT NOT NULL                           -- KernelConfig.to_json()
+    );
     CREATE TABLE measurements (
         id            INTEGER PRIMARY KEY,
         record_key    TEXT NOT NULL UNIQUE,
-        problem_key   TEXT NOT NULL,
-        kernel_class  TEXT NOT NULL,
-        m INTEGER NOT NULL, n INTEGER NOT NULL, k INTEGER NOT NULL, batch INTEGER NOT NULL,
-        config_json   TEXT NOT NULL,
-        config_hash   TEXT NOT NULL,
+        problem_id    INTEGER NOT NULL REFERENCES problems(id),
+        config_id     INTEGER NOT NULL REFERENCES configs(id),
         kernel_hash   TEXT NOT NULL,
         backend       TEXT NOT NULL,
         device_name   TEXT NOT NULL,
@@ -30,7 +38,7 @@ MIGRATIONS: tuple[str, ...] = (
         cutlass       TEXT,
         cutegen       TEXT,
         timing_method TEXT NOT NULL,
-        times_us      TEXT NOT NULL,
+        times_us      TEXT NOT NULL,                 -- JSON list
         median_us     REAL NOT NULL CHECK (median_us > 0),
         validated     INTEGER NOT NULL,
         max_rel_error REAL,
@@ -38,8 +46,7 @@ MIGRATIONS: tuple[str, ...] = (
         source        TEXT NOT NULL,
         measured_at   TEXT NOT NULL
     );
-    CREATE INDEX measurements_kind_problem ON measurements (device_kind, problem_key);
-    CREATE INDEX measurements_kind_config ON measurements (device_kind, config_hash);
+    CREATE INDEX measurements_kind_problem ON measurements (device_kind, problem_id);
     """,
 )
 
