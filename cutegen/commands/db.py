@@ -1,0 +1,131 @@
+"""`cutegen db`: the results database (cutegen.results).
+
+    cutegen db import FILE...             load bench, calibration, DSL-comparison, validate or exported files
+    cutegen db export [--format jsonl]    every record, one JSON object per line (or one JSON list)
+    cutegen db stats                      records per device kind, problems, configurations, date range
+"""
+from __future__ import annotations
+
+import json
+import sys
+from collections import defaultdict
+
+from ..errors import CutegenError
+
+HELP = "the results database: import GPU result files, export, stats"
+
+
+def _common(p) -> None:
+    p.add_argument("--db", metavar="PATH", help="database file (default: $CUTEGEN_RESULTS_DB, else the user cache dir)")
+    p.add_argument("--no-seed", action="store_true",
+                   help="leave out the repository's read-only seed (bench/results/seed.sqlite)")
+
+
+def _open(args, seed: bool = True):
+    from ..results import ResultsDB
+    return ResultsDB(args.db, seed=None if (args.no_seed or not seed) else True)
+
+
+def add_import(p) -> None:
+    p.add_argument("files", nargs="+", metavar="FILE")
+    p.add_argument("--compact", action="store_true",
+                   help="afterwards vacuum the file and leave WAL mode (how bench/results/seed.sqlite is kept)")
+    _common(p)
+
+
+def run_import(args) -> int:
+    from ..results.importers import load
+    batches = [(f, load(f)) for f in args.files]      # read every file before writing any: a bad one writes nothing
+    with _open(args, seed=False) as db:
+        before = db.count()
+        for f, ms in batches:
+            db.add_many(ms)
+            print(f"{f}: {len(ms)} records")
+        after = db.count()
+        if args.compact:
+            db.compact()
+    print(f"{after - before} new, {sum(len(ms) for _, ms in batches) - (after - before)} already present -> {db.path}")
+    return 0
+
+
+def add_export(p) -> None:
+    p.add_argument("--format", choices=("jsonl", "json"), default="jsonl")
+    p.add_argument("--device", metavar="KIND", help="only this device kind (h100-sxm, h200, ...)")
+    p.add_argument("-o", "--output", metavar="FILE", help="write here instead of standard output")
+    _common(p)
+
+
+def run_export(args) -> int:
+    with _open(args) as db:
+        rows = [m.to_dict() for m in db.measurements(device_kind=args.device)]
+    if args.format == "jsonl":
+        text = "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows)
+    else:
+        text = json.dumps(rows, indent=1, sort_keys=True) + "\n"
+    if args.output:
+        from .._atomic import atomic_write
+        try:
+            atomic_write(args.output, text.encode())
+        except OSError as e:
+            raise CutegenError(f"--output: cannot write {args.output}: {e.strerror}") from None
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def add_stats(p) -> None:
+    p.add_argument("--json", action="store_true", help="machine-readable")
+    _common(p)
+
+
+def stats(measurements) -> dict:
+    """Per device kind: records, benchmark records, validated, problems, configurations, backends, date range."""
+    by = defaultdict(list)
+    for m in measurements:
+        by[m.device_kind].append(m)
+    out = {}
+    for kind, ms in sorted(by.items()):
+        dates = sorted(m.measured_at[:10] for m in ms)
+        out[kind] = {"records": len(ms), "benchmarks": sum(m.is_benchmark for m in ms),
+                     "validated": sum(m.validated for m in ms),
+                     "problems": len({m.problem for m in ms}), "configurations": len({m.config for m in ms}),
+                     "backends": dict(sorted(_count(m.backend for m in ms).items())),
+                     "devices": sorted({m.device_name for m in ms}), "first": dates[0], "last": dates[-1]}
+    return out
+
+
+def _count(xs) -> dict:
+    c: dict = defaultdict(int)
+    for x in xs:
+        c[x] += 1
+    return c
+
+
+def run_stats(args) -> int:
+    with _open(args) as db:
+        s = stats(db.measurements())
+        where = f"{db.path}" + (f" + seed {db.seed}" if db.seed else "")
+    if args.json:
+        print(json.dumps(s, indent=1, sort_keys=True))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+    t = Table(title=f"results: {where}")
+    for col in ("device kind", "records", "benchmarks", "validated", "problems", "configs", "backends", "dates"):
+        t.add_column(col)
+    for kind, r in s.items():
+        t.add_row(kind, str(r["records"]), str(r["benchmarks"]), str(r["validated"]), str(r["problems"]),
+                  str(r["configurations"]), ", ".join(f"{b} {n}" for b, n in r["backends"].items()),
+                  f"{r['first']} .. {r['last']}")
+    Console(width=None if sys.stdout.isatty() else 160).print(t)
+    if not s:
+        print("no records")
+    return 0
+
+
+SUBCOMMANDS = {
+    "import": ("load GPU result files (bench, calibration, DSL comparison, validate, exported JSONL)", add_import,
+               run_import),
+    "export": ("write every record as JSON lines (or one JSON list)", add_export, run_export),
+    "stats": ("records per device kind, problems, configurations, date range", add_stats, run_stats),
+}

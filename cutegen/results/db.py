@@ -1,0 +1,198 @@
+"""ResultsDB: every measurement cutegen has seen, in one SQLite file, plus a read-only seed copy.
+
+Writes are one ``BEGIN IMMEDIATE`` transaction each (``add_many``: one for the lot) in WAL mode with a
+busy timeout, so concurrent writers queue instead of failing and a killed writer leaves either all or
+none of its transaction. Queries read the user's database first, then the seed committed in the
+repository (``bench/results/seed.sqlite``); a record present in both is returned once.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from pathlib import Path
+from typing import Iterable, Iterator
+
+from ..config import KernelConfig
+from ..errors import CutegenError
+from ..problem import GemmProblem
+from .measurement import Measurement, problem_key
+from .schema import SCHEMA_VERSION, migrate
+
+ENV_PATH = "CUTEGEN_RESULTS_DB"
+BUSY_TIMEOUT_MS = 60_000
+# The seed lives in the repository next to the GPU results it was imported from.
+REPO_SEED = Path(__file__).resolve().parents[2] / "bench" / "results" / "seed.sqlite"
+
+_COLUMNS = ("record_key", "problem_id", "config_id", "kernel_hash", "backend", "device_name", "device_kind",
+            "sm_count", "sm_clock_mhz", "driver", "cuda", "cutlass", "cutegen", "timing_method", "times_us",
+            "median_us", "validated", "max_rel_error", "cublas_us", "source", "measured_at")
+_SELECT = ("SELECT m.*, p.key AS problem_json, c.json AS config_json FROM measurements m "
+           "JOIN problems p ON p.id = m.problem_id JOIN configs c ON c.id = m.config_id")
+
+
+def default_path() -> Path:
+    """``$CUTEGEN_RESULTS_DB``, else ``<user cache dir>/cutegen/results.sqlite`` (platformdirs)."""
+    env = os.environ.get(ENV_PATH)
+    if env:
+        return Path(env).expanduser()
+    import platformdirs
+    return Path(platformdirs.user_cache_dir("cutegen", appauthor=False)) / "results.sqlite"
+
+
+def _row(conn: sqlite3.Connection, m: Measurement) -> tuple:
+    """The measurement's row, inserting its problem and configuration first where they are new."""
+    p = m.problem
+    key = problem_key(p)
+    conn.execute("INSERT OR IGNORE INTO problems (key, kernel_class, m, n, k, batch) VALUES (?, ?, ?, ?, ?, ?)",
+                 (key, p.kernel_class_name, p.m, p.n, p.k, p.batch))
+    pid = conn.execute("SELECT id FROM problems WHERE key = ?", (key,)).fetchone()[0]
+    conn.execute("INSERT OR IGNORE INTO configs (hash, json) VALUES (?, ?)", (m.config.hash, m.config.to_json()))
+    cid = conn.execute("SELECT id FROM configs WHERE hash = ?", (m.config.hash,)).fetchone()[0]
+    return (m.record_key, pid, cid, m.kernel_hash, m.backend, m.device_name, m.device_kind, m.sm_count,
+            m.sm_clock_mhz, m.driver, m.cuda, m.cutlass, m.cutegen, m.timing_method,
+            json.dumps(list(m.times_us), separators=(",", ":")), m.median_us, int(m.validated), m.max_rel_error,
+            m.cublas_us, m.source, m.measured_at)
+
+
+def _measurement(r: sqlite3.Row) -> Measurement:
+    return Measurement(
+        problem=GemmProblem.from_dict(json.loads(r["problem_json"])),
+        config=KernelConfig.from_dict(json.loads(r["config_json"])),
+        kernel_hash=r["kernel_hash"], backend=r["backend"], device_name=r["device_name"],
+        device_kind=r["device_kind"], sm_count=r["sm_count"], sm_clock_mhz=r["sm_clock_mhz"], driver=r["driver"],
+        cuda=r["cuda"], cutlass=r["cutlass"], cutegen=r["cutegen"], timing_method=r["timing_method"],
+        times_us=tuple(json.loads(r["times_us"])), median_us=r["median_us"], validated=bool(r["validated"]),
+        max_rel_error=r["max_rel_error"], cublas_us=r["cublas_us"], source=r["source"],
+        measured_at=r["measured_at"])
+
+
+class ResultsDB:
+    """The user's results database (created on first use) merged with the repository's read-only seed.
+
+    ``seed``: path of a read-only database merged into queries; the default is the repository's
+    ``bench/results/seed.sqlite`` when it exists; ``None`` merges nothing. A seed that is the database
+    itself is not merged twice.
+    """
+
+    def __init__(self, path: str | os.PathLike | None = None, seed: str | os.PathLike | None | bool = True):
+        self.path = Path(path).expanduser() if path is not None else default_path()
+        if seed is True:
+            seed = REPO_SEED if REPO_SEED.exists() else None
+        self.seed = Path(seed) if seed else None
+        if self.seed is not None and self.seed.resolve() == self.path.resolve():
+            self.seed = None
+        self._conn: sqlite3.Connection | None = None
+        self._seed_conn: sqlite3.Connection | None = None
+
+    # --- connections -------------------------------------------------------------------
+    def _open(self) -> sqlite3.Connection:
+        if self._conn is None:
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+                conn.row_factory = sqlite3.Row
+                conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+                conn.execute("PRAGMA journal_mode = WAL")
+                conn.execute("PRAGMA synchronous = NORMAL")
+                if conn.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
+                    migrate(conn)
+            except (sqlite3.Error, RuntimeError) as e:
+                raise CutegenError(f"results database {self.path}: {e}") from None
+            self._conn = conn
+        return self._conn
+
+    def _open_seed(self) -> sqlite3.Connection | None:
+        if self.seed is None or not self.seed.exists():
+            return None
+        if self._seed_conn is None:
+            # immutable=1: never writes, never takes a lock, works from a read-only checkout.
+            uri = f"file:{self.seed.resolve()}?mode=ro&immutable=1"
+            try:
+                conn = sqlite3.connect(uri, uri=True)
+                conn.row_factory = sqlite3.Row
+                version = conn.execute("PRAGMA user_version").fetchone()[0]
+            except sqlite3.Error as e:
+                raise CutegenError(f"results seed {self.seed}: {e}") from None
+            if version != SCHEMA_VERSION:
+                raise CutegenError(f"results seed {self.seed}: schema {version}, this cutegen reads "
+                                   f"{SCHEMA_VERSION} (re-import it with `cutegen db import`)")
+            self._seed_conn = conn
+        return self._seed_conn
+
+    def close(self) -> None:
+        for c in (self._conn, self._seed_conn):
+            if c is not None:
+                c.close()
+        self._conn = self._seed_conn = None
+
+    def __enter__(self) -> "ResultsDB":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # --- writes --------------------------------------------------------------------------
+    def add(self, m: Measurement) -> int:
+        """Store one measurement; returns its row id (the existing row's id when already stored)."""
+        return self.add_many([m])[0]
+
+    def add_many(self, ms: Iterable[Measurement]) -> list[int]:
+        """Store measurements in one transaction: all of them land or none does. Idempotent."""
+        ms = list(ms)
+        conn = self._open()
+        sql = (f"INSERT INTO measurements ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))}) "
+               "ON CONFLICT(record_key) DO NOTHING")
+        ids: list[int] = []
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for m in ms:
+                row = _row(conn, m)
+                conn.execute(sql, row)
+                ids.append(conn.execute("SELECT id FROM measurements WHERE record_key = ?", (row[0],)).fetchone()[0])
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        return ids
+
+    def compact(self) -> None:
+        """Make the file self-contained and small (rollback journal, vacuumed): how the seed is committed.
+
+        The next writer that opens it through ResultsDB switches it back to WAL.
+        """
+        conn = self._open()
+        conn.execute("PRAGMA journal_mode = DELETE")
+        conn.execute("VACUUM")
+        self.close()
+
+    # --- reads ---------------------------------------------------------------------------
+    def _query(self, where: str, args: tuple) -> Iterator[Measurement]:
+        seen: set[str] = set()
+        for conn in (self._open(), self._open_seed()):
+            if conn is None:
+                continue
+            for r in conn.execute(f"{_SELECT} {where} ORDER BY m.id", args):
+                if r["record_key"] not in seen:
+                    seen.add(r["record_key"])
+                    yield _measurement(r)
+
+    def measurements(self, device_kind: str | None = None, problem: GemmProblem | None = None) -> list[Measurement]:
+        """Every stored measurement, optionally of one device kind and/or one exact problem."""
+        conds, args = [], []
+        if device_kind is not None:
+            conds.append("m.device_kind = ?")
+            args.append(device_kind)
+        if problem is not None:
+            conds.append("p.key = ?")
+            args.append(problem_key(problem))
+        where = ("WHERE " + " AND ".join(conds)) if conds else ""
+        return list(self._query(where, tuple(args)))
+
+    def best(self, problem: GemmProblem, device_kind: str) -> Measurement | None:
+        """The fastest validated benchmark of exactly this problem on this device kind."""
+        ms = [m for m in self.measurements(device_kind, problem) if m.validated and m.is_benchmark]
+        return min(ms, key=lambda m: m.median_us) if ms else None
+
+    def count(self) -> int:
+        return sum(1 for _ in self._query("", ()))

@@ -1,0 +1,59 @@
+"""Device kinds: the normalised name a measurement is filed under, and what the cost model needs of it.
+
+One GPU model sold in several forms (SXM, PCIe, NVL) has different SM counts, clocks and memory, so a
+measurement is filed under the kind, not the marketing name. The SM count tells the forms apart where the
+name does not (an H100 reports "NVIDIA H100 80GB HBM3" for SXM and "NVIDIA H100 PCIe" for PCIe).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class DeviceKind:
+    kind: str
+    sm_count: int
+    hbm_gbps: float | None   # peak DRAM bandwidth from the product brief, GB/s (None: not known)
+    boost_mhz: int | None
+
+
+# Product briefs: H100 SXM5 3.35 TB/s, 1980 MHz; H100 PCIe 2.0 TB/s, 1755 MHz; H200 SXM 4.8 TB/s;
+# H20 4.0 TB/s, 78 SMs. H100 NVL: 132 SMs, 3.9 TB/s.
+KINDS: dict[str, DeviceKind] = {k.kind: k for k in (
+    DeviceKind("h100-sxm", 132, 3350.0, 1980),
+    DeviceKind("h100-pcie", 114, 2000.0, 1755),
+    DeviceKind("h100-nvl", 132, 3900.0, 1785),
+    DeviceKind("h200", 132, 4800.0, 1980),
+    DeviceKind("h20", 78, 4000.0, 1980),
+    DeviceKind("gh200", 132, 4000.0, 1980),
+)}
+
+
+def device_kind(name: str, sm_count: int | None = None) -> str:
+    """Normalise a CUDA device name (and SM count) to a kind: "h100-sxm", "h100-pcie", "h200", "h20", ...
+
+    Names this table does not know become a lower-case slug of the name, with the SM count appended
+    when given, so two different parts never share a kind by accident.
+    """
+    n = (name or "").lower()
+    if "gh200" in n:
+        return "gh200"
+    if re.search(r"\bh200\b", n):
+        return "h200"
+    if re.search(r"\bh20\b", n):
+        return "h20"
+    if re.search(r"\bh100\b", n):
+        if "pcie" in n or sm_count == 114:
+            return "h100-pcie"
+        if "nvl" in n:
+            return "h100-nvl"
+        return "h100-sxm"
+    slug = re.sub(r"[^a-z0-9]+", "-", n.replace("nvidia", "")).strip("-") or "unknown"
+    return f"{slug}-{sm_count}sm" if sm_count else slug
+
+
+def sm_count_of(kind: str, default: int = 132) -> int:
+    """SM count of a known kind; ``default`` for one this table does not know."""
+    k = KINDS.get(kind)
+    return k.sm_count if k else default

@@ -1,0 +1,94 @@
+"""Measurement: one timed kernel (or cuBLAS call) for one problem on one device, as recorded."""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..config import KernelConfig
+from ..errors import FieldError
+from ..problem import GemmProblem
+
+
+def canonical(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"))
+
+
+def problem_key(problem: GemmProblem) -> str:
+    """Exact identity of a problem (sizes, scalars and all): the key measurements are looked up by."""
+    return canonical(problem.to_dict())
+
+
+@dataclass(frozen=True)
+class Measurement:
+    problem: GemmProblem
+    config: KernelConfig
+    kernel_hash: str = ""
+    backend: str = "cutlass"          # "cutlass", "cutlass_builder", "dsl", "cublas", ...
+    device_name: str = ""
+    device_kind: str = ""
+    sm_count: int | None = None
+    sm_clock_mhz: float | None = None
+    driver: str | None = None
+    cuda: str | None = None
+    cutlass: str | None = None
+    cutegen: str | None = None
+    timing_method: str = ""
+    times_us: tuple[float, ...] = field(default_factory=tuple)
+    median_us: float = 0.0
+    validated: bool = False
+    max_rel_error: float | None = None
+    cublas_us: float | None = None
+    source: str = ""
+    measured_at: str = ""             # ISO date (or date-time) of the measurement, not of the import
+
+    def __post_init__(self):
+        if not isinstance(self.problem, GemmProblem):
+            raise FieldError("problem", f"expected a GemmProblem, got {type(self.problem).__name__}")
+        if not isinstance(self.config, KernelConfig):
+            raise FieldError("config", f"expected a KernelConfig, got {type(self.config).__name__}")
+        object.__setattr__(self, "times_us", tuple(float(t) for t in self.times_us))
+        if not (isinstance(self.median_us, (int, float)) and self.median_us > 0):
+            raise FieldError("median_us", f"expected a positive time in microseconds, got {self.median_us!r}")
+        object.__setattr__(self, "median_us", float(self.median_us))
+        if not self.device_kind:
+            raise FieldError("device_kind", "missing (use cutegen.results.device_kind(name, sm_count))")
+        object.__setattr__(self, "validated", bool(self.validated))
+
+    @property
+    def is_benchmark(self) -> bool:
+        """A timing fit to compare kernels by (not the single wall-clock call of a validation run)."""
+        return not self.timing_method.startswith("validate:")
+
+    @property
+    def record_key(self) -> str:
+        """Identity of the record: the same measurement imported twice is stored once.
+
+        Everything that tells two runs apart: what ran, where, when, how it was timed, and the sample.
+        """
+        ident = canonical({"p": self.problem.to_dict(), "c": self.config.to_dict(), "b": self.backend,
+                           "h": self.kernel_hash, "d": self.device_name, "k": self.device_kind,
+                           "t": self.timing_method, "s": self.source, "at": self.measured_at,
+                           "med": round(self.median_us, 6), "times": [round(t, 6) for t in self.times_us]})
+        return hashlib.sha256(ident.encode()).hexdigest()[:32]
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {f: getattr(self, f) for f in self.__dataclass_fields__}
+        out["problem"] = self.problem.to_dict()
+        out["config"] = self.config.to_dict()
+        out["times_us"] = list(self.times_us)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], where: str = "measurement") -> "Measurement":
+        if not isinstance(data, dict):
+            raise FieldError(where, f"expected an object, got {type(data).__name__}")
+        unknown = set(data) - set(cls.__dataclass_fields__)
+        if unknown:
+            raise FieldError(f"{where}.{sorted(unknown)[0]}", "unknown field")
+        d = dict(data)
+        d["problem"] = GemmProblem.from_dict(d.get("problem"), f"{where}.problem")
+        d["config"] = KernelConfig.from_dict(d.get("config"), f"{where}.config")
+        d["times_us"] = tuple(d.get("times_us") or ())
+        return cls(**d)
