@@ -14,6 +14,7 @@ from cutegen.results.importers import VALIDATE_METHOD, load
 
 RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results"
 FILES = sorted(RESULTS.glob("*.json"))
+ORACLES = sorted((RESULTS.parents[1] / "tests" / "data").glob("config_oracle_*.jsonl"))
 
 
 def test_bench_file_keeps_device_date_versions_method():
@@ -35,6 +36,16 @@ def test_calibration_and_validate_formats():
     assert {m.timing_method for m in cal} == {"cuda-events/median/iters20/l2x4"}
     val = load(RESULTS / "2026-11-22-nvidia-h200-validate.json")
     assert val and all(m.timing_method == VALIDATE_METHOD and not m.is_benchmark for m in val)
+
+
+def test_config_oracle_lines():
+    ms = load(ORACLES[0])
+    assert ms and all(m.backend == "cutlass_builder" and m.timing_method.startswith("cuda-events/mean/") for m in ms)
+    m = next(m for m in ms if m.source.endswith("coop_tile_m-bf16tn-cbf16dbf16-128x128x64-c1x1-sauto-coop-tmacoop-pers"
+                                                "-m2048n2048k2048"))
+    assert m.median_us == pytest.approx(34.195, abs=1e-3) and m.measured_at == "2026-11-22T02:53:08Z"
+    h100 = load(next(f for f in ORACLES if "h100" in f.name))
+    assert {x.device_kind for x in h100} == {"h100-sxm"}
 
 
 def test_unknown_format_is_named(tmp_path):
@@ -79,10 +90,10 @@ def test_bad_file_writes_nothing(tmp_path, capsys):
 
 
 def test_committed_seed_holds_every_committed_result():
-    """bench/results/seed.sqlite is the import of bench/results/*.json: re-run `cutegen db import` when adding."""
+    """bench/results/seed.sqlite holds bench/results/*.json and the config oracles: re-import when adding."""
     seed = RESULTS / "seed.sqlite"
     conn = sqlite3.connect(f"file:{seed}?mode=ro&immutable=1", uri=True)
     keys = {k for (k,) in conn.execute("SELECT record_key FROM measurements")}
-    expected = {m.record_key for f in FILES for m in load(f)}
+    expected = {m.record_key for f in FILES + ORACLES for m in load(f)}
     assert expected <= keys, f"{len(expected - keys)} records of bench/results/*.json are missing from the seed"
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "delete"

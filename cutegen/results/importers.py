@@ -7,6 +7,8 @@ Formats (recognised by their shape, so old files import as they are):
   - ``cutegen-validate/1``   cutegen validate: correctness runs. Their only time is one wall-clock call
                              at 0.1 ms resolution, kept under the method ``validate:single-call`` so the
                              record says it ran correctly; ``Measurement.is_benchmark`` is False for it;
+  - config oracle JSON lines oracles/run_config_oracle.sh (tests/data/config_oracle_*.jsonl): CollectiveBuilder
+                             kernels, each timed as the mean of 5 launches after 2 warm-ups, no L2 rotation;
   - JSON lines               ``cutegen db export``: one Measurement per line.
 A contender that did not run (status other than ``ok``) has no time and is not a measurement: skipped.
 """
@@ -140,14 +142,35 @@ def _from_validate(path: Path, d: dict) -> list[Measurement]:
     return out
 
 
+def _from_oracle(path: Path, i: int, r: dict) -> Measurement | None:
+    if r.get("outcome") != "correct" or not r.get("time_ms"):
+        return None                      # did not compile, launch or compute correctly: no time to keep
+    problem = GemmProblem.from_dict(r["problem"])
+    config = KernelConfig.from_dict(r["config"])
+    return Measurement(
+        problem=problem, config=config, kernel_hash=kernel_hash(problem, config, "cutlass_builder"),
+        backend="cutlass_builder", **_device(r.get("device", "")), driver=r.get("driver"),
+        cuda=str(r["cuda_runtime"]) if r.get("cuda_runtime") else None, cutlass=r.get("cutlass"), cutegen=None,
+        # oracles/config_probe.cu: cudaEvent around each of 5 launches after 2 warm-ups, mean, same inputs
+        timing_method="cuda-events/mean/warmup2/iters5/same-inputs", times_us=(),
+        median_us=r["time_ms"] * 1000.0, validated=True, max_rel_error=r.get("rel_err"),
+        source=f"{path.name}#{r.get('id', i)}", measured_at=r["date"])
+
+
 def _from_jsonl(path: Path, text: str) -> list[Measurement]:
     out = []
     for i, line in enumerate(text.splitlines(), 1):
         if line.strip():
             try:
-                out.append(Measurement.from_dict(json.loads(line), where=f"{path.name}:{i}"))
+                d = json.loads(line)
             except json.JSONDecodeError as e:
                 raise CutegenError(f"{path}:{i}: not JSON: {e.msg}") from None
+            if isinstance(d, dict) and "outcome" in d and "kernel" in d:
+                m = _from_oracle(path, i, d)
+                if m is not None:
+                    out.append(m)
+            else:
+                out.append(Measurement.from_dict(d, where=f"{path.name}:{i}"))
     return out
 
 
