@@ -131,11 +131,15 @@ def _ss_op_n(tn):
     return out
 
 
-def cost_arrays(problem, tm, tn, tk, cm, cn, sched, epi, scheduler, stages, raster=0, swizzle=1):
+def cost_arrays(problem, tm, tn, tk, cm, cn, sched, epi, scheduler, stages, raster=0, swizzle=1, device=None):
     """Vectorised cost. Integer arrays (codes index SCHEDULES / EPILOGUES / SCHEDULERS / RASTERS).
 
-    Returns (total_us, parts) where parts is a dict of arrays, one per term.
+    ``device``: a ``Rates`` (SM count, HBM bandwidth, tensor peak) of another device kind; None is the
+    model as calibrated (132 SMs). Returns (total_us, parts) where parts is a dict of arrays, one per term.
     """
+    sms = SMS if device is None else device.sms
+    hbm = HBM_BYTES_PER_S if device is None else device.hbm_bytes_per_s
+    peak_scale = 1.0 if device is None else device.peak_scale
     from cutegen.dtypes import DTYPES
 
     tm, tn, tk, cm, cn = (np.asarray(x, dtype=np.float64) for x in (tm, tn, tk, cm, cn))
@@ -145,7 +149,7 @@ def cost_arrays(problem, tm, tn, tk, cm, cn, sched, epi, scheduler, stages, rast
     in_bytes = DTYPES[problem.dtype_a].bits / 8
     out_bytes = DTYPES[problem.dtype_d].bits / 8
     c_bytes = 0.0 if problem.dtype_c == "void" or problem.beta == 0.0 else DTYPES[problem.dtype_c].bits / 8
-    peak_sm = PEAK_FLOPS[DTYPES[problem.dtype_a].bits] / SMS
+    peak_sm = PEAK_FLOPS[DTYPES[problem.dtype_a].bits] * peak_scale / sms
 
     # waves: tiles rounded up to whole clusters, then (PersistentTileSchedulerSm90Params::initialize)
     # to whole swizzle strips of clusters along both modes; the padded tiles are real work units that
@@ -160,7 +164,8 @@ def cost_arrays(problem, tm, tn, tk, cm, cn, sched, epi, scheduler, stages, rast
     csize = (cm * cn).astype(np.int64)
     lookup = np.full(max(int(csize.max(initial=1)), 16) + 1, 100.0)
     for c, n in ACTIVE_CTAS.items():
-        lookup[c] = n
+        # fewer SMs strand proportionally as many; whole clusters only (132 SMs: the table as it is)
+        lookup[c] = n if sms == SMS else max(c, (n * sms // SMS) // c * c)
     active = lookup[csize]
     active = np.minimum(active, np.maximum(tiles, 1.0))
 
@@ -205,10 +210,10 @@ def cost_arrays(problem, tm, tn, tk, cm, cn, sched, epi, scheduler, stages, rast
     # DRAM: each wave reads the A rows and B columns of the tiles it covers
     rows, cols = wave_footprint(tiles_m / cm, tiles_n / cn, active / (cm * cn), np.asarray(raster), swz)
     unique = (rows * cm * tm + cols * cn * tn) * tk * in_bytes
-    t_dram = np.where(scheduler == 1, np.ceil(tiles / active), waves) * kblocks * unique / HBM_BYTES_PER_S * 1e6
+    t_dram = np.where(scheduler == 1, np.ceil(tiles / active), waves) * kblocks * unique / hbm * 1e6
 
     # compulsory DRAM traffic is a floor no tiling beats
-    t_hbm = (M * K + N * K) * L * in_bytes / HBM_BYTES_PER_S * 1e6 + M * N * L * (out_bytes + c_bytes) / HBM_BYTES_PER_S * 1e6
+    t_hbm = (M * K + N * K) * L * in_bytes / hbm * 1e6 + M * N * L * (out_bytes + c_bytes) / hbm * 1e6
     # smooth maximum: a memory-bound problem still prefers the kernel with the shorter mainloop
     total = (t_main ** 4 + np.maximum(t_hbm, t_dram) ** 4) ** 0.25 + LAUNCH_US
     ragged = 1.0 - (M * N * L) / (np.ceil(M / tm) * tm * np.ceil(N / tn) * tn * L)
@@ -227,13 +232,23 @@ def config_codes(config) -> tuple[int, int, int]:
             SCHEDULERS.index(config.tile_scheduler))
 
 
-def config_cost(problem, config, stages: int) -> tuple[float, dict]:
-    """Cost and breakdown of one configuration (stages resolved)."""
+class Rates:
+    """What the model needs of a device kind other than the one it was calibrated on."""
+
+    def __init__(self, sms: int, hbm_bytes_per_s: float, peak_scale: float):
+        self.sms, self.hbm_bytes_per_s, self.peak_scale = int(sms), float(hbm_bytes_per_s), float(peak_scale)
+
+    def __repr__(self) -> str:
+        return f"Rates(sms={self.sms}, hbm={self.hbm_bytes_per_s:.3g}, peak_scale={self.peak_scale:.3g})"
+
+
+def config_cost(problem, config, stages: int, device=None) -> tuple[float, dict]:
+    """Cost and breakdown of one configuration (stages resolved); ``device`` as in cost_arrays."""
     s, e, sc = config_codes(config)
     t = config.tile_shape
     c = config.cluster_shape
     total, parts = cost_arrays(problem, [t[0]], [t[1]], [t[2]], [c[0]], [c[1]], [s], [e], [sc], [stages],
-                               [RASTERS.index(config.raster_order)], [config.raster_swizzle])
+                               [RASTERS.index(config.raster_order)], [config.raster_swizzle], device=device)
     breakdown = {k: round(float(np.asarray(v).reshape(-1)[0]), 4) for k, v in parts.items()}
     breakdown["stages"] = stages
     breakdown["predicted_us"] = round(float(total[0]), 3)

@@ -108,16 +108,14 @@ def run_stats(args) -> int:
     if args.json:
         print(json.dumps(s, indent=1, sort_keys=True))
         return 0
-    from rich.console import Console
-    from rich.table import Table
-    t = Table(title=f"results: {where}")
-    for col in ("device kind", "records", "benchmarks", "validated", "problems", "configs", "backends", "dates"):
-        t.add_column(col)
-    for kind, r in s.items():
-        t.add_row(kind, str(r["records"]), str(r["benchmarks"]), str(r["validated"]), str(r["problems"]),
-                  str(r["configurations"]), ", ".join(f"{b} {n}" for b, n in r["backends"].items()),
-                  f"{r['first']} .. {r['last']}")
-    Console(width=None if sys.stdout.isatty() else 160).print(t)
+    print(f"results: {where}")
+    head = ("device kind", "records", "benchmarks", "validated", "problems", "configs", "dates", "backends")
+    rows = [(kind, r["records"], r["benchmarks"], r["validated"], r["problems"], r["configurations"],
+             f"{r['first']}..{r['last']}", ", ".join(f"{b} {n}" for b, n in r["backends"].items()))
+            for kind, r in s.items()]
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
+    for line in (head, *rows):
+        print("  ".join(str(x).ljust(w) for x, w in zip(line, widths)).rstrip())
     if not s:
         print("no records")
     return 0

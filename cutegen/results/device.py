@@ -14,19 +14,22 @@ from dataclasses import dataclass
 class DeviceKind:
     kind: str
     sm_count: int
-    hbm_gbps: float | None   # peak DRAM bandwidth from the product brief, GB/s (None: not known)
-    boost_mhz: int | None
+    hbm_gbps: float            # peak DRAM bandwidth from the product brief, GB/s
+    dense_bf16_tflops: float   # dense bf16 tensor peak from the product brief
+    # The bandwidth the analytic prior uses: the brief's, except where the model's constants were fitted
+    # on that device with the H100 SXM figure (the H200 runs of 2026-11-22, search/cost.py).
+    prior_hbm_gbps: float
 
 
-# Product briefs: H100 SXM5 3.35 TB/s, 1980 MHz; H100 PCIe 2.0 TB/s, 1755 MHz; H200 SXM 4.8 TB/s;
-# H20 4.0 TB/s, 78 SMs. H100 NVL: 132 SMs, 3.9 TB/s.
+# Product briefs (dense): H100 SXM5 989 TFLOP/s bf16, 3.35 TB/s; H100 PCIe 756, 2.0 TB/s, 114 SMs;
+# H100 NVL 835, 3.9 TB/s; H200 989, 4.8 TB/s; H20 148, 4.0 TB/s, 78 SMs; GH200 989, 4.0 TB/s (96 GB HBM3).
 KINDS: dict[str, DeviceKind] = {k.kind: k for k in (
-    DeviceKind("h100-sxm", 132, 3350.0, 1980),
-    DeviceKind("h100-pcie", 114, 2000.0, 1755),
-    DeviceKind("h100-nvl", 132, 3900.0, 1785),
-    DeviceKind("h200", 132, 4800.0, 1980),
-    DeviceKind("h20", 78, 4000.0, 1980),
-    DeviceKind("gh200", 132, 4000.0, 1980),
+    DeviceKind("h100-sxm", 132, 3350.0, 989.4, 3350.0),
+    DeviceKind("h100-pcie", 114, 2000.0, 756.0, 2000.0),
+    DeviceKind("h100-nvl", 132, 3900.0, 835.0, 3900.0),
+    DeviceKind("h200", 132, 4800.0, 989.4, 3350.0),
+    DeviceKind("h20", 78, 4000.0, 148.0, 4000.0),
+    DeviceKind("gh200", 132, 4000.0, 989.4, 4000.0),
 )}
 
 

@@ -1,0 +1,91 @@
+"""Held-out quality of the learned cost model, per device kind, next to the analytic prior alone.
+
+    python bench/model_quality.py [--db PATH] [--no-seed] [--device KIND] [--json]
+
+Reads the results database (default: the user's database merged with bench/results/seed.sqlite), turns
+every validated CUTLASS benchmark into a sample (cutegen.search.learned.samples) and cross-validates the
+correction by whole shape families (cutegen.search.learned.quality): all problems of one M, one shape,
+one input type, one suite (bench/suite.toml, bench/coverage.toml, the rest). The model never sees the
+family it is scored on.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def suites() -> dict:
+    from cutegen.problem import GemmProblem
+
+    out = {}
+    for name in ("suite", "coverage"):
+        path = ROOT / "bench" / f"{name}.toml"
+        if path.exists():
+            for p in tomllib.loads(path.read_text()).get("problem", []):
+                fields = {k: v for k, v in p.items() if k not in ("name", "note", "model", "tags")}
+                try:
+                    out[GemmProblem.from_dict(fields)] = name
+                except Exception:  # noqa: BLE001 - a suite entry this cutegen cannot parse is no family
+                    pass
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--db")
+    ap.add_argument("--no-seed", action="store_true")
+    ap.add_argument("--device", help="one device kind (default: every kind with data)")
+    ap.add_argument("--groupings", default="m,shape,dtype,suite")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+
+    from cutegen.results import ResultsDB
+    from cutegen.search.learned.quality import cross_validate
+    from cutegen.search.learned.samples import from_measurements
+
+    db = ResultsDB(args.db, seed=None if args.no_seed else True)
+    ms = db.measurements(device_kind=args.device)
+    kinds = sorted({m.device_kind for m in ms})
+    ctx = {"suites": suites()}
+    report = {}
+    for kind in kinds:
+        samples = from_measurements([m for m in ms if m.device_kind == kind], kind)
+        if not samples:
+            continue
+        rows = {}
+        for g in args.groupings.split(","):
+            t0 = time.perf_counter()
+            rows[g] = cross_validate(samples, g, ctx)
+            rows[g]["seconds"] = round(time.perf_counter() - t0, 1)
+        report[kind] = {"samples": len(samples), "bench_samples": sum(s.harness == "bench" for s in samples),
+                        "problems": len({s.problem for s in samples}), "cv": rows}
+    if args.json:
+        json.dump(report, sys.stdout, indent=1, sort_keys=True)
+        print()
+        return 0
+    f = lambda v, d=3: "-" if v is None else f"{v:.{d}f}"  # noqa: E731
+    for kind, r in report.items():
+        print(f"\n{kind}: {r['samples']} samples ({r['bench_samples']} bench harness), {r['problems']} problems")
+        print(f"  {'held out':8s} {'folds':>5s} {'n':>4s} | {'|ln err|':>17s} | {'spearman':>13s} | "
+              f"{'regret geomean':>15s} | {'regret worst':>13s}")
+        print(f"  {'':8s} {'':5s} {'':4s} | {'learned':>8s} {'prior':>8s} | {'learned':>6s} {'prior':>6s} | "
+              f"{'learned':>7s} {'prior':>7s} | {'learned':>6s} {'prior':>6s}")
+        for g, row in r["cv"].items():
+            L, P = row["learned"], row["prior"]
+            print(f"  {g:8s} {row['folds']:5d} {L['samples']:4d} | {f(L['log_error']):>8s} {f(P['log_error']):>8s} | "
+                  f"{f(L['spearman'], 2):>6s} {f(P['spearman'], 2):>6s} | {f(L['regret_geomean']):>7s} "
+                  f"{f(P['regret_geomean']):>7s} | {f(L['regret_worst'], 2):>6s} {f(P['regret_worst'], 2):>6s}"
+                  + (f"   (no training data without: {', '.join(row['skipped'])})" if row["skipped"] else ""))
+    if not report:
+        print("no usable measurements")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,93 @@
+"""How good is the learned model on shapes it has not seen? Cross-validation by whole shape families.
+
+Each grouping puts every sample of one family in the same fold: the correction is fitted on the other
+families only (all harnesses) and scored on the held-out family's bench-harness samples. Figures:
+
+  log_error   mean |ln(predicted / measured)| over held-out samples
+  spearman    rank correlation between predicted and measured times over the configurations of each held-out
+              problem (configurations measured several times: their median), mean over problems with >= 3
+  regret      per held-out problem with >= 2 measured configurations: measured time of the model's pick over
+              the measured best; geometric mean, and the worst
+
+The same figures for the prior alone (search/cost.py) on the same held-out samples are the baseline.
+"""
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+import numpy as np
+
+from .model import Correction
+
+
+def _suite_of(problem, suites: dict) -> str:
+    return suites.get(problem, "other")
+
+
+GROUPINGS = {
+    "m": lambda s, ctx: f"m={s.problem.m}",
+    "shape": lambda s, ctx: f"{s.problem.m}x{s.problem.n}x{s.problem.k}x{s.problem.batch}",
+    "dtype": lambda s, ctx: s.problem.dtype_a,
+    "suite": lambda s, ctx: _suite_of(s.problem, ctx.get("suites", {})),
+}
+
+
+def spearman(a, b) -> float:
+    ra = np.argsort(np.argsort(a))
+    rb = np.argsort(np.argsort(b))
+    if ra.std() == 0 or rb.std() == 0:
+        return float("nan")
+    return float(np.corrcoef(ra, rb)[0, 1])
+
+
+def score(samples, predicted) -> dict:
+    """Figures for predictions of bench-harness samples (parallel lists)."""
+    meas = np.array([s.measured_us for s in samples])
+    pred = np.asarray(predicted, dtype=np.float64)
+    out = {"samples": len(samples), "log_error": float(np.mean(np.abs(np.log(pred / meas)))) if len(samples) else None}
+    by_problem: dict = defaultdict(lambda: defaultdict(lambda: ([], [])))
+    for s, p, m in zip(samples, pred, meas):
+        cell = by_problem[s.problem][s.config.to_json()]
+        cell[0].append(p)
+        cell[1].append(m)
+    rhos, regrets = [], []
+    for configs in by_problem.values():
+        p = np.array([np.median(v[0]) for v in configs.values()])
+        m = np.array([np.median(v[1]) for v in configs.values()])
+        if len(m) >= 3:
+            r = spearman(p, m)
+            if not math.isnan(r):
+                rhos.append(r)
+        if len(m) >= 2:
+            regrets.append(m[int(np.argmin(p))] / m.min())
+    out["problems"] = len(by_problem)
+    out["spearman"] = float(np.mean(rhos)) if rhos else None
+    out["spearman_problems"] = len(rhos)
+    out["regret_geomean"] = float(np.exp(np.mean(np.log(regrets)))) if regrets else None
+    out["regret_worst"] = float(max(regrets)) if regrets else None
+    out["regret_problems"] = len(regrets)
+    return out
+
+
+def cross_validate(samples, grouping: str, ctx: dict | None = None, min_train: int = 20, **model_args) -> dict:
+    """Hold out each family of ``grouping`` in turn; score learned and prior on every held-out family."""
+    ctx = ctx or {}
+    key = GROUPINGS[grouping]
+    groups = sorted({key(s, ctx) for s in samples})
+    held, learned, prior, skipped, folds = [], [], [], [], 0
+    for g in groups:
+        test = [s for s in samples if key(s, ctx) == g and s.harness == "bench"]
+        train = [s for s in samples if key(s, ctx) != g]
+        if not test:
+            continue
+        if len(train) < min_train:
+            skipped.append(g)
+            continue
+        folds += 1
+        corr, _, _ = Correction(**model_args).fit(train).predict(test)
+        held += test
+        learned += [s.prior_us * math.exp(c) for s, c in zip(test, corr)]
+        prior += [s.prior_us for s in test]
+    return {"grouping": grouping, "folds": folds, "skipped": skipped,
+            "learned": score(held, learned), "prior": score(held, prior)}
