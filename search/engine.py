@@ -44,6 +44,7 @@ RASTER = ("heuristic", "along_m", "along_n")
 MIN_JUDGED = 64          # judge at least this many of the cheapest, so the report shows what the rules cut
 MAX_JUDGED = 2500
 REFINE = 6               # raster/swizzle variants are tried for this many of the best legal kernels
+LEARNED_POOL = 16        # with a learned predictor: this many of the prior's best legal kernels are re-ranked
 
 
 @dataclass
@@ -52,9 +53,13 @@ class Ranked:
     cost: float                 # predicted microseconds
     breakdown: dict
     chain: list[str] = field(default_factory=list)
+    prediction: Any = None      # learned.Prediction when a predictor ranked it: measured, learned or prior
 
     def to_dict(self) -> dict:
-        return {"config": self.config.to_dict(), "cost": round(self.cost, 4), "breakdown": self.breakdown}
+        out = {"config": self.config.to_dict(), "cost": round(self.cost, 4), "breakdown": self.breakdown}
+        if self.prediction is not None:
+            out["prediction"] = self.prediction.to_dict()
+        return out
 
 
 @dataclass
@@ -188,7 +193,7 @@ def _make_config(tile, cluster, policy, stages="auto", raster="heuristic", swizz
                         tile_scheduler=costmod.SCHEDULERS[sc], raster_order=raster, raster_swizzle=swizzle)
 
 
-def rank_space(space: SearchSpace):
+def rank_space(space: SearchSpace, rates=None):
     """Cost every reachable (tile, cluster, policy) at once; returns arrays and the order."""
     p = space.problem
     tiles = np.array(space.tiles, dtype=np.int64)
@@ -203,13 +208,13 @@ def rank_space(space: SearchSpace):
     fam = np.where(pols[:, 1] == 2, 2, np.where(pols[:, 0] == 1, 0, 1))
     stages = fam_stages[ti, fam[pi]]
     total, _ = costmod.cost_arrays(p, tiles[ti, 0], tiles[ti, 1], tiles[ti, 2], clusters[ci, 0], clusters[ci, 1],
-                                   pols[pi, 0], pols[pi, 1], pols[pi, 2], np.maximum(stages, 1))
+                                   pols[pi, 0], pols[pi, 1], pols[pi, 2], np.maximum(stages, 1), device=rates)
     # a configuration that cannot hold two stages costs nothing to rank: the rules will reject it
     order = np.lexsort((pi, ci, ti, np.round(total, 6)))
     return tiles, clusters, pols, ti, ci, pi, total, order
 
 
-def _exact_costs(problem, rows: list) -> list[tuple[float, tuple]]:
+def _exact_costs(problem, rows: list, rates=None) -> list[tuple[float, tuple]]:
     """(cost, row) for judged-legal rows, from their completed configs, in one vectorised call."""
     if not rows:
         return []
@@ -218,15 +223,19 @@ def _exact_costs(problem, rows: list) -> list[tuple[float, tuple]]:
     total, _ = costmod.cost_arrays(
         problem, [c.tile_shape[0] for c in cfgs], [c.tile_shape[1] for c in cfgs], [c.tile_shape[2] for c in cfgs],
         [c.cluster_shape[0] for c in cfgs], [c.cluster_shape[1] for c in cfgs], codes[:, 0], codes[:, 1], codes[:, 2],
-        [row[6].stages for row in rows], [row[3] for row in rows], [row[4] for row in rows])
+        [row[6].stages for row in rows], [row[3] for row in rows], [row[4] for row in rows], device=rates)
     return [(float(t), row) for t, row in zip(total, rows)]
 
 
-def search(problem, top_k: int = 5, *, explain: bool = False, backend: str = "cutlass") -> SearchResult:
+def search(problem, top_k: int = 5, *, explain: bool = False, backend: str = "cutlass", device: str | None = None,
+           predictor=None) -> SearchResult:
     """Search the legal Hopper GEMM kernels for ``problem``; the best ``top_k``, cheapest first.
 
     ``backend`` is the renderer the result is for: "cutlass" (explicit C++ types), "cutlass_builder"
-    (CUTLASS's CollectiveBuilder) or "dsl" (CuTe DSL); each prunes what its renderer refuses."""
+    (CUTLASS's CollectiveBuilder) or "dsl" (CuTe DSL); each prunes what its renderer refuses.
+    ``device``: a device kind ("h100-pcie", ...) whose SM count, bandwidth and peak the analytic model
+    uses; None is the model as calibrated. ``predictor``: a ``learned.Predictor`` that re-ranks the prior's
+    best LEARNED_POOL legal kernels by measurement, learned correction or prior (each Ranked says which)."""
     from cutegen.errors import FieldError
     from cutegen.problem import GemmProblem
 
@@ -239,7 +248,7 @@ def search(problem, top_k: int = 5, *, explain: bool = False, backend: str = "cu
     t0 = time.perf_counter()
     space = SearchSpace(problem)
     try:
-        return _search(space, problem, top_k, explain, t0, backend)
+        return _search(space, problem, top_k, explain, t0, backend, device, predictor)
     finally:
         space.egg.close()
 
@@ -250,8 +259,14 @@ def _simplicity(cfg) -> int:
 
 
 def _search(space: SearchSpace, problem, top_k: int, explain: bool, t0: float,
-            backend: str = "cutlass") -> SearchResult:
-    tiles, clusters, pols, ti, ci, pi, est, order = rank_space(space)
+            backend: str = "cutlass", device: str | None = None, predictor=None) -> SearchResult:
+    from .learned.device import rates as device_rates
+
+    rates = device_rates(device)
+    tiles, clusters, pols, ti, ci, pi, est, order = rank_space(space, rates)
+    want = top_k                    # the number of legal kernels the judging must make certain
+    if predictor is not None:
+        want = max(top_k, LEARNED_POOL)
     judge = Judge(problem, backend=backend)
     expanded: list[tuple] = []      # (tile, cluster, policy, raster code, swizzle, config, verdict)
     legal: list[tuple] = []
@@ -268,13 +283,13 @@ def _search(space: SearchSpace, problem, top_k: int, explain: bool, t0: float,
         if v.legal:
             legal.append((est_cost, _simplicity(v.config), v.config.to_json(), row))
             legal.sort(key=lambda x: x[:3])
-            if len(legal) >= top_k:
-                kth = legal[top_k - 1][0]
+            if len(legal) >= want:
+                kth = legal[want - 1][0]
 
     for n, idx in enumerate(order):
         if n >= MAX_JUDGED:
             break
-        if len(legal) >= top_k and n >= MIN_JUDGED and est[idx] >= kth:
+        if len(legal) >= want and n >= MIN_JUDGED and est[idx] >= kth:
             break
         judge_one(tuple(int(x) for x in tiles[ti[idx]]), tuple(int(x) for x in clusters[ci[idx]]),
                   tuple(int(x) for x in pols[pi[idx]]), est_cost=float(est[idx]))
@@ -289,7 +304,18 @@ def _search(space: SearchSpace, problem, top_k: int, explain: bool, t0: float,
                     seen.add(eff)
                     judge_one(tile, cluster, pol, r, w)
     # exact costs of every legal candidate (its resolved stages, raster, swizzle), in one batch
-    legal = _exact_costs(problem, [x[3] for x in legal])
+    legal = _exact_costs(problem, [x[3] for x in legal], rates)
+    predictions: dict = {}
+    if predictor is not None and legal:
+        # re-rank the prior's best ``want``; the rest were not predicted, so they queue behind all of those
+        # in the prior's order (every judged-legal kernel must stay priced for the extraction)
+        legal.sort(key=lambda x: x[0])
+        head, tail = legal[:want], legal[want:]
+        preds = predictor.predict(problem, [(row[6].config, row[6].stages) for _, row in head])
+        for p, (_, row) in zip(preds, head):
+            predictions[(row[0], row[1], row[2], row[3], row[4])] = p
+        behind = max(p.us for p in preds)
+        legal = [(p.us, row) for p, (_, row) in zip(preds, head)] + [(behind + c, row) for c, row in tail]
 
     # materialise the judged candidates in the e-graph, with the legality analysis
     egg = space.egg
@@ -310,8 +336,10 @@ def _search(space: SearchSpace, problem, top_k: int, explain: bool, t0: float,
     ranked = []
     for key in picked:
         _, _, v = costs[key]
-        c, bd = costmod.config_cost(problem, v.config, v.stages)
-        ranked.append(Ranked(v.config, c, bd, space.tile_forms(key[0]) if explain else []))
+        c, bd = costmod.config_cost(problem, v.config, v.stages, device=rates)
+        pred = predictions.get(key)
+        ranked.append(Ranked(v.config, pred.us if pred is not None else c, bd,
+                             space.tile_forms(key[0]) if explain else [], pred))
     nodes, classes = egg.sizes()
     rejected = [{"config": row[5].to_dict(), "rules": row[6].rules, "reasons": row[6].reasons}
                 for row in expanded[:50] if not row[6].legal] if explain else []

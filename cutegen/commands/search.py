@@ -21,7 +21,15 @@ def add_arguments(p) -> None:
     p.add_argument("--top-k", type=int, default=5)
     p.add_argument("--backend", default="cutlass", choices=("cutlass", "cutlass_builder", "dsl"),
                    help="the renderer the result is for; dsl also prunes what the CuTe DSL backend refuses")
-    p.add_argument("--explain", action="store_true", help="rewrite chain, cost breakdown, why runners-up lose")
+    p.add_argument("--device", default=None, metavar="KIND",
+                   help="device kind (h100-sxm, h100-pcie, h200, h20, ...; default $CUTEGEN_DEVICE, else none): its SM "
+                        "count and bandwidth go into the analytic model, and its measurements in the results "
+                        "database rank the candidates (measured, else the learned correction, else the prior)")
+    p.add_argument("--db", default=None, metavar="PATH",
+                   help="results database for --device (default: $CUTEGEN_RESULTS_DB, else the user cache dir; "
+                        "merged with bench/results/seed.sqlite)")
+    p.add_argument("--explain", action="store_true",
+                   help="rewrite chain, cost breakdown, why runners-up lose, where each prediction came from")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
 
 
@@ -44,13 +52,34 @@ def label(cfg) -> str:
     return cfg.short_name() + extra
 
 
+def device_from_args(args):
+    """(device kind or None, learned.Predictor or None). No device: the analytic model as calibrated."""
+    import os
+
+    kind = args.device or os.environ.get("CUTEGEN_DEVICE") or None
+    if kind is None:
+        return None, None
+    from cutegen.results import KINDS, ResultsDB
+    from cutegen.search.learned import Predictor
+
+    db = ResultsDB(args.db)
+    ms = db.measurements(device_kind=kind)
+    if kind not in KINDS and not ms:
+        raise FieldError("device", f"{kind!r} is not a known device kind ({', '.join(KINDS)}) and the results "
+                         "database holds no measurement of it")
+    predictor = Predictor(kind, ms)
+    return kind, (predictor if predictor.exact or predictor.learned else None)
+
+
 def run(args) -> int:
     from cutegen.search import search
 
     if args.top_k < 1 or args.top_k > 100:
         raise FieldError("top_k", f"expected 1 to 100, got {args.top_k}")
     problem = problem_from_args(args)
-    result = search(problem, top_k=args.top_k, explain=args.explain, backend=args.backend)
+    device, predictor = device_from_args(args)
+    result = search(problem, top_k=args.top_k, explain=args.explain, backend=args.backend, device=device,
+                    predictor=predictor)
     if not result.ranked:
         raise FieldError("problem", f"no legal configuration for {problem.name} among the "
                          f"{result.candidates_judged} cheapest candidates judged; rules that rejected them: "
@@ -66,9 +95,15 @@ def run(args) -> int:
           f"{result.candidates_judged} judged by the rules, {result.candidates_legal} legal; "
           f"e-graph {result.egraph_nodes} nodes / {result.egraph_classes} classes, "
           f"{result.iterations} iterations, {result.search_seconds:.3f} s")
+    if device:
+        print(f"device kind {device}: " + (f"{predictor.samples} measured samples, ranked by "
+                                           + ("measurement, learned correction or prior" if predictor.learned
+                                              else "measurement or prior")
+                                           if predictor else "no measurements; ranked by the prior"))
     for i, r in enumerate(result.ranked):
-        print(f"  {i + 1}. {label(r.config):58s} {r.cost:10.2f} us  "
-              f"{r.breakdown['predicted_tflops']:7.1f} TFLOP/s (predicted)")
+        tflops = problem.flops / (r.cost * 1e-6) / 1e12
+        src = f"  [{r.prediction.source}]" if r.prediction is not None else ("  [prior]" if args.explain else "")
+        print(f"  {i + 1}. {label(r.config):58s} {r.cost:10.2f} us  {tflops:7.1f} TFLOP/s (predicted){src}")
     if result.pruned_by_rule:
         print("pruned by rule: " + ", ".join(f"{k}={v}" for k, v in sorted(result.pruned_by_rule.items())))
     if args.explain:
@@ -115,7 +150,19 @@ def explain_dict(result) -> dict:
     rejected = [{"config": KernelConfigName(x["config"]), "rules": x["rules"], "reasons": x["reasons"]}
                 for x in result.rejected[:8]]
     return {"chosen": label(cfg), "rewrite_chain": chain, "smem_layouts": layouts,
-            "cost_breakdown": best.breakdown, "runners_up": runners, "rejected_near_top": rejected}
+            "cost_breakdown": best.breakdown, "runners_up": runners, "rejected_near_top": rejected,
+            "predictions": [provenance(r) for r in result.ranked]}
+
+
+def provenance(r) -> dict:
+    """Where a ranked candidate's predicted time came from: a measurement of exactly this problem and
+    configuration on the device kind, the learned correction of the prior, or the analytic prior alone."""
+    p = r.prediction
+    out = {"config": label(r.config), "source": p.source if p is not None else "prior", "us": round(r.cost, 3),
+           "prior_us": round(p.prior_us if p is not None else r.cost, 3)}
+    if p is not None:
+        out.update({k: v for k, v in p.to_dict().items() if k in ("sigma", "distance", "measurements")})
+    return out
 
 
 def cute_text(term: str) -> str:
@@ -150,6 +197,16 @@ def print_explain(result) -> None:
     print("cost breakdown:")
     for k, v in e["cost_breakdown"].items():
         print(f"  {k:26s} {v}")
+    print("predictions (measured: this problem and configuration timed on the device kind; learned: the prior "
+          "corrected by the model fitted on the results database, sigma its log-space uncertainty, distance to the "
+          "nearest training sample in units of their spacing; prior: search/cost.py alone):")
+    for p in e["predictions"]:
+        extra = ""
+        if p["source"] == "measured":
+            extra = f", median of {p['measurements']}"
+        elif p["source"] == "learned":
+            extra = f", sigma {p['sigma']:.2f}, distance {p['distance']:.2f}"
+        print(f"  {p['config']:58s} {p['us']:10.2f} us  {p['source']:8s} (prior {p['prior_us']:.2f} us{extra})")
     print("runners-up:")
     for r in e["runners_up"]:
         why = "; ".join(r["worse_in"]) or "equal terms; ordered by the configuration text"
