@@ -44,7 +44,7 @@ RASTER = ("heuristic", "along_m", "along_n")
 MIN_JUDGED = 64          # judge at least this many of the cheapest, so the report shows what the rules cut
 MAX_JUDGED = 2500
 REFINE = 6               # raster/swizzle variants are tried for this many of the best legal kernels
-LEARNED_POOL = 16        # with a learned predictor: this many of the prior's best legal kernels are re-ranked
+LEARNED_POOL = 64        # with a learned predictor: this many of the prior's best legal kernels are re-ranked
 
 
 @dataclass
