@@ -46,25 +46,39 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     from cutegen.results import ResultsDB
-    from cutegen.search.learned.quality import cross_validate
+    from cutegen.search.learned.quality import cross_validate, transfer
     from cutegen.search.learned.samples import from_measurements
 
     db = ResultsDB(args.db, seed=None if args.no_seed else True)
     ms = db.measurements(device_kind=args.device)
     kinds = sorted({m.device_kind for m in ms})
     ctx = {"suites": suites()}
-    report = {}
+    report, by_kind = {}, {}
     for kind in kinds:
-        samples = from_measurements([m for m in ms if m.device_kind == kind], kind)
+        samples = by_kind[kind] = from_measurements([m for m in ms if m.device_kind == kind], kind)
         if not samples:
             continue
         rows = {}
+        others = [s for m_kind in kinds if m_kind != kind
+                  for s in from_measurements([m for m in ms if m.device_kind == m_kind], m_kind)]
         for g in args.groupings.split(","):
             t0 = time.perf_counter()
             rows[g] = cross_validate(samples, g, ctx)
             rows[g]["seconds"] = round(time.perf_counter() - t0, 1)
+            if others:
+                # as the search uses it: this kind's data plus every other kind's, the family held out of all
+                rows[g + "+other"] = cross_validate(samples, g, ctx, others=others)
         report[kind] = {"samples": len(samples), "bench_samples": sum(s.harness == "bench" for s in samples),
                         "problems": len({s.problem for s in samples}), "cv": rows}
+    for kind in report:
+        # the other kinds' data, as if this kind had none: what a fresh device kind would get
+        for other in report:
+            if other != kind:
+                # the samples of ``other`` re-costed with this kind's prior, so the correction is what it learned
+                from cutegen.search.learned.samples import sample
+                train = [sample(s.problem, s.config, s.stages, kind, s.measured_us, s.harness, s.source)
+                         for s in by_kind[other]]
+                report[kind].setdefault("transfer", {})[other] = transfer(train, by_kind[kind])
     if args.json:
         json.dump(report, sys.stdout, indent=1, sort_keys=True)
         print()
@@ -72,16 +86,22 @@ def main(argv=None) -> int:
     f = lambda v, d=3: "-" if v is None else f"{v:.{d}f}"  # noqa: E731
     for kind, r in report.items():
         print(f"\n{kind}: {r['samples']} samples ({r['bench_samples']} bench harness), {r['problems']} problems")
-        print(f"  {'held out':8s} {'folds':>5s} {'n':>4s} | {'|ln err|':>17s} | {'spearman':>13s} | "
+        print(f"  {'held out':12s} {'folds':>5s} {'n':>4s} | {'|ln err|':>17s} | {'spearman':>13s} | "
               f"{'regret geomean':>15s} | {'regret worst':>13s}")
-        print(f"  {'':8s} {'':5s} {'':4s} | {'learned':>8s} {'prior':>8s} | {'learned':>6s} {'prior':>6s} | "
+        print(f"  {'':12s} {'':5s} {'':4s} | {'learned':>8s} {'prior':>8s} | {'learned':>6s} {'prior':>6s} | "
               f"{'learned':>7s} {'prior':>7s} | {'learned':>6s} {'prior':>6s}")
         for g, row in r["cv"].items():
             L, P = row["learned"], row["prior"]
-            print(f"  {g:8s} {row['folds']:5d} {L['samples']:4d} | {f(L['log_error']):>8s} {f(P['log_error']):>8s} | "
+            print(f"  {g:12s} {row['folds']:5d} {L['samples']:4d} | {f(L['log_error']):>8s} {f(P['log_error']):>8s} | "
                   f"{f(L['spearman'], 2):>6s} {f(P['spearman'], 2):>6s} | {f(L['regret_geomean']):>7s} "
                   f"{f(P['regret_geomean']):>7s} | {f(L['regret_worst'], 2):>6s} {f(P['regret_worst'], 2):>6s}"
                   + (f"   (no training data without: {', '.join(row['skipped'])})" if row["skipped"] else ""))
+        for other, row in r.get("transfer", {}).items():
+            L, P = row["learned"], row["prior"]
+            print(f"  {'from ' + other:18s} {L['samples']:4d} | {f(L['log_error']):>8s} {f(P['log_error']):>8s} | "
+                  f"{f(L['spearman'], 2):>6s} {f(P['spearman'], 2):>6s} | {f(L['regret_geomean']):>7s} "
+                  f"{f(P['regret_geomean']):>7s} | {f(L['regret_worst'], 2):>6s} {f(P['regret_worst'], 2):>6s}"
+                  f"   (fitted on {other} only)")
     if not report:
         print("no usable measurements")
     return 0

@@ -154,10 +154,10 @@ def test_cli_device_explain_says_measured(tmp_path, capsys):
     assert main(["search", "--m", "2048", "--n", "2048", "--k", "2048", "--top-k", "2", "--json"]) == 0
     top = json.loads(capsys.readouterr().out)["ranked"][0]
     p, cfg = GemmProblem(2048, 2048, 2048), KernelConfig.from_dict(top["config"])
-    ResultsDB(db, seed=None).add(Measurement(problem=p, config=cfg, device_name="NVIDIA H100 80GB HBM3",
-                                             device_kind="h100-sxm", timing_method="cuda-events/median/l2x4",
+    ResultsDB(db, seed=None).add(Measurement(problem=p, config=cfg, device_name="Test GPU",
+                                             device_kind="test-gpu-132sm", timing_method="cuda-events/median/l2x4",
                                              median_us=1.0, validated=True, measured_at="2026-11-23"))
-    args = ["search", "--m", "2048", "--n", "2048", "--k", "2048", "--top-k", "2", "--device", "h100-sxm",
+    args = ["search", "--m", "2048", "--n", "2048", "--k", "2048", "--top-k", "2", "--device", "test-gpu-132sm",
             "--db", str(db), "--explain", "--json"]
     assert main(args) == 0
     out = json.loads(capsys.readouterr().out)

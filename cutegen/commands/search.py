@@ -63,8 +63,8 @@ def device_from_args(args):
     from cutegen.search.learned import Predictor
 
     db = ResultsDB(args.db)
-    ms = db.measurements(device_kind=kind)
-    if kind not in KINDS and not ms:
+    ms = db.measurements()
+    if kind not in KINDS and not any(m.device_kind == kind for m in ms):
         raise FieldError("device", f"{kind!r} is not a known device kind ({', '.join(KINDS)}) and the results "
                          "database holds no measurement of it")
     predictor = Predictor(kind, ms)
@@ -96,7 +96,8 @@ def run(args) -> int:
           f"e-graph {result.egraph_nodes} nodes / {result.egraph_classes} classes, "
           f"{result.iterations} iterations, {result.search_seconds:.3f} s")
     if device:
-        print(f"device kind {device}: " + (f"{predictor.samples} measured samples, ranked by "
+        print(f"device kind {device}: " + (f"{predictor.samples} measured samples of it "
+                                           f"({predictor.training_samples} of all kinds), ranked by "
                                            + ("measurement, learned correction or prior" if predictor.learned
                                               else "measurement or prior")
                                            if predictor else "no measurements; ranked by the prior"))

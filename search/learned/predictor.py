@@ -10,7 +10,8 @@ import numpy as np
 from .model import Correction
 from .samples import complete, from_measurements, sample
 
-MIN_SAMPLES = 20      # fewer than this on a device kind and the correction is not fitted: the prior answers
+MIN_SAMPLES = 20      # fewer than this in all and the correction is not fitted: the prior answers
+MIN_OWN = 5           # nor with fewer than this of the device kind itself: the search uses what the kind measured
 MIN_PROBLEMS = 3
 
 
@@ -39,21 +40,26 @@ def _key(problem, config) -> tuple:
 
 
 class Predictor:
-    """Predictions for one device kind from its measurements (a list of cutegen.results.Measurement)."""
+    """Predictions for one device kind from the measurements (cutegen.results.Measurement) of it and of other
+    kinds: the correction learns from all of them (each costed with its own kind's prior, the kind's SM count and
+    bandwidth among the features), an exact measurement must be of this kind."""
 
     def __init__(self, device_kind: str, measurements, correction: Correction | None = None, fit: bool = True):
         self.device_kind = device_kind
-        samples = from_measurements(measurements, device_kind)
+        everything = from_measurements(measurements)
+        samples = [s for s in everything if s.device_kind == device_kind]
         self.samples = len(samples)
+        self.training_samples = len(everything)
         # exact measurements from the bench harness only: the others time the same kernel on another scale
         exact: dict[tuple, list[float]] = {}
         for s in samples:
             if s.harness == "bench":
                 exact.setdefault(_key(s.problem, s.config), []).append(s.measured_us)
         self.exact = exact
-        problems = len({s.problem for s in samples})
-        if correction is None and fit and len(samples) >= MIN_SAMPLES and problems >= MIN_PROBLEMS:
-            correction = Correction().fit(samples)
+        problems = len({s.problem for s in everything})
+        if (correction is None and fit and len(everything) >= MIN_SAMPLES and len(samples) >= MIN_OWN
+                and problems >= MIN_PROBLEMS):
+            correction = Correction().fit(everything)
         self.correction = correction
 
     @classmethod
@@ -61,7 +67,7 @@ class Predictor:
         from cutegen.results import ResultsDB
 
         db = db if db is not None else ResultsDB()
-        return cls(device_kind, db.measurements(device_kind=device_kind))
+        return cls(device_kind, db.measurements())
 
     @property
     def learned(self) -> bool:

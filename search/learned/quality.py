@@ -70,8 +70,12 @@ def score(samples, predicted) -> dict:
     return out
 
 
-def cross_validate(samples, grouping: str, ctx: dict | None = None, min_train: int = 20, **model_args) -> dict:
-    """Hold out each family of ``grouping`` in turn; score learned and prior on every held-out family."""
+def cross_validate(samples, grouping: str, ctx: dict | None = None, min_train: int = 20, others=(),
+                   **model_args) -> dict:
+    """Hold out each family of ``grouping`` in turn; score learned and prior on every held-out family.
+
+    ``others``: samples of other device kinds the correction may also learn from (as the Predictor does);
+    the held-out family is held out of them too, so no shape is ever seen on any device."""
     ctx = ctx or {}
     key = GROUPINGS[grouping]
     groups = sorted({key(s, ctx) for s in samples})
@@ -79,10 +83,11 @@ def cross_validate(samples, grouping: str, ctx: dict | None = None, min_train: i
     for g in groups:
         test = [s for s in samples if key(s, ctx) == g and s.harness == "bench"]
         train = [s for s in samples if key(s, ctx) != g]
-        if not test:
-            continue
         if len(train) < min_train:
             skipped.append(g)
+            continue
+        train += [s for s in others if key(s, ctx) != g]
+        if not test:
             continue
         folds += 1
         corr, _, _ = Correction(**model_args).fit(train).predict(test)
@@ -91,3 +96,14 @@ def cross_validate(samples, grouping: str, ctx: dict | None = None, min_train: i
         prior += [s.prior_us for s in test]
     return {"grouping": grouping, "folds": folds, "skipped": skipped,
             "learned": score(held, learned), "prior": score(held, prior)}
+
+
+def transfer(train, test) -> dict:
+    """Fit on one device kind's samples, score on another's bench-harness samples (no fold needed: the
+    devices differ), next to the prior on the same samples."""
+    test = [s for s in test if s.harness == "bench"]
+    if len(train) < 2 or not test:
+        return {"learned": score([], []), "prior": score([], [])}
+    corr, _, _ = Correction().fit(train).predict(test)
+    return {"learned": score(test, [s.prior_us * math.exp(c) for s, c in zip(test, corr)]),
+            "prior": score(test, [s.prior_us for s in test])}

@@ -27,6 +27,7 @@ class Sample:
     measured_us: float      # NaN when predicting
     harness: str            # how it was timed (see harness()); predictions are for "bench"
     source: str
+    device_kind: str = ""
 
 
 @lru_cache(maxsize=8192)
@@ -57,18 +58,19 @@ def harness(timing_method: str) -> str:
 def sample(problem, config, stages: int, device_kind: str | None, measured_us: float = float("nan"),
            harness: str = "bench", source: str = "") -> Sample:
     prior, bd = costmod.config_cost(problem, config, stages, device=rates(device_kind))
-    return Sample(problem, config, stages, prior, bd, measured_us, harness, source)
+    return Sample(problem, config, stages, prior, bd, measured_us, harness, source, device_kind or "")
 
 
-def from_measurements(measurements, device_kind: str) -> list[Sample]:
+def from_measurements(measurements, device_kind: str | None = None) -> list[Sample]:
+    """Samples of one device kind (None: of every kind, each costed with its own kind's prior)."""
     out = []
     for m in measurements:
-        if (m.device_kind != device_kind or not m.validated or not m.is_benchmark
+        if ((device_kind is not None and m.device_kind != device_kind) or not m.validated or not m.is_benchmark
                 or m.backend not in BACKENDS):
             continue
         done = complete(m.problem, m.config)
         if done is None:
             continue
-        out.append(sample(m.problem, done[0], done[1], device_kind, m.median_us,
+        out.append(sample(m.problem, done[0], done[1], m.device_kind, m.median_us,
                           harness=harness(m.timing_method), source=m.source))
     return out
