@@ -87,14 +87,15 @@ def main(argv=None) -> int:
     for kind, r in report.items():
         print(f"\n{kind}: {r['samples']} samples ({r['bench_samples']} bench harness), {r['problems']} problems")
         print(f"  {'held out':12s} {'folds':>5s} {'n':>4s} | {'|ln err|':>17s} | {'spearman':>13s} | "
-              f"{'regret geomean':>15s} | {'regret worst':>13s}")
+              f"{'regret geomean':>15s} | {'regret worst':>13s} | in sigma")
         print(f"  {'':12s} {'':5s} {'':4s} | {'learned':>8s} {'prior':>8s} | {'learned':>6s} {'prior':>6s} | "
               f"{'learned':>7s} {'prior':>7s} | {'learned':>6s} {'prior':>6s}")
         for g, row in r["cv"].items():
             L, P = row["learned"], row["prior"]
             print(f"  {g:12s} {row['folds']:5d} {L['samples']:4d} | {f(L['log_error']):>8s} {f(P['log_error']):>8s} | "
                   f"{f(L['spearman'], 2):>6s} {f(P['spearman'], 2):>6s} | {f(L['regret_geomean']):>7s} "
-                  f"{f(P['regret_geomean']):>7s} | {f(L['regret_worst'], 2):>6s} {f(P['regret_worst'], 2):>6s}"
+                  f"{f(P['regret_geomean']):>7s} | {f(L['regret_worst'], 2):>6s} {f(P['regret_worst'], 2):>6s} | "
+                  f"{f(L.get('within_sigma'), 2):>8s}"
                   + (f"   (no training data without: {', '.join(row['skipped'])})" if row["skipped"] else ""))
         for other, row in r.get("transfer", {}).items():
             L, P = row["learned"], row["prior"]

@@ -8,6 +8,8 @@ families only (all harnesses) and scored on the held-out family's bench-harness 
               problem (configurations measured several times: their median), mean over problems with >= 3
   regret      per held-out problem with >= 2 measured configurations: measured time of the model's pick over
               the measured best; geometric mean, and the worst
+  within_sigma  share of held-out samples whose measured time lies within the model's own exp(+-sigma): about
+              0.68 if its uncertainty is honest, lower if it is overconfident
 
 The same figures for the prior alone (search/cost.py) on the same held-out samples are the baseline.
 """
@@ -79,7 +81,7 @@ def cross_validate(samples, grouping: str, ctx: dict | None = None, min_train: i
     ctx = ctx or {}
     key = GROUPINGS[grouping]
     groups = sorted({key(s, ctx) for s in samples})
-    held, learned, prior, skipped, folds = [], [], [], [], 0
+    held, learned, prior, skipped, folds, inside = [], [], [], [], 0, []
     for g in groups:
         test = [s for s in samples if key(s, ctx) == g and s.harness == "bench"]
         train = [s for s in samples if key(s, ctx) != g]
@@ -90,12 +92,15 @@ def cross_validate(samples, grouping: str, ctx: dict | None = None, min_train: i
         if not test:
             continue
         folds += 1
-        corr, _, _ = Correction(**model_args).fit(train).predict(test)
+        corr, sigma, _ = Correction(**model_args).fit(train).predict(test)
+        inside += [abs(math.log(s.prior_us * math.exp(c) / s.measured_us)) <= sg for s, c, sg in zip(test, corr, sigma)]
         held += test
         learned += [s.prior_us * math.exp(c) for s, c in zip(test, corr)]
         prior += [s.prior_us for s in test]
-    return {"grouping": grouping, "folds": folds, "skipped": skipped,
-            "learned": score(held, learned), "prior": score(held, prior)}
+    out = {"grouping": grouping, "folds": folds, "skipped": skipped,
+           "learned": score(held, learned), "prior": score(held, prior)}
+    out["learned"]["within_sigma"] = float(np.mean(inside)) if inside else None
+    return out
 
 
 def transfer(train, test) -> dict:
