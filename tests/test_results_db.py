@@ -92,6 +92,18 @@ def test_seed_merged_read_only_user_first(tmp_path):
     assert ResultsDB(seed_path, seed=None).count() == 2
 
 
+def test_unwritable_place_is_a_clear_error(tmp_path):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    (ro / "r.sqlite").write_bytes(b"this is not a database, it is text" * 40)
+    with pytest.raises(CutegenError, match="r.sqlite"):
+        ResultsDB(ro / "r.sqlite", seed=None).measurements()
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(CutegenError, match="results database"):
+        ResultsDB(blocker / "sub" / "r.sqlite", seed=None).add(meas())
+
+
 def test_default_path_env(tmp_path, monkeypatch):
     monkeypatch.setenv("CUTEGEN_RESULTS_DB", str(tmp_path / "x.sqlite"))
     assert default_path() == tmp_path / "x.sqlite"

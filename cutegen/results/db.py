@@ -97,7 +97,7 @@ class ResultsDB:
                 conn.execute("PRAGMA synchronous = NORMAL")
                 if conn.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
                     migrate(conn)
-            except (sqlite3.Error, RuntimeError) as e:
+            except (sqlite3.Error, RuntimeError, OSError) as e:
                 raise CutegenError(f"results database {self.path}: {e}") from None
             self._conn = conn
         return self._conn
@@ -144,13 +144,19 @@ class ResultsDB:
         sql = (f"INSERT INTO measurements ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))}) "
                "ON CONFLICT(record_key) DO NOTHING")
         ids: list[int] = []
-        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as e:       # still locked after the busy timeout, read-only file, full disk...
+            raise CutegenError(f"results database {self.path}: {e}") from None
         try:
             for m in ms:
                 row = _row(conn, m)
                 conn.execute(sql, row)
                 ids.append(conn.execute("SELECT id FROM measurements WHERE record_key = ?", (row[0],)).fetchone()[0])
             conn.execute("COMMIT")
+        except sqlite3.Error as e:
+            conn.execute("ROLLBACK")
+            raise CutegenError(f"results database {self.path}: {e}") from None
         except BaseException:
             conn.execute("ROLLBACK")
             raise
