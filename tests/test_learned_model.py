@@ -97,6 +97,10 @@ def test_predictor_provenance(samples):
     a, b = pred.predict(seen.problem, [(seen.config, seen.stages)])[0], pred.predict(new.problem, [(new.config, new.stages)])[0]
     assert a.source == "measured" and a.us == pytest.approx(seen.measured_us) and a.measurements == 1
     assert b.source == "learned" and abs(math.log(b.us / new.measured_us)) < 0.08 and b.sigma > 0
+    # a CollectiveBuilder-style partial configuration is completed as the rules complete it
+    partial = pred.predict_measurement_config(new.problem, CONFIGS[5])
+    assert partial is not None and partial.source == "learned"
+    assert pred.predict_measurement_config(new.problem, KernelConfig((64, 128, 64), (1, 1, 1))) is None  # coop M=64
     # a warm-L2 (same-inputs) time is no measurement of the bench's scale; too little data fits nothing
     few = Predictor("h200", [_meas(seen, method="cuda-events/mean/warmup2/iters5/same-inputs")])
     p = few.predict(seen.problem, [(seen.config, seen.stages)])[0]
