@@ -450,9 +450,9 @@ def time_graph(fn, n_sets: int, iters: int, stream_box: list | None = None, rese
     ``reset`` runs after the capture, before the first replay (so a check of D afterwards sees what
     the replays wrote, not the eager warm-up call).
     """
-    torch = _torch()
     if not _on_gpu():
         return {"graph_status": "no_gpu"}
+    torch = _torch()
     calls = max(min(n_sets, GRAPH_MAX_CALLS), min(GRAPH_MAX_CALLS, 16))
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
