@@ -65,9 +65,14 @@ def test_graph_timing_is_not_attempted_on_the_cpu_dry_run(monkeypatch):
     calls = []
     assert W.time_graph(lambda i: calls.append(i), 4, 50) == {"graph_status": "no_gpu"}
     assert calls == []
+    class Set:
+        def reset_d(self):
+            calls.append("reset")
+
     res = {"status": "ok", "median_ms": 0.01}
-    W._maybe_graph(res, lambda i: None, [], None, None, 4, 50)
+    W._maybe_graph(res, lambda i: None, [Set()], None, None, 4, 50)
+    assert calls == []
     assert res["graph_status"] == "no_gpu"
     slow = {"status": "ok", "median_ms": 0.2}        # over 50 us: no graph time is taken
-    W._maybe_graph(slow, lambda i: None, [], None, None, 4, 50)
+    W._maybe_graph(slow, lambda i: None, [Set()], None, None, 4, 50)
     assert "graph_status" not in slow
