@@ -253,6 +253,7 @@ def search(problem, top_k: int = 5, *, explain: bool = False, backend: str = "cu
     t0 = time.perf_counter()
     results = []
     swap_pruned: dict[str, int] = {}
+    unjudged = 0
     for swapped in orientations(problem):
         if swapped:
             if backend == "dsl":        # DSL-SWAP-AB: the DSL renderer does not exchange operands
@@ -267,13 +268,24 @@ def search(problem, top_k: int = 5, *, explain: bool = False, backend: str = "cu
         oriented = transposed(problem) if swapped else problem
         space = SearchSpace(oriented)
         try:
+            if swapped and results and results[0][1].ranked and predictor is None:
+                # the cost bound the expansion uses within one orientation, across the two: when even
+                # the cheapest swapped estimate cannot beat the stated orientation's best by the
+                # margin, no swapped kernel is judged (they count as pruned by the cost bound). Not
+                # with a predictor: its costs are measured or learned, the estimates are the prior's.
+                from .learned.device import rates as device_rates
+                stated_best = results[0][1].ranked[0].cost
+                est = rank_space(space, device_rates(device))[6]
+                if float(est.min()) * (1.0 + SWAP_MARGIN) >= stated_best:
+                    unjudged += int(est.size)
+                    continue
             results.append((swapped, _search(space, oriented, top_k, explain, t0, backend, device, predictor)))
         finally:
             space.egg.close()
-    return _merge(problem, results, top_k, swap_pruned, t0)
+    return _merge(problem, results, top_k, swap_pruned, t0, unjudged)
 
 
-def _merge(problem, results, top_k: int, swap_pruned: dict, t0: float) -> SearchResult:
+def _merge(problem, results, top_k: int, swap_pruned: dict, t0: float, unjudged: int = 0) -> SearchResult:
     """One SearchResult from the searches of each orientation: the kernels of a swapped orientation
     carry ``swap_ab`` (their costs are those of the transposed problem they compute, the same work);
     at equal cost the problem as stated wins."""
@@ -298,7 +310,7 @@ def _merge(problem, results, top_k: int, swap_pruned: dict, t0: float) -> Search
         problem=problem, ranked=[x for _, _, x in ranked[:top_k]], search_seconds=time.perf_counter() - t0,
         egraph_nodes=sum(r.egraph_nodes for _, r in results), egraph_classes=sum(r.egraph_classes for _, r in results),
         iterations=sum(r.iterations for _, r in results),
-        candidates_total=sum(r.candidates_total for _, r in results),
+        candidates_total=sum(r.candidates_total for _, r in results) + unjudged,
         candidates_judged=sum(r.candidates_judged for _, r in results),
         candidates_legal=sum(r.candidates_legal for _, r in results), pruned_by_rule=pruned,
         peak_rss_mb=max(r.peak_rss_mb for _, r in results),
