@@ -152,3 +152,13 @@ def test_a_swapped_kernel_compiles():
     assert summary.results[0].stats.get("ptx_wgmma_mma_async", 1) > 0
     if not had:
         (d / "kernel.so").unlink()
+
+
+def test_validation_plans_see_the_swapped_tile_along_n():
+    from cutegen import runner as R
+    cfg = KernelConfig(tile_shape=(64, 8, 256), swap_ab=True)
+    assert R.tile_extents(cfg) == (8, 64, 256)
+    assert R.tile_extents(cfg.replace(swap_ab=False)) == (64, 8, 256)
+    probes = R.refusal_probes(prob(16, 4096, 4096), cfg)
+    # probes are sized one tile and a bit along each of the caller's extents: N past the 64-row mode
+    assert all(c.n > 64 and c.m > 8 for c in probes)
