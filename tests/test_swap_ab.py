@@ -150,8 +150,26 @@ def test_a_swapped_kernel_compiles():
     summary = build_mod.build([d], jobs=1, progress=None)
     assert summary.ok, "\n".join(r.message for r in summary.results if not r.ok)
     assert summary.results[0].stats.get("ptx_wgmma_mma_async", 1) > 0
-    if not had:
-        (d / "kernel.so").unlink()
+    try:
+        # The ABI swap, without a GPU: every refusal probe (misaligned pointer, leading dimension, batch
+        # stride or extent of one of the caller's operands) is refused by the kernel naming the rule the
+        # launch contract names, and the operand the caller passed (the kernel checks them as its B and A).
+        import os
+        import subprocess
+        import sys
+        from test_runner_abi_agreement import PROBE
+        env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        proc = subprocess.run([sys.executable, "-c", PROBE, str(d / "kernel.so")], capture_output=True, text=True,
+                              timeout=120, env=env)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        out = json.loads(proc.stdout.strip().splitlines()[-1])
+        assert len(out) >= 5 and all(r["agree"] for r in out), out
+        by_case = {r["case"]: r["message"] for r in out}
+        assert by_case["probe_ptr_A"].startswith("E18: A pointer")
+        assert by_case["probe_ld_B"].startswith("E15: B leading dimension")
+    finally:
+        if not had:
+            (d / "kernel.so").unlink()
 
 
 def test_validation_plans_see_the_swapped_tile_along_n():
