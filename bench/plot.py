@@ -1,9 +1,10 @@
-"""TFLOP/s by problem for the three contenders of a `cutegen bench` results file, as a PNG.
+"""Ratios per problem of a `cutegen bench` results file, as a PNG.
 
     python bench/plot.py bench/results/2026-11-22-nvidia-h100-80gb-hbm3.json [OUT.png]
 
-Grouped bars (cutegen, cuBLAS, CUTLASS CollectiveBuilder) per problem, the datasheet peak as a
-line, and the ratio to cuBLAS above each cutegen bar. Needs matplotlib (not the generator).
+cutegen's speed relative to cuBLAS (CUDA events, and CUDA-graph time where measured) and to the
+CUTLASS CollectiveBuilder baseline, per problem, around 1.0; below it, for decode shapes (M <= 16),
+the fraction of the HBM floor each contender reaches. Needs matplotlib (not the generator).
 """
 from __future__ import annotations
 
@@ -17,6 +18,12 @@ SERIES = (("cutegen", "cutegen (search-picked)", "#1b9e77"),
 
 
 def plot(doc: dict, out_path) -> Path:
+    """Ratios, not TFLOP/s: a decode GEMM's TFLOP/s bar is invisible next to a square one's.
+
+    Top: cutegen's speed relative to cuBLAS (CUDA events; and inside a CUDA graph where the bench
+    measured one) and to the CUTLASS builder, per problem, on a log scale around 1.0, with the 0.9x
+    line. Bottom, when the document has HBM floors (M <= 16): the fraction of the HBM floor each
+    contender reaches."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -24,43 +31,57 @@ def plot(doc: dict, out_path) -> Path:
     problems = doc["problems"]
     names = [p["name"] for p in problems]
     n = len(problems)
-    width = 0.27
-    fig, ax = plt.subplots(figsize=(max(8.0, 0.9 * n + 3), 5.5))
-    for i, (key, label, color) in enumerate(SERIES):
-        xs, ys = [], []
-        for j, p in enumerate(problems):
-            tf = p["results"].get(key, {}).get("tflops")
-            if tf:
-                xs.append(j + (i - 1) * width)
-                ys.append(tf)
-        ax.bar(xs, ys, width, label=label, color=color)
-        if key == "cutegen":
-            for x, y, p in zip(xs, ys, [p for p in problems if p["results"].get(key, {}).get("tflops")]):
-                r = p.get("ratio_vs_cublas")
-                if r:
-                    ax.annotate(f"{r:.2f}x", (x, y), textcoords="offset points", xytext=(0, 3),
-                                ha="center", fontsize=7)
-    peak = doc.get("peak_tflops")
-    if peak:
-        ax.axhline(peak, color="grey", linestyle="--", linewidth=1)
-        ax.text(n - 0.5, peak, f"{peak:g} TFLOP/s dense bf16 peak (datasheet)", ha="right", va="bottom",
-                fontsize=8, color="grey")
+    floors = [(j, p) for j, p in enumerate(problems) if p.get("fraction_of_hbm_floor")]
+    rows = 2 if floors else 1
+    fig, axes = plt.subplots(rows, 1, figsize=(max(8.0, 0.28 * n + 3), 5.0 * rows), squeeze=False)
+    ax = axes[0][0]
+    series = (("ratio_vs_cublas", "x cuBLAS (CUDA events)", "#7570b3", "o"),
+              ("ratio_vs_cublas_graph", "x cuBLAS (inside a CUDA graph)", "#1b9e77", "D"),
+              ("ratio_vs_cutlass", "x CUTLASS builder 128x256x64 2x1x1 coop", "#d95f02", "s"))
+    values = []
+    for key, label, color, marker in series:
+        xs = [j for j, p in enumerate(problems) if p.get(key)]
+        ys = [problems[j][key] for j in xs]
+        values += ys
+        if xs:
+            ax.plot(xs, ys, linestyle="none", marker=marker, markersize=5, color=color, label=label)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.axhline(0.9, color="grey", linestyle="--", linewidth=0.8)
+    ax.set_yscale("log")
+    if values:
+        ax.set_ylim(min(values + [0.8]) * 0.9, max(values + [1.25]) * 1.1)
     ax.set_xticks(range(n))
-    ax.set_xticklabels(names, rotation=35, ha="right", fontsize=7)
-    ax.set_ylabel("TFLOP/s (median of timed runs)")
+    ax.set_xticklabels(names, rotation=60, ha="right", fontsize=6)
+    ax.set_ylabel("cutegen speed / contender's (higher is better)")
     s = doc.get("summary", {})
-    g = s.get("vs_cublas", {}).get("geomean")
-    gc = s.get("vs_cutlass", {}).get("geomean")
-    title = f"cutegen vs cuBLAS vs CUTLASS on {doc.get('device', {}).get('name', '?')}, {doc.get('date', '')[:10]}"
-    if g:
-        title += f"\ngeomean x cuBLAS {g:.3f}" + (f", x CUTLASS {gc:.3f}" if gc else "")
+    g = (s.get("vs_cublas") or {}).get("geomean")
+    gg = (s.get("vs_cublas_graph") or {}).get("geomean")
+    gc = (s.get("vs_cutlass") or {}).get("geomean")
+    title = f"cutegen vs cuBLAS and CUTLASS on {doc.get('device', {}).get('name', '?')}, {doc.get('date', '')[:10]}"
+    parts = [f"geomean x cuBLAS {g:.3f}" if g else "", f"graph-timed {gg:.3f}" if gg else "",
+             f"x CUTLASS {gc:.3f}" if gc else ""]
+    if any(parts):
+        title += "\n" + ", ".join(x for x in parts if x)
     ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=8, loc="upper left")
-    tops = [p["results"][k]["tflops"] for p in problems for k, _, _ in SERIES if p["results"].get(k, {}).get("tflops")]
-    ax.set_ylim(0, max(tops + [peak or 0, 1.0]) * 1.3)
+    ax.legend(fontsize=8, loc="best")
+    ax.grid(axis="y", which="both", alpha=0.3)
+    if floors:
+        bx = axes[1][0]
+        width = 0.27
+        for i, (key, label, color) in enumerate(SERIES):
+            xs = [k + (i - 1) * width for k, (_, p) in enumerate(floors) if p["fraction_of_hbm_floor"].get(key)]
+            ys = [p["fraction_of_hbm_floor"][key] for _, p in floors if p["fraction_of_hbm_floor"].get(key)]
+            bx.bar(xs, ys, width, label=label, color=color)
+        bx.axhline(1.0, color="black", linewidth=0.8)
+        bx.set_xticks(range(len(floors)))
+        bx.set_xticklabels([p["name"] for _, p in floors], rotation=45, ha="right", fontsize=7)
+        bx.set_ylabel("fraction of the HBM floor reached")
+        bx.set_title(f"M <= 16: bytes of A, B, C, D over {doc.get('hbm_label') or 'the HBM bandwidth'} "
+                     "/ time (graph time where measured)", fontsize=9)
+        bx.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
     out_path = Path(out_path)
-    fig.savefig(out_path, dpi=120)
+    fig.savefig(out_path, dpi=110)
     plt.close(fig)
     return out_path
 

@@ -70,6 +70,11 @@ class SmemAtom:
             raise FieldError(f"{field}.{e.field}", e.message) from None
 
 
+# Fields added after kernels were checked in: omitted from to_dict() (and so from the hash) at their
+# default, so the bytes and hash of every existing kernel stay the same.
+_OMITTED_AT_DEFAULT = frozenset({"swap_ab"})
+
+
 @dataclass(frozen=True)
 class KernelConfig:
     tile_shape: tuple[int, int, int]
@@ -87,6 +92,9 @@ class KernelConfig:
     epilogue_tile: tuple[int, int] | None = None           # None: EpilogueTileAuto
     raster_order: str = "heuristic"
     raster_swizzle: int = 1                                # tile scheduler max_swizzle_size
+    # The kernel computes D^T = B^T A^T (cutegen/swap_ab.py): its tile's M mode runs along the
+    # problem's N. Left out of to_dict() while False, so every unswapped kernel keeps its hash.
+    swap_ab: bool = False
 
     def __post_init__(self):
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731
@@ -112,6 +120,8 @@ class KernelConfig:
         set_("raster_swizzle", as_int("raster_swizzle", self.raster_swizzle, lo=1, hi=8))
         if self.raster_swizzle not in RASTER_SWIZZLES:
             raise FieldError("raster_swizzle", f"{self.raster_swizzle} is not one of 1, 2, 4, 8")
+        if not isinstance(self.swap_ab, bool):
+            raise FieldError("swap_ab", f"expected true or false, got {self.swap_ab!r}")
 
     # --- derived ---------------------------------------------------------------------
     @property
@@ -129,6 +139,8 @@ class KernelConfig:
         out: dict[str, Any] = {}
         for f in fields(self):
             v = getattr(self, f.name)
+            if f.name in _OMITTED_AT_DEFAULT and v == f.default:
+                continue
             if isinstance(v, SmemAtom):
                 v = str(v)
             elif isinstance(v, tuple):
@@ -167,4 +179,5 @@ class KernelConfig:
                "no_smem": "nosmem"}[self.epilogue_schedule]
         st = "sauto" if self.stages == "auto" else f"s{self.stages}"
         sk = "_streamk" if self.tile_scheduler == "stream_k" else ""
-        return f"{t[0]}x{t[1]}x{t[2]}_{c[0]}x{c[1]}x{c[2]}_{st}_{sched}_{epi}{sk}"
+        sw = "_swapab" if self.swap_ab else ""
+        return f"{t[0]}x{t[1]}x{t[2]}_{c[0]}x{c[1]}x{c[2]}_{st}_{sched}_{epi}{sk}{sw}"

@@ -117,6 +117,9 @@ def dsl_supports(problem: GemmProblem, config: KernelConfig) -> list[str]:
             missing.append("stages")
         return [f"DSL-COMPLETE: config leaves {', '.join(missing)} unset; complete it first "
                 "(cutegen.collective_builder.complete)"]
+    if config.swap_ab:
+        out.append("DSL-SWAP-AB: the DSL template and its ABI do not exchange the operands (swap_ab); "
+                   "use the C++ backend (cutlass or cutlass_builder)")
     for op, dt in (("A", problem.dtype_a), ("B", problem.dtype_b)):
         if dt == "tf32":
             out.append(f"DSL-TF32: operand {op} is tf32; CuTe DSL 4.8's warpgroup module has no tf32 WGMMA "

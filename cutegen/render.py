@@ -29,6 +29,7 @@ from .config import KernelConfig
 from .dtypes import DTYPES
 from .errors import CutegenError, FieldError, IllegalConfig
 from .problem import GemmProblem
+from .swap_ab import kernel_problem
 
 BACKENDS = ("cutlass", "cutlass_builder", "dsl")   # dsl: cutegen/dsl.py (CuTe DSL, issue 6)
 TEMPLATES = {"cutlass": "cutlass_sm90_gemm.cu.j2", "cutlass_builder": "cutlass_builder_gemm.cu.j2"}
@@ -107,7 +108,8 @@ def complete_config(problem: GemmProblem, config: KernelConfig) -> KernelConfig:
         raise CutegenError("config is incomplete (stages, smem layouts, TMA atoms, WGMMA instruction or "
                            "warpgroup layout unset) and cutegen.collective_builder is not available "
                            "to complete it") from None
-    return complete(problem, config)
+    # A swapped kernel is completed for the transposed problem its CUTLASS types are written for.
+    return complete(kernel_problem(problem, config), config)
 
 
 def check_legality(problem: GemmProblem, config: KernelConfig):
@@ -234,15 +236,21 @@ def _describe(problem: GemmProblem, config: KernelConfig, backend: str, khash: s
 
 
 def template_context(problem: GemmProblem, config: KernelConfig, backend: str) -> dict[str, Any]:
-    """Everything the templates need, derived from (problem, config) alone."""
+    """Everything the templates need, derived from (problem, config) alone.
+
+    The hash, the name and ``cutegen_describe`` belong to the caller's problem; every CUTLASS type
+    belongs to the problem the kernel computes, which is the transposed one for a swap-AB kernel."""
     from . import __version__
     khash = manifest_mod.kernel_hash(problem, config, backend)
+    describe_json = _describe(problem, config, backend, khash)
+    problem_name = problem.kernel_class_name
+    problem = kernel_problem(problem, config)
     element_c = "void" if problem.dtype_c == "void" else DTYPES[problem.dtype_c].cutlass
     fusion_op, fusion_comment, bias_element = _fusion(problem, element_c)
     ctx: dict[str, Any] = {
         "version": __version__,
         "kernel_hash": khash,
-        "problem_name": problem.kernel_class_name,
+        "problem_name": problem_name,
         "config_name": config.short_name(),
         "config_lines": [f"{k} = {json.dumps(v)}" for k, v in sorted(config.to_dict().items())],
         "dtype_a": problem.dtype_a, "dtype_b": problem.dtype_b,
@@ -266,7 +274,8 @@ def template_context(problem: GemmProblem, config: KernelConfig, backend: str) -
         "fusion_op": fusion_op, "fusion_comment": fusion_comment,
         "has_bias": problem.bias, "bias_element": bias_element,
         "smem_capacity": SMEM_CAPACITY,
-        "describe_json": _describe(problem, config, backend, khash),
+        "describe_json": describe_json,
+        "swap_ab": config.swap_ab,
         "is_fp8": problem.dtype_a in ("e4m3", "e5m2"),
     }
     if config.epilogue_schedule == "no_smem" and (problem.bias or problem.activation != "none"):
@@ -321,7 +330,7 @@ def builder_would_choose(problem: GemmProblem, config: KernelConfig) -> bool:
         return False
     bare = config.replace(**{f: None for f in _MAINLOOP_CHOICES})
     try:
-        chosen = complete(problem, bare)
+        chosen = complete(problem, bare)   # ``problem`` is the kernel's (template_context passes it)
     except CutegenError:
         return False
     return all(getattr(chosen, f) == getattr(config, f) for f in _MAINLOOP_CHOICES)
@@ -358,6 +367,7 @@ def cutlass_supports(problem: GemmProblem, config: KernelConfig) -> list[str]:
     Each reason starts with its rule ID, like ``cutegen.dsl.dsl_supports``, so the search prunes by it.
     """
     from .collective_builder import uses_register_a
+    problem = kernel_problem(problem, config)
     if uses_register_a(problem):
         # Found by the coverage build on 2026-11-22: tf32 NT rendered as an SS mainloop with K-major
         # atoms did not compile; the template's static_assert showed CUTLASS builds a register-A mainloop.

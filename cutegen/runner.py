@@ -534,6 +534,12 @@ def parse_shape(text: str) -> tuple[int, int, int, int]:
     return tuple(vals)  # type: ignore[return-value]
 
 
+def tile_extents(config: KernelConfig) -> tuple[int, int, int]:
+    """The CTA tile along the caller's (M, N, K): a swap-AB kernel's tile M mode runs along N."""
+    tm, tn, tk = config.tile_shape
+    return (tn, tm, tk) if getattr(config, "swap_ab", False) else (tm, tn, tk)
+
+
 def validation_cases(problem: GemmProblem, config: KernelConfig, shapes: Iterable[tuple] = (),
                      include_manifest: bool = True, max_manifest_macs: int = 2**38) -> list[Case]:
     """The sizes one kernel is validated at.
@@ -544,7 +550,7 @@ def validation_cases(problem: GemmProblem, config: KernelConfig, shapes: Iterabl
     tile, and the caller's ``shapes``. alpha and beta differ from 1 and 0 where C exists so that
     both scalars are exercised.
     """
-    tm, tn, tk = config.tile_shape
+    tm, tn, tk = tile_extents(config)
     u = dim_units(problem)
     has_c = problem.dtype_c != "void"
     beta = 0.5 if has_c else 0.0
@@ -575,7 +581,7 @@ def refusal_probes(problem: GemmProblem, config: KernelConfig) -> list[Case]:
 
     Sizes are aligned (so only the intended rule breaks) and small (one or two tiles).
     """
-    tm, tn, tk = config.tile_shape
+    tm, tn, tk = tile_extents(config)
     u = dim_units(problem)
     m, n, k = ceil_to(tm + 1, u["m"]), ceil_to(tn + 1, u["n"]), ceil_to(tk + 1, u["k"])
     g = geometries(problem, m, n, k)

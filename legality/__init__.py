@@ -132,6 +132,8 @@ from .mbarrier import MBARRIER_RULES      # noqa: E402
 from .resources import RESOURCE_RULES     # noqa: E402
 from .cutlass_sm90 import CUTLASS_SM90_RULES  # noqa: E402
 
+from .swap_ab import SWAP_AB_RULES, check_swap  # noqa: E402
+
 CONFIG_RULESETS: list[RuleSet] = [WGMMA_RULES, MBARRIER_RULES, RESOURCE_RULES, CUTLASS_SM90_RULES]
 
 
@@ -145,6 +147,7 @@ def all_rules() -> list[Rule]:
         pass
     for rs in CONFIG_RULESETS:
         out.extend(rs)
+    out.extend(SWAP_AB_RULES)
     return out
 
 
@@ -180,7 +183,20 @@ class ConfigReport:
 
 
 def check_config(problem: GemmProblem, config: KernelConfig) -> ConfigReport:
-    """Complete ``config`` as CUTLASS 4.2's SM90 CollectiveBuilder would and evaluate every rule."""
+    """Complete ``config`` as CUTLASS 4.2's SM90 CollectiveBuilder would and evaluate every rule.
+
+    A swapped configuration (``config.swap_ab``) is judged by the swap rules on ``problem``, then by
+    every other rule on the transposed problem its kernel is written for (legality/swap_ab.py)."""
+    if config.swap_ab:
+        from cutegen.swap_ab import transposed
+        swap_violations = check_swap(problem, config)
+        if swap_violations:
+            return ConfigReport(False, swap_violations, [], None,
+                                config.stages if config.stages != "auto" else None, None)
+        inner = check_config(transposed(problem), config.replace(swap_ab=False))
+        if inner.config is not None:
+            inner.config = inner.config.replace(swap_ab=True)
+        return inner
     try:
         done = cb.complete(problem, config)
     except IllegalConfig as e:
@@ -193,6 +209,6 @@ def check_config(problem: GemmProblem, config: KernelConfig) -> ConfigReport:
                         ctx.smem_bytes)
 
 
-__all__ = ["CONFIG_RULESETS", "ConfigContext", "ConfigReport", "check_config", "evaluate_config", "first_violation",
+__all__ = ["CONFIG_RULESETS", "SWAP_AB_RULES", "check_swap", "ConfigContext", "ConfigReport", "check_config", "evaluate_config", "first_violation",
            "all_rules",
            "Rule", "RuleSet", "Violation"]

@@ -131,11 +131,15 @@ def _ss_op_n(tn):
     return out
 
 
-def cost_arrays(problem, tm, tn, tk, cm, cn, sched, epi, scheduler, stages, raster=0, swizzle=1, device=None):
+def cost_arrays(problem, tm, tn, tk, cm, cn, sched, epi, scheduler, stages, raster=0, swizzle=1, device=None,
+                splits=1):
     """Vectorised cost. Integer arrays (codes index SCHEDULES / EPILOGUES / SCHEDULERS / RASTERS).
 
     ``device``: a ``Rates`` (SM count, HBM bandwidth, tensor peak) of another device kind; None is the
-    model as calibrated (132 SMs). Returns (total_us, parts) where parts is a dict of arrays, one per term.
+    model as calibrated (132 SMs). ``splits`` is the split-K factor (1: none), the place for branch
+    ``splitk``'s decomposition: each output tile becomes ``splits`` work units of ceil(k-blocks / splits)
+    k-blocks, and the partial sums (f32, M x N per extra split) go out and come back through L2 for the
+    reduction. Returns (total_us, parts) where parts is a dict of arrays, one per term.
     """
     sms = SMS if device is None else device.sms
     hbm = HBM_BYTES_PER_S if device is None else device.hbm_bytes_per_s
@@ -160,7 +164,8 @@ def cost_arrays(problem, tm, tn, tk, cm, cn, sched, epi, scheduler, stages, rast
     swz = effective_swizzle(tiles_m, tiles_n, np.asarray(swizzle))
     tiles_m = np.ceil(tiles_m / (swz * cm)) * swz * cm
     tiles_n = np.ceil(tiles_n / (swz * cn)) * swz * cn
-    tiles = tiles_m * tiles_n * L
+    splits = np.asarray(splits, dtype=np.float64)
+    tiles = tiles_m * tiles_n * L * splits                  # work units: one per tile and K split
     csize = (cm * cn).astype(np.int64)
     lookup = np.full(max(int(csize.max(initial=1)), 16) + 1, 100.0)
     for c, n in ACTIVE_CTAS.items():
@@ -170,7 +175,7 @@ def cost_arrays(problem, tm, tn, tk, cm, cn, sched, epi, scheduler, stages, rast
     active = np.minimum(active, np.maximum(tiles, 1.0))
 
     # mainloop per k-block
-    kblocks = np.ceil(K / tk)
+    kblocks = np.ceil(np.ceil(K / tk) / splits)
     eff = instruction_efficiency(_ss_op_n(tn.astype(np.int64)))
     eff = np.where(sched == 0, eff * 0.92, eff)       # one consumer warpgroup: no math/issue overlap
     # accumulator registers per MMA thread (cooperative splits M over two warpgroups): past ~160 of
@@ -178,7 +183,11 @@ def cost_arrays(problem, tm, tn, tk, cm, cn, sched, epi, scheduler, stages, rast
     acc = tm * tn / np.where(sched == 1, 256.0, 128.0)
     eff = eff * (1.0 - 0.3 * np.clip((acc - 160.0) / 72.0, 0.0, 1.0))
     t_mma = 2.0 * tm * tn * tk / (peak_sm * eff) * 1e6
-    bytes_cta = (tm * tk / cn + tn * tk / cm) * in_bytes
+    # TMA clips a box at the tensor's edge and zero-fills the rest in shared memory: rows past M (or
+    # columns past N) of a tile that overhangs the problem are never read (a 64-row tile over M = 16
+    # loads 16 rows), though the WGMMA still computes the whole tile
+    rows_a, cols_b = np.minimum(tm, M), np.minimum(tn, N)
+    bytes_cta = (rows_a * tk / cn + cols_b * tk / cm) * in_bytes
     busy = np.minimum(active, tiles)
     t_load = bytes_cta * busy / L2_BYTES_PER_S * 1e6
     latency = TMA_LATENCY_US * (1.0 + 0.05 * (cm * cn - 1.0))   # a multicast stage waits for the slowest CTA
@@ -206,10 +215,13 @@ def cost_arrays(problem, tm, tn, tk, cm, cn, sched, epi, scheduler, stages, rast
     t_sk = (np.ceil(total_blocks / active) * t_k / STREAMK_EFFICIENCY + t_epi_exposed * np.ceil(tiles / active)
             + np.where(tiles % active != 0, STREAMK_FIXUP_US + 2 * t_epi, 0.0) + TILE_SWITCH_US + fill)
     t_main = np.where(scheduler == 1, t_sk, t_dp)
+    # split-K: every extra split writes an f32 partial tile and the reduction reads it back
+    t_reduce = np.where(splits > 1, (splits - 1.0) * M * N * L * 4.0 * 2.0 / L2_BYTES_PER_S * 1e6, 0.0)
+    t_main = t_main + t_reduce
 
     # DRAM: each wave reads the A rows and B columns of the tiles it covers
     rows, cols = wave_footprint(tiles_m / cm, tiles_n / cn, active / (cm * cn), np.asarray(raster), swz)
-    unique = (rows * cm * tm + cols * cn * tn) * tk * in_bytes
+    unique = (np.minimum(rows * cm * tm, M) + np.minimum(cols * cn * tn, N)) * tk * in_bytes
     t_dram = np.where(scheduler == 1, np.ceil(tiles / active), waves) * kblocks * unique / hbm * 1e6
 
     # compulsory DRAM traffic is a floor no tiling beats
@@ -224,6 +236,8 @@ def cost_arrays(problem, tm, tn, tk, cm, cn, sched, epi, scheduler, stages, rast
         "cluster_sync_us_per_kblock": sync, "mainloop_us": t_main, "hbm_floor_us": np.broadcast_to(t_hbm, np.shape(t_main)),
         "dram_us": t_dram, "wave_tile_rows": rows * cm, "wave_tile_cols": cols * cn,
     }
+    if np.any(splits > 1):      # reported only where a split exists: unsplit breakdowns keep their keys
+        parts["splitk_reduce_us"] = t_reduce
     return total, parts
 
 

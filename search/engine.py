@@ -30,6 +30,7 @@ from . import cost as costmod
 from .egg import Egg
 from .extraction import extract_ranked
 from .legality_analysis import Judge
+from .problem_rewrites import orientations
 from .schedule_rewrites import SCHEDULE_RULES, SCHEDULE_SORTS
 
 INSTR_N = tuple(range(8, 257, 8))
@@ -43,6 +44,9 @@ RASTER = ("heuristic", "along_m", "along_n")
 
 MIN_JUDGED = 64          # judge at least this many of the cheapest, so the report shows what the rules cut
 MAX_JUDGED = 2500
+SWAP_MARGIN = 0.01       # a swapped kernel is ranked as if 1% dearer: where the two orientations
+                         # tie within the model's noise (large problems differ by < 0.1%), the problem
+                         # as stated keeps its (GPU-validated) kernel; not fitted to any measurement
 REFINE = 6               # raster/swizzle variants are tried for this many of the best legal kernels
 LEARNED_POOL = 64        # with a learned predictor: this many of the prior's best legal kernels are re-ranked
 
@@ -238,6 +242,7 @@ def search(problem, top_k: int = 5, *, explain: bool = False, backend: str = "cu
     best LEARNED_POOL legal kernels by measurement, learned correction or prior (each Ranked says which)."""
     from cutegen.errors import FieldError
     from cutegen.problem import GemmProblem
+    from cutegen.swap_ab import transposed
 
     if not isinstance(problem, GemmProblem):
         raise FieldError("problem", f"expected a GemmProblem, got {type(problem).__name__}")
@@ -246,11 +251,70 @@ def search(problem, top_k: int = 5, *, explain: bool = False, backend: str = "cu
     if backend not in ("cutlass", "cutlass_builder", "dsl"):
         raise FieldError("backend", f"{backend!r} is not one of cutlass, cutlass_builder, dsl")
     t0 = time.perf_counter()
-    space = SearchSpace(problem)
-    try:
-        return _search(space, problem, top_k, explain, t0, backend, device, predictor)
-    finally:
-        space.egg.close()
+    results = []
+    swap_pruned: dict[str, int] = {}
+    unjudged = 0
+    for swapped in orientations(problem):
+        if swapped:
+            if backend == "dsl":        # DSL-SWAP-AB: the DSL renderer does not exchange operands
+                swap_pruned["DSL-SWAP-AB"] = swap_pruned.get("DSL-SWAP-AB", 0) + 1
+                continue
+            from cutegen.legality import check_swap
+            broken = check_swap(problem, _make_config((128, 128, 64), (1, 1), (1, 1, 0)).replace(swap_ab=True))
+            if broken:                  # the whole orientation is illegal (SWAP-AB-BIAS, ...)
+                for v in broken:
+                    swap_pruned[v.rule_id] = swap_pruned.get(v.rule_id, 0) + 1
+                continue
+        oriented = transposed(problem) if swapped else problem
+        space = SearchSpace(oriented)
+        try:
+            if swapped and results and results[0][1].ranked and predictor is None:
+                # the cost bound the expansion uses within one orientation, across the two: when even
+                # the cheapest swapped estimate cannot beat the stated orientation's best by the
+                # margin, no swapped kernel is judged (they count as pruned by the cost bound). Not
+                # with a predictor: its costs are measured or learned, the estimates are the prior's.
+                from .learned.device import rates as device_rates
+                stated_best = results[0][1].ranked[0].cost
+                est = rank_space(space, device_rates(device))[6]
+                if float(est.min()) * (1.0 + SWAP_MARGIN) >= stated_best:
+                    unjudged += int(est.size)
+                    continue
+            results.append((swapped, _search(space, oriented, top_k, explain, t0, backend, device, predictor)))
+        finally:
+            space.egg.close()
+    return _merge(problem, results, top_k, swap_pruned, t0, unjudged)
+
+
+def _merge(problem, results, top_k: int, swap_pruned: dict, t0: float, unjudged: int = 0) -> SearchResult:
+    """One SearchResult from the searches of each orientation: the kernels of a swapped orientation
+    carry ``swap_ab`` (their costs are those of the transposed problem they compute, the same work);
+    at equal cost the problem as stated wins."""
+    ranked = []
+    for swapped, r in results:
+        for x in r.ranked:
+            if swapped:
+                x = Ranked(x.config.replace(swap_ab=True), x.cost, {**x.breakdown, "swap_ab": True},
+                           ["problem: Mul(m,n,k,A,B,C) = Transpose(Mul(n,m,k,B^T,A^T,C^T))  [swap AB: D^T = B^T A^T]"]
+                           + x.chain if x.chain else [], x.prediction)
+            ranked.append((x.cost, swapped, x))
+    # A swapped kernel must win by more than SWAP_MARGIN: where both orientations cost about the same
+    # (large problems, where the model's M/N asymmetries are noise) the problem as stated keeps its
+    # kernel; the swap is taken where it is worth something physical (small M: the 64-row WGMMA M
+    # mode filled by N instead of by padding, the few rows in an 8-wide N mode).
+    ranked.sort(key=lambda t: (round(t[0] * (1.0 + SWAP_MARGIN if t[1] else 1.0), 6), t[1]))
+    pruned = dict(swap_pruned)
+    for _, r in results:
+        for k, v in r.pruned_by_rule.items():
+            pruned[k] = pruned.get(k, 0) + v
+    return SearchResult(
+        problem=problem, ranked=[x for _, _, x in ranked[:top_k]], search_seconds=time.perf_counter() - t0,
+        egraph_nodes=sum(r.egraph_nodes for _, r in results), egraph_classes=sum(r.egraph_classes for _, r in results),
+        iterations=sum(r.iterations for _, r in results),
+        candidates_total=sum(r.candidates_total for _, r in results) + unjudged,
+        candidates_judged=sum(r.candidates_judged for _, r in results),
+        candidates_legal=sum(r.candidates_legal for _, r in results), pruned_by_rule=pruned,
+        peak_rss_mb=max(r.peak_rss_mb for _, r in results),
+        rejected=[d for _, r in results for d in r.rejected][:50])
 
 
 def _simplicity(cfg) -> int:

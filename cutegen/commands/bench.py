@@ -97,8 +97,42 @@ def find_kernel(root: Path, problem: GemmProblem) -> tuple[R.KernelInfo | None, 
 # Arithmetic on the results
 # ------------------------------------------------------------------------------------------------
 
-def derive(entry: dict, peak_tflops: float = R.H100_SXM_DENSE_BF16_PEAK_TFLOPS) -> dict:
-    """Add TFLOP/s per contender, the ratios of cutegen to both baselines and the fraction of peak."""
+# Datasheet HBM bandwidth (bytes/s) by device, matched in order on the device name (most specific
+# first): the floor of a memory-bound GEMM is the bytes it must move over this.
+HBM_BANDWIDTH = (("H200", 4.8e12, "H200 HBM3e datasheet 4.8 TB/s"),
+                 ("H100 PCIe", 2.0e12, "H100 PCIe HBM2e datasheet 2.0 TB/s"),
+                 ("H100 NVL", 3.9e12, "H100 NVL HBM3 datasheet 3.9 TB/s"),
+                 ("H100", 3.35e12, "H100 SXM HBM3 datasheet 3.35 TB/s"),
+                 ("H800", 3.35e12, "H800 SXM HBM3 datasheet 3.35 TB/s"),
+                 ("H20", 4.0e12, "H20 HBM3 datasheet 4.0 TB/s"))
+FLOOR_MAX_M = 16        # the fraction of the HBM floor is reported for M (or N) up to this
+
+
+def hbm_bandwidth(device_name: str | None) -> tuple[float | None, str | None]:
+    """(bytes/s, label) of the device's HBM from the datasheet table; (None, None) when unknown."""
+    name = (device_name or "").upper()
+    for key, bw, label in HBM_BANDWIDTH:
+        if key.upper() in name:
+            return bw, label
+    return None, None
+
+
+def hbm_bytes(problem: dict) -> int:
+    """Bytes a GEMM must move through HBM at least: A, B and D once, C once when beta != 0."""
+    from ..dtypes import DTYPES
+    m, n, k, b = problem["m"], problem["n"], problem["k"], problem.get("batch", 1)
+    size = lambda dt: DTYPES[dt].bits // 8 if dt != "tf32" else 4  # noqa: E731 - tf32 is stored as f32
+    total = (m * k * size(problem["dtype_a"]) + k * n * size(problem["dtype_b"]) + m * n * size(problem["dtype_d"])) * b
+    if problem.get("dtype_c", "void") != "void" and problem.get("beta", 0.0) != 0.0:
+        total += m * n * size(problem["dtype_c"]) * b
+    return total
+
+
+def derive(entry: dict, peak_tflops: float = R.H100_SXM_DENSE_BF16_PEAK_TFLOPS,
+           hbm_bytes_per_s: float | None = None) -> dict:
+    """Add TFLOP/s per contender, the ratios of cutegen to both baselines and the fraction of peak;
+    where graph times exist, the graph-timed ratio to cuBLAS; for M <= FLOOR_MAX_M (given the device's
+    HBM bandwidth) the HBM floor and the fraction of it each contender reaches (graph time if any)."""
     flops = entry["flops"]
     for res in entry["results"].values():
         if res.get("status") == "ok" and res.get("median_ms"):
@@ -109,6 +143,16 @@ def derive(entry: dict, peak_tflops: float = R.H100_SXM_DENSE_BF16_PEAK_TFLOPS) 
     entry["ratio_vs_cutlass"] = ours / cutlass if ours and cutlass else None
     entry["fraction_of_peak"] = {name: entry["results"][name]["tflops"] / peak_tflops
                                  for name in entry["results"] if entry["results"][name].get("tflops")}
+    graph = lambda name: entry["results"].get(name, {}).get("graph_median_ms")  # noqa: E731
+    g_ours, g_cublas = graph("cutegen"), graph("cublas")
+    entry["ratio_vs_cublas_graph"] = g_cublas / g_ours if g_ours and g_cublas else None
+    prob = entry.get("problem") or {}
+    if hbm_bytes_per_s and prob and min(prob.get("m", 0), prob.get("n", 0)) <= FLOOR_MAX_M:
+        floor_ms = hbm_bytes(prob) / hbm_bytes_per_s * 1e3
+        entry["hbm_floor_ms"] = floor_ms
+        entry["fraction_of_hbm_floor"] = {
+            name: floor_ms / (res.get("graph_median_ms") or res["median_ms"])
+            for name, res in entry["results"].items() if res.get("status") == "ok" and res.get("median_ms")}
     return entry
 
 
@@ -126,6 +170,9 @@ def summarize(entries: list[dict], target_ratio: float = 0.9) -> dict:
         "problems": len(entries),
         "vs_cublas": geo("ratio_vs_cublas", entries),
         "vs_cutlass": geo("ratio_vs_cutlass", entries),
+        "vs_cublas_graph": geo("ratio_vs_cublas_graph", entries),
+        "small_m_vs_cublas_graph": geo("ratio_vs_cublas_graph", [e for e in entries if min(
+            e["problem"].get("m", 0), e["problem"].get("n", 0)) <= FLOOR_MAX_M]),
         "by_dtype": {dt: {"vs_cublas": geo("ratio_vs_cublas", es), "vs_cutlass": geo("ratio_vs_cutlass", es)}
                      for dt, es in sorted(groups.items())},
         "below_target_vs_cublas": sorted(e["name"] for e in entries
@@ -326,9 +373,10 @@ def run(args: argparse.Namespace) -> int:
 def make_document(entries: list[dict], device: dict | None, started: _dt.datetime, versions_: dict, *,
                   warmup: int, iters: int, l2_multiple: int, suite: str, seconds: float) -> dict:
     """The results file: device, versions, method, every figure, the derived ratios and the summary."""
-    for e in entries:
-        derive(e)
     device = device or {}
+    hbm_bw, hbm_label = hbm_bandwidth(device.get("name"))
+    for e in entries:
+        derive(e, hbm_bytes_per_s=hbm_bw)
     return {
         "schema": SCHEMA,
         "date": started.isoformat(timespec="seconds"),
@@ -344,6 +392,8 @@ def make_document(entries: list[dict], device: dict | None, started: _dt.datetim
                              "(unit scales) for fp8"},
         "peak_tflops": R.H100_SXM_DENSE_BF16_PEAK_TFLOPS,
         "peak_label": PEAK_LABEL,
+        "hbm_bytes_per_s": hbm_bw,
+        "hbm_label": hbm_label,
         "suite": suite,
         "problems": entries,
         "summary": summarize(entries),
@@ -420,7 +470,8 @@ def _fmt(v, spec=".1f", none="-"):
 
 def format_table(doc: dict) -> str:
     """The closing table: TFLOP/s of each contender, the ratios, and the geometric means."""
-    rows = [("problem", "cutegen", "cuBLAS", "CUTLASS", "x cuBLAS", "x CUTLASS", "% peak")]
+    rows = [("problem", "cutegen", "cuBLAS", "CUTLASS", "x cuBLAS", "x CUTLASS", "% peak", "x cuBLAS graph",
+             "% HBM floor")]
     for e in doc["problems"]:
         t = {c: e["results"].get(c, {}).get("tflops") for c in CONTENDERS}
         st = {c: e["results"].get(c, {}).get("status") for c in CONTENDERS}
@@ -428,11 +479,13 @@ def format_table(doc: dict) -> str:
         frac = (e.get("fraction_of_peak") or {}).get("cutegen")
         rows.append((e["name"], cell("cutegen"), cell("cublas"), cell("cutlass_builder"),
                      _fmt(e.get("ratio_vs_cublas"), ".3f"), _fmt(e.get("ratio_vs_cutlass"), ".3f"),
-                     _fmt(frac * 100 if frac else None, ".1f")))
+                     _fmt(frac * 100 if frac else None, ".1f"), _fmt(e.get("ratio_vs_cublas_graph"), ".3f"),
+                     _fmt(((e.get("fraction_of_hbm_floor") or {}).get("cutegen") or 0) * 100 or None, ".1f")))
     s = doc["summary"]
     rows.append(("geomean", _fmt(s["geomean_tflops"].get("cutegen")), _fmt(s["geomean_tflops"].get("cublas")),
                  _fmt(s["geomean_tflops"].get("cutlass_builder")), _fmt(s["vs_cublas"]["geomean"], ".3f"),
-                 _fmt(s["vs_cutlass"]["geomean"], ".3f"), ""))
+                 _fmt(s["vs_cutlass"]["geomean"], ".3f"), "", _fmt((s.get("vs_cublas_graph") or {}).get("geomean"), ".3f"),
+                 ""))
     widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
              for r in rows]
@@ -441,6 +494,10 @@ def format_table(doc: dict) -> str:
     for dt, g in s["by_dtype"].items():
         lines.append(f"{dt}: geomean x cuBLAS {_fmt(g['vs_cublas']['geomean'], '.3f')} over {g['vs_cublas']['n']}, "
                      f"x CUTLASS {_fmt(g['vs_cutlass']['geomean'], '.3f')} over {g['vs_cutlass']['n']}")
+    smg = (s.get("small_m_vs_cublas_graph") or {})
+    if smg.get("n"):
+        lines.append(f"M <= {FLOOR_MAX_M}: graph-timed geomean x cuBLAS {_fmt(smg.get('geomean'), '.3f')} over {smg['n']}"
+                     f"; HBM floor against {doc.get('hbm_label') or 'unknown bandwidth'}")
     if s["below_target_vs_cublas"]:
         lines.append(f"below {s['target_ratio']}x cuBLAS: {', '.join(s['below_target_vs_cublas'])}")
     lines.append(f"TFLOP/s held against {doc['peak_tflops']} ({doc.get('peak_label', '')}); device {doc['device']['name']}")

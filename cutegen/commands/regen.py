@@ -10,6 +10,9 @@ from ..problem import GemmProblem
 from .generate import label
 
 HELP = "re-render generated/ for bench/suite.toml (search + render); --check: fail if any byte would change"
+# Every checked-in suite and the tree it renders into (``--all``).
+SUITES = (("bench/suite.toml", "generated"), ("bench/coverage.toml", "generated/coverage"),
+          ("bench/llm.toml", "generated/llm"))
 BASELINE = {"tile_shape": [128, 256, 64], "cluster_shape": [2, 1, 1], "stages": "auto",
             "mainloop_schedule": "cooperative", "epilogue_schedule": "tma_warp_specialized_cooperative"}
 
@@ -20,6 +23,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default="generated", help="root of the generated tree (default: generated)")
     p.add_argument("--from-manifests", action="store_true",
                    help="re-render from the stored manifests instead of searching (no egglog needed)")
+    p.add_argument("--all", action="store_true",
+                   help="every checked-in suite into its own tree: " + ", ".join(f"{s} -> {o}" for s, o in SUITES))
     p.add_argument("--only", action="append", default=[], metavar="NAME",
                    help="only the suite problems with this name (repeatable)")
 
@@ -82,6 +87,14 @@ def _render_baseline(problem: GemmProblem):
 
 
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "all", False):
+        if args.only:
+            raise FieldError("--only", "cannot be combined with --all (names are per suite)")
+        status = 0
+        for suite, out in SUITES:
+            print(f"== {suite} -> {out}")
+            status |= run(argparse.Namespace(**{**vars(args), "all": False, "suite": suite, "out": out}))
+        return status
     from .. import render as render_mod
     root = Path(args.out)
     suite = select_suite(args.suite, args.only)

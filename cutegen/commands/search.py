@@ -131,7 +131,9 @@ def explain_dict(result) -> dict:
     from cutegen.search.layout_rewrites import smem_layout
 
     best = result.ranked[0]
-    cfg, p = best.config, result.problem
+    cfg = best.config
+    from cutegen.swap_ab import kernel_problem
+    p = kernel_problem(result.problem, cfg)     # a swap-AB kernel's A and B are the caller's B and A
     tm, tn, tk = cfg.tile_shape
     st = cfg.stages
     layouts = {}
@@ -142,7 +144,7 @@ def explain_dict(result) -> dict:
     cm, cn = cfg.cluster_shape[:2]
     chain = [f"Root = Impl(K(tile, Cl({cm}, {cn}), Pol(...), {cfg.raster_order}, {cfg.raster_swizzle}))  "
              "[expand: judged legal by check_config, priced by the cost model, extracted]"]
-    chain += [f"tile = {form}" for form in best.chain
+    chain += [form if form.startswith("problem:") else f"tile = {form}" for form in best.chain
               if not form.startswith("ClusterSplit") or f", {cm}, {cn})  [" in form]
     chain.append(f"Pol({cfg.mainloop_schedule}, {cfg.epilogue_schedule}, {cfg.tile_scheduler}, auto) = "
                  f"Pol(..., {st})  [expand: StageCountAutoCarveout resolves auto]")
