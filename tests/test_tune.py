@@ -1,0 +1,236 @@
+"""``cutegen tune`` end to end on this CPU: real search, nvMMH and rendering; fake builder, timer and validator
+(injected), and an in-memory stand-in of the results database (``cutegen.results``' interface)."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from cutegen.config import KernelConfig
+from cutegen.errors import CutegenError, FieldError
+from cutegen.problem import GemmProblem
+from cutegen.tuning import Plan, Tuner, make_plan, records_document
+
+PROBLEM = GemmProblem.from_dict({"m": 2048, "n": 4096, "k": 4096, "dtype": "bf16", "layout": "tn"})
+H100 = {"name": "NVIDIA H100 80GB HBM3", "sm_count": 132, "torch_cuda": "13.0"}
+
+
+# --- stand-ins of cutegen.results (the interface in the coordination contract) -------------------------
+@dataclass(frozen=True)
+class StandInMeasurement:
+    problem: GemmProblem
+    config: KernelConfig
+    kernel_hash: str = ""
+    backend: str = "cutlass"
+    device_name: str = ""
+    device_kind: str = ""
+    sm_count: int | None = None
+    sm_clock_mhz: float | None = None
+    driver: str | None = None
+    cuda: str | None = None
+    cutlass: str | None = None
+    cutegen: str | None = None
+    timing_method: str = ""
+    times_us: tuple = ()
+    median_us: float = 0.0
+    validated: bool = False
+    max_rel_error: float | None = None
+    cublas_us: float | None = None
+    source: str = ""
+    measured_at: str = ""
+
+    def to_dict(self):
+        d = {f: getattr(self, f) for f in self.__dataclass_fields__}
+        d.update(problem=self.problem.to_dict(), config=self.config.to_dict(), times_us=list(self.times_us))
+        return d
+
+
+@dataclass
+class StandInDB:
+    rows: list = field(default_factory=list)
+    transactions: int = 0
+
+    def add_many(self, ms):
+        self.transactions += 1
+        self.rows.extend(ms)
+
+    def measurements(self, device_kind=None, problem=None):
+        return [m for m in self.rows if (device_kind is None or m.device_kind == device_kind)
+                and (problem is None or m.problem == problem)]
+
+
+def kind_of(name, sm_count=None):
+    return "h100-sxm" if "H100" in name else "other"
+
+
+# --- fakes of the GPU side --------------------------------------------------------------------------
+class FakeBuilder:
+    def __init__(self, fail=()):
+        self.fail, self.calls = set(fail), []
+
+    def __call__(self, dirs):
+        self.calls.append([Path(d) for d in dirs])
+        out = {}
+        for d in dirs:
+            d = Path(d)
+            if d.name in self.fail:
+                out[str(d)] = (False, "nvcc exited with 1\n  error: fake")
+            else:
+                (d / "kernel.so").write_bytes(b"fake library of " + d.name.encode())
+                out[str(d)] = (True, "")
+        return out
+
+
+class FakeTimer:
+    """Times by candidate name (microseconds); ``bad``: fails verification."""
+
+    def __init__(self, times, cublas_us=110.0, bad=()):
+        self.times, self.cublas_us, self.bad = times, cublas_us, set(bad)
+        self.calls = []
+
+    def device(self):
+        return dict(H100)
+
+    def __call__(self, problem, contenders):
+        self.calls.append([c["name"] for c in contenders])
+        out = {}
+        for c in contenders:
+            name = c["name"]
+            if name == "cublas":
+                us = self.cublas_us
+            elif c.get("library") is None:
+                out[name] = {"status": "missing", "reason": c.get("reason", "")}
+                continue
+            elif name in self.bad:
+                out[name] = {"status": "failed_verification", "reason": "relative error 0.5 >= 0.01",
+                             "verify": {"ok": False, "rel_err": 0.5}}
+                continue
+            else:
+                us = self.times[name]
+            out[name] = {"status": "ok", "median_ms": us / 1e3, "times_ms": [us / 1e3] * 50,
+                         "verify": {"ok": True, "rel_err": 1e-3}}
+        return out
+
+
+class FakeValidator:
+    def __init__(self, fail=()):
+        self.fail, self.calls = set(fail), []
+
+    def __call__(self, directory, problem, config, library):
+        self.calls.append(Path(directory).name)
+        assert Path(library).is_file()
+        if Path(directory).name in self.fail:
+            return False, "ragged_m: relative Frobenius error 3.1e-01 >= tolerance 0.01"
+        return True, "9/9 cases"
+
+
+@pytest.fixture(scope="module")
+def plan_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("plan")
+    make_plan([(PROBLEM.name, PROBLEM)], d, top_k=3, device_kind="h100-sxm", single=True)
+    return d
+
+
+def test_plan_renders_search_nvmmh_and_default(plan_dir):
+    plan = Plan.load(plan_dir)
+    assert plan.single and plan.top_k == 3
+    names = [c.name for c in plan.problems[0].candidates]
+    assert names == ["search1", "search2", "search3", "nvmmh", "cutlass_default"]
+    for c in plan.problems[0].candidates:
+        man = json.loads((plan_dir / c.directory / "manifest.json").read_text())
+        assert man["hash"] == c.kernel_hash and (plan_dir / c.directory / "kernel.cu").is_file()
+    default = plan.problems[0].candidates[-1]
+    assert default.backend == "cutlass_builder" and default.config.tile_shape == (128, 256, 64)
+    assert plan.problems[0].nvmmh["chosen_rank"] is not None
+
+
+def _tuner(plan_dir, out, db, **kw):
+    return Tuner(Plan.load(plan_dir), plan_dir, out, db=db, measurement=StandInMeasurement, kind_of=kind_of,
+                 single=True, **kw)
+
+
+def test_tune_end_to_end_with_fakes(plan_dir, tmp_path):
+    db = StandInDB()
+    builder = FakeBuilder(fail={"cutlass_default"})
+    timer = FakeTimer({"search1": 120.0, "search2": 90.0, "search3": 100.0, "nvmmh": 80.0}, bad={"nvmmh"})
+    validator = FakeValidator(fail={"search2"})
+    out = tmp_path / "kernel"
+    [o] = _tuner(plan_dir, out, db, builder=builder, timer=timer, validator=validator).run()
+
+    # search2 was fastest but failed validation; nvmmh failed verification; the default did not build
+    assert o.chosen["name"] == "search3"
+    assert validator.calls == ["search2", "search3"]
+    assert timer.calls == [["search1", "search2", "search3", "nvmmh", "cutlass_default", "cublas"]]
+    status = {c["name"]: c["status"] for c in o.candidates}
+    assert status == {"search1": "ok", "search2": "failed_validation", "search3": "ok",
+                      "nvmmh": "failed_verification", "cutlass_default": "missing"}
+    assert "build failed" in next(c for c in o.candidates if c["name"] == "cutlass_default")["reason"]
+
+    # the kernel written is search3's, its manifest says it was tuned and by how much it won
+    src = plan_dir / PROBLEM.name / "search3"
+    assert (out / "kernel.cu").read_text() == (src / "kernel.cu").read_text()
+    assert (out / "kernel.so").read_bytes() == b"fake library of search3"
+    man = json.loads((out / "manifest.json").read_text())
+    t = man["tuning"]
+    assert t["tuned"] and t["source"] == "measured" and t["chosen"]["name"] == "search3"
+    assert t["speedup_vs_first_pick"] == pytest.approx(1.2)
+    assert t["speedup_vs_cublas"] == pytest.approx(1.1)
+    assert t["speedup_vs_nvmmh"] is None          # nvMMH's kernel computed a wrong answer: no time
+    assert [c["name"] for c in t["candidates"]] == ["search1", "search2", "search3", "nvmmh", "cutlass_default"]
+    assert man["hash"] == json.loads((src / "manifest.json").read_text())["hash"]
+
+    # every timed kernel is recorded in one transaction; only verified and validated ones count as validated
+    assert db.transactions == 1
+    rec = {m.source.split("rank ")[-1].rstrip(")"): m for m in db.rows}
+    assert sorted(rec) == ["1", "2", "3"]
+    assert [rec[r].validated for r in ("1", "2", "3")] == [True, False, True]
+    assert all(m.device_kind == "h100-sxm" and m.cublas_us == pytest.approx(110.0) for m in db.rows)
+    assert rec["3"].median_us == pytest.approx(100.0) and len(rec["3"].times_us) == 50
+    doc = records_document([o], db.rows, H100, {})
+    assert doc["schema"] == "cutegen-tune/1" and len(doc["measurements"]) == 3
+    json.dumps(doc)
+
+    # --- the same problem again: answered from the database, no GPU (no timer at all)
+    out2 = tmp_path / "again"
+    builder2 = FakeBuilder()
+    [o2] = _tuner(plan_dir, out2, db, builder=builder2, timer=None, validator=None, device_kind="h100-sxm").run()
+    assert o2.source == "database"
+    assert o2.chosen["config"] == rec["3"].config.to_dict()       # search2 was faster but not validated
+    assert json.loads((out2 / "manifest.json").read_text())["tuning"]["source"] == "database"
+    assert (out2 / "kernel.cu").read_text() == (src / "kernel.cu").read_text()
+    assert builder2.calls == [[out2]]
+    assert db.transactions == 1
+
+    # --- another device kind has no answer, and without a GPU that is an error naming the cause
+    with pytest.raises(CutegenError, match="no GPU"):
+        _tuner(plan_dir, tmp_path / "h200", db, builder=FakeBuilder(), timer=None, device_kind="h200").run()
+
+    # --- --force measures again
+    timer3 = FakeTimer({"search1": 95.0, "search2": 99.0, "search3": 97.0, "cutlass_default": 150.0}, bad={"nvmmh"})
+    [o3] = _tuner(plan_dir, tmp_path / "forced", db, builder=FakeBuilder(), timer=timer3, validator=FakeValidator(),
+                  force=True).run()
+    assert len(timer3.calls) == 1 and o3.source == "measured" and o3.chosen["name"] == "search1"
+    assert db.transactions == 2
+
+
+def test_no_device_kind_without_gpu_is_a_clear_error(plan_dir, tmp_path):
+    with pytest.raises(CutegenError, match="--device-kind"):
+        _tuner(plan_dir, tmp_path / "k", StandInDB(), builder=FakeBuilder(), timer=None).run()
+
+
+def test_no_candidate_passes(plan_dir, tmp_path):
+    db = StandInDB()
+    timer = FakeTimer({}, bad={"search1", "search2", "search3", "nvmmh"})
+    [o] = _tuner(plan_dir, tmp_path / "k", db, builder=FakeBuilder(fail={"cutlass_default"}), timer=timer,
+                 validator=FakeValidator()).run()
+    assert o.chosen is None and not (tmp_path / "k").exists()
+    assert db.rows == []
+
+
+def test_cli_argument_errors():
+    from cutegen.cli import main
+    assert main(["tune", "--suite", "bench/suite.toml", "--m", "1", "--n", "1", "--k", "1"]) == 2
+    assert main(["tune", "--only", "x"]) == 2
+    assert main(["tune", "--iters", "10"]) == 2
