@@ -1,68 +1,32 @@
-"""``cutegen tune`` end to end on this CPU: real search, nvMMH and rendering; fake builder, timer and validator
-(injected), and an in-memory stand-in of the results database (``cutegen.results``' interface)."""
+"""``cutegen tune`` end to end on this CPU: real search, nvMMH, rendering and results database (a fresh file);
+fake builder, timer and validator, injected."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
-from cutegen.config import KernelConfig
 from cutegen.errors import CutegenError, FieldError
 from cutegen.problem import GemmProblem
-from cutegen.tuning import Plan, Tuner, make_plan, records_document
+from cutegen.results import ResultsDB
+from cutegen.tuning import Plan, Tuner, make_plan, records_document, records_lines
 
 PROBLEM = GemmProblem.from_dict({"m": 2048, "n": 4096, "k": 4096, "dtype": "bf16", "layout": "tn"})
 H100 = {"name": "NVIDIA H100 80GB HBM3", "sm_count": 132, "torch_cuda": "13.0"}
 
 
-# --- stand-ins of cutegen.results (the interface in the coordination contract) -------------------------
-@dataclass(frozen=True)
-class StandInMeasurement:
-    problem: GemmProblem
-    config: KernelConfig
-    kernel_hash: str = ""
-    backend: str = "cutlass"
-    device_name: str = ""
-    device_kind: str = ""
-    sm_count: int | None = None
-    sm_clock_mhz: float | None = None
-    driver: str | None = None
-    cuda: str | None = None
-    cutlass: str | None = None
-    cutegen: str | None = None
-    timing_method: str = ""
-    times_us: tuple = ()
-    median_us: float = 0.0
-    validated: bool = False
-    max_rel_error: float | None = None
-    cublas_us: float | None = None
-    source: str = ""
-    measured_at: str = ""
-
-    def to_dict(self):
-        d = {f: getattr(self, f) for f in self.__dataclass_fields__}
-        d.update(problem=self.problem.to_dict(), config=self.config.to_dict(), times_us=list(self.times_us))
-        return d
-
-
-@dataclass
-class StandInDB:
-    rows: list = field(default_factory=list)
-    transactions: int = 0
+class CountingDB(ResultsDB):
+    """The real results database (no seed), counting its write transactions."""
+    transactions = 0
 
     def add_many(self, ms):
         self.transactions += 1
-        self.rows.extend(ms)
-
-    def measurements(self, device_kind=None, problem=None):
-        return [m for m in self.rows if (device_kind is None or m.device_kind == device_kind)
-                and (problem is None or m.problem == problem)]
+        return super().add_many(ms)
 
 
-def kind_of(name, sm_count=None):
-    return "h100-sxm" if "H100" in name else "other"
+def new_db(tmp_path):
+    return CountingDB(tmp_path / "results.sqlite", seed=None)
 
 
 # --- fakes of the GPU side --------------------------------------------------------------------------
@@ -147,12 +111,11 @@ def test_plan_renders_search_nvmmh_and_default(plan_dir):
 
 
 def _tuner(plan_dir, out, db, **kw):
-    return Tuner(Plan.load(plan_dir), plan_dir, out, db=db, measurement=StandInMeasurement, kind_of=kind_of,
-                 single=True, **kw)
+    return Tuner(Plan.load(plan_dir), plan_dir, out, db=db, single=True, **kw)
 
 
 def test_tune_end_to_end_with_fakes(plan_dir, tmp_path):
-    db = StandInDB()
+    db = new_db(tmp_path)
     builder = FakeBuilder(fail={"cutlass_default"})
     timer = FakeTimer({"search1": 120.0, "search2": 90.0, "search3": 100.0, "nvmmh": 80.0}, bad={"nvmmh"})
     validator = FakeValidator(fail={"search2"})
@@ -183,14 +146,20 @@ def test_tune_end_to_end_with_fakes(plan_dir, tmp_path):
 
     # every timed kernel is recorded in one transaction; only verified and validated ones count as validated
     assert db.transactions == 1
-    rec = {m.source.split("rank ")[-1].rstrip(")"): m for m in db.rows}
+    rows = db.measurements()
+    rec = {m.source.split("rank ")[-1].rstrip(")"): m for m in rows}
     assert sorted(rec) == ["1", "2", "3"]
     assert [rec[r].validated for r in ("1", "2", "3")] == [True, False, True]
-    assert all(m.device_kind == "h100-sxm" and m.cublas_us == pytest.approx(110.0) for m in db.rows)
+    assert all(m.device_kind == "h100-sxm" and m.cublas_us == pytest.approx(110.0) for m in rows)
     assert rec["3"].median_us == pytest.approx(100.0) and len(rec["3"].times_us) == 50
-    doc = records_document([o], db.rows, H100, {})
+    doc = records_document([o], rows, H100, {})
     assert doc["schema"] == "cutegen-tune/1" and len(doc["measurements"]) == 3
     json.dumps(doc)
+    # the records file is what `cutegen db import` reads
+    from cutegen.results import importers
+    (tmp_path / "records.jsonl").write_text(records_lines(rows))
+    assert sorted(m.record_key for m in importers.load(tmp_path / "records.jsonl")) == \
+        sorted(m.record_key for m in rows)
 
     # --- the same problem again: answered from the database, no GPU (no timer at all)
     out2 = tmp_path / "again"
@@ -217,16 +186,16 @@ def test_tune_end_to_end_with_fakes(plan_dir, tmp_path):
 
 def test_no_device_kind_without_gpu_is_a_clear_error(plan_dir, tmp_path):
     with pytest.raises(CutegenError, match="--device-kind"):
-        _tuner(plan_dir, tmp_path / "k", StandInDB(), builder=FakeBuilder(), timer=None).run()
+        _tuner(plan_dir, tmp_path / "k", new_db(tmp_path), builder=FakeBuilder(), timer=None).run()
 
 
 def test_no_candidate_passes(plan_dir, tmp_path):
-    db = StandInDB()
+    db = new_db(tmp_path)
     timer = FakeTimer({}, bad={"search1", "search2", "search3", "nvmmh"})
     [o] = _tuner(plan_dir, tmp_path / "k", db, builder=FakeBuilder(fail={"cutlass_default"}), timer=timer,
                  validator=FakeValidator()).run()
     assert o.chosen is None and not (tmp_path / "k").exists()
-    assert db.rows == []
+    assert db.measurements() == [] and db.transactions == 0
 
 
 def test_cli_argument_errors():

@@ -42,7 +42,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                          "without a GPU: h100-sxm)")
     p.add_argument("--force", action="store_true", help="measure even what the database already answers")
     p.add_argument("--db", metavar="PATH", help="results database (default: $CUTEGEN_RESULTS_DB or the user cache)")
-    p.add_argument("--records", metavar="JSON", help="also write every outcome and measurement to this JSON file")
+    p.add_argument("--records", metavar="JSONL", help="also write every measurement, one JSON line each "
+                                                       "(`cutegen db import` reads it)")
+    p.add_argument("--summary", metavar="JSON", help="also write every outcome (winner, ratios, failures) as JSON")
     p.add_argument("--no-nvmmh", action="store_true", help="leave nvMatmulHeuristics' pick out")
     p.add_argument("--no-default", action="store_true", help="leave the CUTLASS default (128x256x64) out")
     p.add_argument("--jobs", type=int, help="parallel compiles (default: from cores and memory)")
@@ -80,7 +82,7 @@ def _local_device_kind() -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..tuning import Plan, Tuner, make_plan, records_document
+    from ..tuning import Plan, Tuner, make_plan, records_document, records_lines
     from ..tuning.progress import Display
 
     if args.iters < 50:
@@ -123,11 +125,14 @@ def run(args: argparse.Namespace) -> int:
         finally:
             timer.close()
             validator.close()
+    from .._atomic import atomic_write
     if args.records:
-        from .._atomic import atomic_write
+        atomic_write(Path(args.records), records_lines(tuner.records).encode())
+        print(f"wrote {args.records} ({len(tuner.records)} measurements)")
+    if args.summary:
         doc = records_document(outcomes, tuner.records, tuner._device, versions)
-        atomic_write(Path(args.records), (json.dumps(doc, indent=1, default=str) + "\n").encode())
-        print(f"wrote {args.records}")
+        atomic_write(Path(args.summary), (json.dumps(doc, indent=1, default=str) + "\n").encode())
+        print(f"wrote {args.summary}")
     print(format_table(outcomes))
     return 0 if all(o.chosen for o in outcomes) else 1
 

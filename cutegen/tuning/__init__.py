@@ -7,8 +7,8 @@ Two halves that may run on two machines:
 - ``measure.Tuner`` (GPU): build, time with cuBLAS in one process, validate, record in the results
   database, write the best; problems this device kind already measured come from the database.
 """
-from .measure import Outcome, Tuner, records_document
+from .measure import Outcome, Tuner, records_document, records_lines
 from .plan import CUTLASS_DEFAULT, Candidate, Plan, ProblemPlan, make_plan
 
-__all__ = ["make_plan", "Plan", "ProblemPlan", "Candidate", "Tuner", "Outcome", "records_document",
+__all__ = ["make_plan", "Plan", "ProblemPlan", "Candidate", "Tuner", "Outcome", "records_document", "records_lines",
            "CUTLASS_DEFAULT"]

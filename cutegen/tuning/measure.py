@@ -134,7 +134,7 @@ class Tuner:
         if self._kind is None and self.timer is None:
             raise CutegenError("the device kind is unknown without a GPU: give --device-kind")
         ms = [m for m in self.db.measurements(device_kind=self.device_kind, problem=pp.problem)
-              if m.validated and m.backend in KERNEL_BACKENDS]
+              if m.validated and m.backend in KERNEL_BACKENDS and getattr(m, "is_benchmark", True)]
         if not ms:
             return None
         best = min(ms, key=lambda m: m.median_us)
@@ -252,8 +252,13 @@ class Tuner:
         atomic_write(d / "manifest.json", dumps(manifest).encode())
 
 
+def records_lines(records: list) -> str:
+    """Every measurement as one JSON line (``Measurement.to_dict()``): what ``cutegen db import X.jsonl`` reads."""
+    return "".join(json.dumps(m.to_dict(), sort_keys=True) + "\n" for m in records)
+
+
 def records_document(outcomes: list[Outcome], records: list, device: dict | None, versions: dict) -> dict:
-    """The run as JSON: every outcome and every measurement (``Measurement.to_dict()``), for ``cutegen db import``."""
+    """The run as JSON: every outcome (what won, by how much, what failed) and every measurement."""
     return {"schema": "cutegen-tune/1", "device": device or {}, "versions": versions,
             "timing_method": TIMING_METHOD,
             "problems": [o.to_dict() for o in outcomes],
