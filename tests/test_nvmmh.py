@@ -99,3 +99,17 @@ def test_library_small_m_and_device_kinds():
     from cutegen.errors import CutegenError
     with pytest.raises(CutegenError, match="no nvMatmulHeuristics GPU"):
         pick(P(), "a100")
+
+
+def test_render_picks_for_a_suite(tmp_path):
+    import json
+    from cutegen.nvmmh.__main__ import main
+    rc = main(["--only", "sq4096_e4m3_tn", "--only", "sq1024_bf16_tn", "--out", str(tmp_path / "k"),
+               "--report", str(tmp_path / "r.json")])
+    assert rc == 0
+    rep = {r["name"]: r for r in json.loads((tmp_path / "r.json").read_text())}
+    e4 = rep["sq4096_e4m3_tn"]
+    assert e4["chosen_rank"] > 0 and e4["rejected"][0]["rules"] == ["RES-SMEM-CAPACITY"]
+    man = json.loads((tmp_path / "k" / GemmProblem.from_dict(e4["problem"]).name / "manifest.json").read_text())
+    assert man["config"] == e4["config"] and man["cost"]["model"] == "nvMatmulHeuristics"
+    assert man["legality"]["legal"] is True
