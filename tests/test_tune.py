@@ -147,8 +147,9 @@ def test_tune_end_to_end_with_fakes(plan_dir, tmp_path):
     # every timed kernel is recorded in one transaction; only verified and validated ones count as validated
     assert db.transactions == 1
     rows = db.measurements()
-    rec = {m.source.split("rank ")[-1].rstrip(")"): m for m in rows}
+    rec = {m.source.rsplit("/search", 1)[-1]: m for m in rows}
     assert sorted(rec) == ["1", "2", "3"]
+    assert len({m.source.split("#")[0] for m in rows}) == 1 and len({m.measured_at for m in rows}) == 1
     assert [rec[r].validated for r in ("1", "2", "3")] == [True, False, True]
     assert all(m.device_kind == "h100-sxm" and m.cublas_us == pytest.approx(110.0) for m in rows)
     assert rec["3"].median_us == pytest.approx(100.0) and len(rec["3"].times_us) == 50

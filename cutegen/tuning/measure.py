@@ -83,6 +83,9 @@ class Tuner:
         self._kind = device_kind
         self.records: list = []
         self._measurement_cls, self._kind_of = measurement, kind_of
+        # One run: its records share this start time and a source prefix, which is how the tuning
+        # curve (bench/tuning_curve.py) groups a problem's candidates back together.
+        self.started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
         if single and len(plan.problems) != 1:
             raise CutegenError(f"one output directory for {len(plan.problems)} problems")
 
@@ -237,8 +240,7 @@ class Tuner:
             timing_method=TIMING_METHOD, times_us=tuple(t * 1e3 for t in res.get("times_ms") or ()),
             median_us=row["median_us"], validated=verified and row.get("status") != "failed_validation",
             max_rel_error=(res.get("verify") or {}).get("rel_err"), cublas_us=cublas_us,
-            source=f"cutegen tune ({c.origin}{'' if c.rank is None else ' rank ' + str(c.rank)})",
-            measured_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
+            source=f"cutegen-tune {self.started}#{pp.name}/{c.name}", measured_at=self.started)
 
     def _write_manifest(self, d: Path, manifest: dict, out: Outcome) -> None:
         from ..manifest import dumps
