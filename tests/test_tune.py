@@ -204,3 +204,50 @@ def test_cli_argument_errors():
     assert main(["tune", "--suite", "bench/suite.toml", "--m", "1", "--n", "1", "--k", "1"]) == 2
     assert main(["tune", "--only", "x"]) == 2
     assert main(["tune", "--iters", "10"]) == 2
+
+
+# --- DSL screening --------------------------------------------------------------------------------------
+def test_screening_families_from_the_committed_comparisons():
+    from cutegen.tuning import screening
+    fams = screening.default_families()
+    long_coop = fams[("bf16", "cooperative", "tma_warp_specialized_cooperative", "long")]
+    assert long_coop.screenable and len(long_coop.ratios) >= 10 and long_coop.spread <= 1.10
+    assert not fams[("bf16", "cooperative", "tma_warp_specialized_cooperative", "short")].screenable
+    assert not any(f.screenable for k, f in fams.items() if k[0] == "e4m3")   # no two-level promotion in the DSL
+    assert screening.finalists({"a": 3.0, "b": 1.0, "c": 2.0}, 2) == ["b", "c"]
+
+
+def test_tune_with_dsl_screen(tmp_path):
+    from cutegen.tuning import screening
+    from cutegen.tuning.plan import dsl_screen
+    # every bf16 cooperative candidate is screenable in this made-up family table
+    key = ("bf16", "cooperative", "tma_warp_specialized_cooperative", "long")
+    fams = {key: screening.Family(key, [1.0, 1.01, 0.99], True)}
+    built_dsl = []
+
+    def fake_dsl_build(problem, config, out_dir):
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        (Path(out_dir) / "kernel.so").write_bytes(b"dsl")
+        built_dsl.append(Path(out_dir).name)
+
+    big = GemmProblem.from_dict({"m": 8192, "n": 8192, "k": 8192, "dtype": "bf16", "layout": "tn"})
+    d = tmp_path / "plan"
+    plan = make_plan([(big.name, big)], d, top_k=4, single=True, with_nvmmh=False, with_default=False,
+                     screen=dsl_screen(fams, fake_dsl_build), finalists=2)
+    twins = [c.name for c in plan.problems[0].candidates if c.dsl_directory]
+    assert len(twins) >= 3 and built_dsl == [f"{n}.dsl" for n in twins]
+    dsl_times = {f"{n}.dsl": 100.0 + i for i, n in enumerate(reversed(twins))}   # the last two are fastest
+    timer = FakeTimer({**dsl_times, **{c.name: 200.0 - (c.rank or 0) for c in plan.problems[0].candidates}})
+    builder = FakeBuilder()
+    db = new_db(tmp_path)
+    [o] = Tuner(plan, d, tmp_path / "k", db=db, builder=builder, timer=timer, validator=FakeValidator(),
+                single=True).run()
+    finalists = set(twins[-2:])
+    assert timer.calls[0] == [f"{n}.dsl" for n in twins] + ["cublas"]
+    assert {p.name for p in builder.calls[0]} == {c.name for c in plan.problems[0].candidates
+                                                  if c.name in finalists or not c.dsl_directory}
+    st = {c["name"]: c["status"] for c in o.candidates}
+    assert {n for n, s in st.items() if s == "screened_out"} == set(twins) - finalists
+    assert o.chosen["name"] in finalists | {c.name for c in plan.problems[0].candidates if not c.dsl_directory}
+    backends = sorted(m.backend for m in db.measurements())
+    assert backends.count("dsl") == len(twins) and backends.count("cutlass") == len(o.candidates) - len(twins) + 2

@@ -47,6 +47,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--summary", metavar="JSON", help="also write every outcome (winner, ratios, failures) as JSON")
     p.add_argument("--no-nvmmh", action="store_true", help="leave nvMatmulHeuristics' pick out")
     p.add_argument("--no-default", action="store_true", help="leave the CUTLASS default (128x256x64) out")
+    p.add_argument("--screen", choices=("none", "dsl"), default="none",
+                   help="dsl: time the candidates of families the CuTe DSL times faithfully as DSL kernels first "
+                        "(built here, seconds each) and compile only the finalists with nvcc")
+    p.add_argument("--finalists", type=int, default=2, help="screened candidates compiled per problem [2]")
     p.add_argument("--jobs", type=int, help="parallel compiles (default: from cores and memory)")
     p.add_argument("--warmup", type=int, default=10, help="untimed calls per contender [10]")
     p.add_argument("--iters", type=int, default=50, help="timed calls per contender, at least 50 [50]")
@@ -98,8 +102,15 @@ def run(args: argparse.Namespace) -> int:
             problems, single = _problems(args)
             plan_dir = Path(args.workdir)
             kind = args.device_kind or _local_device_kind() or "h100-sxm"
+            screen = None
+            if args.screen == "dsl":
+                if args.finalists < 1:
+                    raise FieldError("--finalists", f"expected at least 1, got {args.finalists}")
+                from ..tuning.plan import dsl_screen
+                screen = dsl_screen()
             plan = make_plan(problems, plan_dir, top_k=args.top_k, device_kind=kind, with_nvmmh=not args.no_nvmmh,
-                             with_default=not args.no_default, single=single, say=display.log)
+                             with_default=not args.no_default, single=single, screen=screen,
+                             finalists=args.finalists, say=display.log)
             if args.plan_only:
                 display.log(f"plan written to {plan_dir / 'plan.json'}: "
                             f"{sum(len(p.candidates) for p in plan.problems)} kernels for {len(plan.problems)} problems")

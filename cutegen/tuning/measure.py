@@ -27,7 +27,8 @@ from ..problem import GemmProblem
 from .plan import Candidate, Plan, ProblemPlan, config_label
 
 TIMING_METHOD = "cuda-events median; queue primed behind a spin kernel; input sets rotated over >= 4x L2"
-KERNEL_BACKENDS = ("cutlass", "cutlass_builder", "dsl")
+# What a tuned kernel directory holds: a C++ kernel (DSL times screen candidates; they are not written).
+KERNEL_BACKENDS = ("cutlass", "cutlass_builder")
 
 
 @dataclass
@@ -82,6 +83,7 @@ class Tuner:
         self._device = None
         self._kind = device_kind
         self.records: list = []
+        self._dropped: set[tuple[str, str]] = set()   # (problem, candidate) screened out by the DSL
         self._measurement_cls, self._kind_of = measurement, kind_of
         # One run: its records share this start time and a source prefix, which is how the tuning
         # curve (bench/tuning_curve.py) groups a problem's candidates back together.
@@ -124,10 +126,11 @@ class Tuner:
             raise CutegenError(f"no GPU to measure on, and the results database has no validated measurement "
                                f"on {self.device_kind} of: {', '.join(pp.name for pp in todo)}")
         if todo:
-            built = self._build(todo)
+            screened = self._screen(todo) if self.plan.finalists else {}
+            built = self._build(todo, screened)
             self.display.stage("time", "timing", len(todo))
             for pp in todo:
-                outcomes[pp.name] = self._measure(pp, built)
+                outcomes[pp.name] = self._measure(pp, built, screened.get(pp.name, {}))
             if self.records:
                 self.db.add_many(self.records)
         return [outcomes[pp.name] for pp in self.plan.problems]
@@ -161,18 +164,51 @@ class Tuner:
                          f"{config_label(best.config)} {best.median_us:.1f} us (no GPU run)")
         return out
 
-    def _build(self, todo: list[ProblemPlan]) -> dict[str, tuple[bool, str]]:
-        dirs = [self.plan_dir / c.directory for pp in todo for c in pp.candidates]
+    def _screen(self, todo: list[ProblemPlan]) -> dict[str, dict[str, float]]:
+        """--screen dsl: time the DSL twins; returns, per problem, the DSL time of every screened candidate.
+        The ones outside the ``plan.finalists`` fastest are not compiled with nvcc."""
+        from .screening import finalists
+        out: dict[str, dict[str, float]] = {}
+        for pp in todo:
+            twins = [c for c in pp.candidates if c.dsl_directory]
+            if len(twins) <= self.plan.finalists:
+                continue  # nothing to save: every twin would be a finalist
+            contenders = [{"name": f"{c.name}.dsl", "library": str(self.plan_dir / c.dsl_directory / "kernel.so")}
+                          for c in twins] + [{"name": "cublas"}]
+            self.display.log(f"screen {pp.name}: {len(twins)} DSL twins")
+            res = self.timer(pp.problem, contenders)
+            cub = _us(res.get("cublas", {}))
+            dsl_us = {}
+            for c in twins:
+                r = res.get(f"{c.name}.dsl", {})
+                us = _us(r)
+                if us and (r.get("verify") or {}).get("ok"):
+                    dsl_us[c.name] = us
+                    self.records.append(self._measurement(pp, c, r, us, cub, self.device(), dsl=True))
+            keep = set(finalists(dsl_us, self.plan.finalists))
+            out[pp.name] = {n: us for n, us in dsl_us.items()}
+            dropped = sorted(set(dsl_us) - keep)
+            self.display.log(f"screen {pp.name}: finalists {', '.join(sorted(keep))}; not compiled: "
+                             f"{', '.join(dropped) or 'none'}")
+            self._dropped.update((pp.name, n) for n in dropped)
+        return out
+
+    def _build(self, todo: list[ProblemPlan], screened: dict | None = None) -> dict[str, tuple[bool, str]]:
+        dirs = [self.plan_dir / c.directory for pp in todo for c in pp.candidates
+                if (pp.name, c.name) not in self._dropped]
         self.display.stage("build", "building", len(dirs))
         if not dirs:
             return {}
         return self.builder(dirs)
 
-    def _measure(self, pp: ProblemPlan, built: dict) -> Outcome:
+    def _measure(self, pp: ProblemPlan, built: dict, dsl_us: dict | None = None) -> Outcome:
         out = Outcome(pp.name, pp.problem, "measured", notes=list(pp.notes))
         contenders = []
         by_name: dict[str, Candidate] = {}
+        dsl_us = dsl_us or {}
         for c in pp.candidates:
+            if (pp.name, c.name) in self._dropped:
+                continue
             d = self.plan_dir / c.directory
             ok, msg = built.get(str(d), (False, "not built"))
             lib = d / "kernel.so"
@@ -185,13 +221,21 @@ class Tuner:
         cub = results.get("cublas", {})
         out.cublas_us = _us(cub)
         for c in pp.candidates:
+            if (pp.name, c.name) in self._dropped:
+                out.candidates.append({
+                    "name": c.name, "origin": c.origin, "backend": c.backend, "rank": c.rank,
+                    "config": c.config.to_dict(), "config_name": config_label(c.config), "kernel_hash": c.kernel_hash,
+                    "predicted_us": c.predicted_us, "status": "screened_out", "median_us": None,
+                    "dsl_us": dsl_us.get(c.name), "reason": "not among the DSL screen's finalists"})
+                continue
             res = results.get(c.name, {"status": "missing", "reason": "no result"})
             verify = res.get("verify") or {}
             out.candidates.append({
                 "name": c.name, "origin": c.origin, "backend": c.backend, "rank": c.rank,
                 "config": c.config.to_dict(), "config_name": config_label(c.config), "kernel_hash": c.kernel_hash,
                 "predicted_us": c.predicted_us, "status": res.get("status"), "median_us": _us(res),
-                "rel_err": verify.get("rel_err"), "reason": res.get("reason", "")})
+                "rel_err": verify.get("rel_err"), "reason": res.get("reason", ""),
+                **({"dsl_us": dsl_us[c.name]} if c.name in dsl_us else {})})
         ranked = sorted((x for x in out.candidates if x["median_us"] and (results[x["name"]].get("verify") or {}).get("ok")),
                         key=lambda x: (x["median_us"], x["name"]))
         device = self.device()
@@ -208,8 +252,9 @@ class Tuner:
             self.display.log(f"FAIL   {pp.name} {x['name']}: validation: {why}")
         for x in out.candidates:
             if x["median_us"]:
-                self.records.append(self._measurement(pp, by_name[x["name"]], results[x["name"]], x, out.cublas_us,
-                                                      device))
+                valid = x.get("status") != "failed_validation"
+                self.records.append(self._measurement(pp, by_name[x["name"]], results[x["name"]], x["median_us"],
+                                                      out.cublas_us, device, validated=valid))
         if out.chosen is None:
             out.notes.append("no candidate was built, verified and validated")
             self.display.log(f"NONE   {pp.name}: no candidate passed")
@@ -226,21 +271,23 @@ class Tuner:
                                  out.chosen["median_us"], out.cublas_us)
         return out
 
-    def _measurement(self, pp: ProblemPlan, c: Candidate, res: dict, row: dict, cublas_us, device: dict):
+    def _measurement(self, pp: ProblemPlan, c: Candidate, res: dict, median_us: float, cublas_us, device: dict,
+                     validated: bool = True, dsl: bool = False):
         from .. import __version__
         Measurement = self._measurement_cls
         if Measurement is None:
             from ..results import Measurement
         verified = bool((res.get("verify") or {}).get("ok"))
         return Measurement(
-            problem=pp.problem, config=c.config, kernel_hash=c.kernel_hash, backend=c.backend,
+            problem=pp.problem, config=c.config, kernel_hash=c.dsl_hash if dsl else c.kernel_hash,
+            backend="dsl" if dsl else c.backend,
             device_name=device.get("name") or "", device_kind=self.device_kind, sm_count=device.get("sm_count"),
             sm_clock_mhz=device.get("sm_clock_mhz"), driver=self.versions.get("driver"),
             cuda=device.get("torch_cuda"), cutlass=self.versions.get("cutlass"), cutegen=__version__,
             timing_method=TIMING_METHOD, times_us=tuple(t * 1e3 for t in res.get("times_ms") or ()),
-            median_us=row["median_us"], validated=verified and row.get("status") != "failed_validation",
+            median_us=median_us, validated=verified and validated,
             max_rel_error=(res.get("verify") or {}).get("rel_err"), cublas_us=cublas_us,
-            source=f"cutegen-tune {self.started}#{pp.name}/{c.name}", measured_at=self.started)
+            source=f"cutegen-tune {self.started}#{pp.name}/{c.name}{'.dsl' if dsl else ''}", measured_at=self.started)
 
     def _write_manifest(self, d: Path, manifest: dict, out: Outcome) -> None:
         from ..manifest import dumps

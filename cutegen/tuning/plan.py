@@ -46,18 +46,22 @@ class Candidate:
     kernel_hash: str
     rank: int | None = None        # the search's rank, 1-based (search candidates only)
     predicted_us: float | None = None
+    dsl_directory: str | None = None   # the same configuration as a built CuTe DSL kernel (--screen dsl)
+    dsl_hash: str | None = None
 
     def to_dict(self) -> dict:
         return {"name": self.name, "origin": self.origin, "backend": self.backend, "config": self.config.to_dict(),
                 "config_name": config_label(self.config), "directory": self.directory,
-                "kernel_hash": self.kernel_hash, "rank": self.rank, "predicted_us": self.predicted_us}
+                "kernel_hash": self.kernel_hash, "rank": self.rank, "predicted_us": self.predicted_us,
+                "dsl_directory": self.dsl_directory, "dsl_hash": self.dsl_hash}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Candidate":
         if d.get("origin") not in ORIGINS:
             raise FieldError("candidate.origin", f"{d.get('origin')!r} is not one of {', '.join(ORIGINS)}")
         return cls(d["name"], d["origin"], d["backend"], KernelConfig.from_dict(d["config"], "candidate.config"),
-                   d["directory"], d["kernel_hash"], d.get("rank"), d.get("predicted_us"))
+                   d["directory"], d["kernel_hash"], d.get("rank"), d.get("predicted_us"), d.get("dsl_directory"),
+                   d.get("dsl_hash"))
 
 
 @dataclass
@@ -84,10 +88,11 @@ class Plan:
     device_kind: str               # the kind nvMMH was asked about
     problems: list[ProblemPlan]
     single: bool = False           # one problem given by flags (its output is one kernel directory)
+    finalists: int = 0             # --screen dsl: screened candidates kept for nvcc per problem (0: no screening)
 
     def to_dict(self) -> dict:
         return {"schema": PLAN_SCHEMA, "top_k": self.top_k, "device_kind": self.device_kind, "single": self.single,
-                "problems": [p.to_dict() for p in self.problems]}
+                "finalists": self.finalists, "problems": [p.to_dict() for p in self.problems]}
 
     def write(self, directory: Path) -> Path:
         path = Path(directory) / "plan.json"
@@ -106,7 +111,7 @@ class Plan:
         if d.get("schema") != PLAN_SCHEMA:
             raise FieldError(f"{path}.schema", f"expected {PLAN_SCHEMA!r}, got {d.get('schema')!r}")
         return cls(int(d["top_k"]), str(d["device_kind"]), [ProblemPlan.from_dict(p) for p in d["problems"]],
-                   bool(d.get("single")))
+                   bool(d.get("single")), int(d.get("finalists") or 0))
 
 
 def _default_search(problem: GemmProblem, k: int) -> list[tuple[KernelConfig, float]]:
@@ -122,8 +127,11 @@ def _default_nvmmh(problem: GemmProblem, device_kind: str):
 
 def plan_problem(name: str, problem: GemmProblem, workdir: Path, *, top_k: int, device_kind: str,
                  search: Callable | None = None, nvmmh: Callable | None = None,
-                 with_nvmmh: bool = True, with_default: bool = True) -> ProblemPlan:
-    """Search, pick the contenders and render every candidate under ``workdir/<name>/``."""
+                 with_nvmmh: bool = True, with_default: bool = True, screen: Callable | None = None) -> ProblemPlan:
+    """Search, pick the contenders and render every candidate under ``workdir/<name>/``.
+
+    ``screen(problem, candidate) -> DSL directory or None`` builds the DSL twin of a search candidate
+    that may be screened (``--screen dsl``)."""
     from ..render import render
 
     search = search or _default_search
@@ -157,14 +165,47 @@ def plan_problem(name: str, problem: GemmProblem, workdir: Path, *, top_k: int, 
             pp.notes.append(f"{cname}: not rendered: {e}")
             continue
         kernel.write(workdir / rel)
-        pp.candidates.append(Candidate(cname, origin, backend, kernel.config, rel, kernel.kernel_hash, rank,
-                                       round(predicted, 3) if predicted is not None else None))
+        cand = Candidate(cname, origin, backend, kernel.config, rel, kernel.kernel_hash, rank,
+                         round(predicted, 3) if predicted is not None else None)
+        if screen is not None and origin == "search":
+            try:
+                twin = screen(problem, cand, workdir)
+            except CutegenError as e:
+                pp.notes.append(f"{cname}: no DSL twin: {e}")
+                twin = None
+            if twin is not None:
+                cand.dsl_directory, cand.dsl_hash = twin
+        pp.candidates.append(cand)
     return pp
+
+
+def dsl_screen(families=None, builder: Callable | None = None) -> Callable:
+    """``screen`` for ``plan_problem``: build the DSL twin of each candidate whose family the DSL screens
+    faithfully (``screening``), into ``<candidate dir>.dsl``; ``builder`` defaults to ``cutegen.dsl.build_dsl``."""
+    from . import screening
+
+    fams = screening.default_families() if families is None else families
+
+    def screen(problem: GemmProblem, cand: Candidate, workdir: Path):
+        if not screening.screenable(problem, cand.config, cand.predicted_us, fams):
+            return None
+        from ..dsl import dsl_supports, kernel_hash
+        if dsl_supports(problem, cand.config):
+            return None
+        build = builder
+        if build is None:
+            from ..dsl import build_dsl as build
+        rel = f"{cand.directory}.dsl"
+        build(problem, cand.config, workdir / rel)
+        return rel, kernel_hash(problem, cand.config)
+
+    return screen
 
 
 def make_plan(problems: list[tuple[str, GemmProblem]], workdir: str | Path, *, top_k: int = 8,
               device_kind: str = "h100-sxm", search: Callable | None = None, nvmmh: Callable | None = None,
               with_nvmmh: bool = True, with_default: bool = True, single: bool = False,
+              screen: Callable | None = None, finalists: int = 2,
               say: Callable[[str], None] = lambda s: None) -> Plan:
     """The plan for ``problems`` written under ``workdir`` (plan.json + one directory per candidate)."""
     if not 1 <= top_k <= 100:
@@ -177,11 +218,13 @@ def make_plan(problems: list[tuple[str, GemmProblem]], workdir: str | Path, *, t
     workdir.mkdir(parents=True, exist_ok=True)
     if single and len(problems) != 1:
         raise FieldError("single", f"a single-problem plan with {len(problems)} problems")
-    plan = Plan(top_k, device_kind, [], single)
+    plan = Plan(top_k, device_kind, [], single, finalists if screen is not None else 0)
     for name, problem in problems:
         pp = plan_problem(name, problem, workdir, top_k=top_k, device_kind=device_kind, search=search,
-                          nvmmh=nvmmh, with_nvmmh=with_nvmmh, with_default=with_default)
+                          nvmmh=nvmmh, with_nvmmh=with_nvmmh, with_default=with_default, screen=screen)
         say(f"planned {name}: {', '.join(c.name + ' ' + config_label(c.config) for c in pp.candidates)}")
+        if any(c.dsl_directory for c in pp.candidates):
+            say(f"  DSL twins (screened): {', '.join(c.name for c in pp.candidates if c.dsl_directory)}")
         for note in pp.notes:
             say(f"  {note}")
         plan.problems.append(pp)
