@@ -211,8 +211,10 @@ def test_screening_families_from_the_committed_comparisons():
     from cutegen.tuning import screening
     fams = screening.default_families()
     long_coop = fams[("bf16", "cooperative", "tma_warp_specialized_cooperative", "long")]
-    assert long_coop.screenable and len(long_coop.ratios) >= 10 and long_coop.spread <= 1.10
-    assert not fams[("bf16", "cooperative", "tma_warp_specialized_cooperative", "short")].screenable
+    assert long_coop.screenable and len(long_coop.shapes) >= 5 and long_coop.spread <= 1.10
+    assert [k for k, f in fams.items() if f.screenable] == [long_coop.key]
+    short = fams[("bf16", "cooperative", "tma_warp_specialized_cooperative", "short")]
+    assert short.spread <= 1.10 and len(short.shapes) < screening.MIN_SHAPES and not short.screenable
     assert not any(f.screenable for k, f in fams.items() if k[0] == "e4m3")   # no two-level promotion in the DSL
     assert screening.finalists({"a": 3.0, "b": 1.0, "c": 2.0}, 2) == ["b", "c"]
 
@@ -222,7 +224,7 @@ def test_tune_with_dsl_screen(tmp_path):
     from cutegen.tuning.plan import dsl_screen
     # every bf16 cooperative candidate is screenable in this made-up family table
     key = ("bf16", "cooperative", "tma_warp_specialized_cooperative", "long")
-    fams = {key: screening.Family(key, [1.0, 1.01, 0.99], True)}
+    fams = {key: screening.Family(key, [1.0, 1.01, 0.99], True, {(1, 1, 1), (2, 2, 2), (3, 3, 3)})}
     built_dsl = []
 
     def fake_dsl_build(problem, config, out_dir):
@@ -251,3 +253,13 @@ def test_tune_with_dsl_screen(tmp_path):
     assert o.chosen["name"] in finalists | {c.name for c in plan.problems[0].candidates if not c.dsl_directory}
     backends = sorted(m.backend for m in db.measurements())
     assert backends.count("dsl") == len(twins) and backends.count("cutlass") == len(o.candidates) - len(twins) + 2
+
+
+def test_builder_deadline_reports_the_rest_not_built(tmp_path):
+    import time
+    from cutegen.tuning.gpu import Builder
+    said = []
+    b = Builder(jobs=1, say=said.append, deadline=time.monotonic() - 1)
+    out = b([tmp_path / "a", tmp_path / "b"])
+    assert out == {str(tmp_path / n): (False, "not built: the build deadline passed") for n in ("a", "b")}
+    assert "2 kernel directories not built" in said[0]

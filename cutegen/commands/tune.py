@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 
 from ..errors import CutegenError, FieldError
@@ -52,6 +53,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(built here, seconds each) and compile only the finalists with nvcc")
     p.add_argument("--finalists", type=int, default=2, help="screened candidates compiled per problem [2]")
     p.add_argument("--jobs", type=int, help="parallel compiles (default: from cores and memory)")
+    p.add_argument("--build-deadline", type=float, default=0.0, metavar="SECONDS",
+                   help="start no compile batch this many seconds after tune started; the rest is reported "
+                        "not built (0: none)")
     p.add_argument("--warmup", type=int, default=10, help="untimed calls per contender [10]")
     p.add_argument("--iters", type=int, default=50, help="timed calls per contender, at least 50 [50]")
     p.add_argument("--timeout", type=float, default=240.0, help="seconds per problem's timing before it is a hang")
@@ -89,6 +93,7 @@ def run(args: argparse.Namespace) -> int:
     from ..tuning import Plan, Tuner, make_plan, records_document, records_lines
     from ..tuning.progress import Display
 
+    t0 = time.monotonic()
     if args.iters < 50:
         raise FieldError("--iters", f"{args.iters} is below 50")
     with Display(quiet=args.quiet) as display:
@@ -128,8 +133,9 @@ def run(args: argparse.Namespace) -> int:
         validator = RunnerValidator(say=display.log)
         versions = _versions()
         try:
-            tuner = Tuner(plan, plan_dir, out, db=ResultsDB(args.db), builder=Builder(args.jobs, executor,
-                                                                                       say=display.build_line),
+            tuner = Tuner(plan, plan_dir, out, db=ResultsDB(args.db), builder=Builder(
+                args.jobs, executor, say=display.build_line,
+                deadline=t0 + args.build_deadline if args.build_deadline > 0 else None),
                           timer=timer, validator=validator, device_kind=args.device_kind, force=args.force,
                           single=single, display=display, versions=versions)
             outcomes = tuner.run()

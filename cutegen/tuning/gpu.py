@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import io
 import re
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -40,22 +41,42 @@ class _LineSink(io.TextIOBase):
 
 
 class Builder:
-    """``builder(dirs) -> {dir: (ok, message)}`` through ``cutegen.build.build``."""
+    """``builder(dirs) -> {dir: (ok, message)}`` through ``cutegen.build.build``.
 
-    def __init__(self, jobs: int | None = None, executor=None, timeout: float | None = None, say=print):
-        self.jobs, self.executor, self.timeout, self.say = jobs, executor, timeout, say
+    ``deadline`` (a ``time.monotonic()`` value): build in batches of twice the parallel jobs and start
+    no batch after it; the rest is reported not built. The caller orders ``dirs`` most important first.
+    """
 
-    def __call__(self, dirs: list[Path]) -> dict[str, tuple[bool, str]]:
+    def __init__(self, jobs: int | None = None, executor=None, timeout: float | None = None, say=print,
+                 deadline: float | None = None):
+        self.jobs, self.executor, self.timeout, self.say, self.deadline = jobs, executor, timeout, say, deadline
+
+    def _build(self, dirs: list[Path]) -> list:
         from ..build import build
         kwargs = {"executor": self.executor} if self.executor is not None else {}
         try:
-            summary = build([str(d) for d in dirs], jobs=self.jobs, progress=_LineSink(self.say),
-                            timeout=self.timeout, **kwargs)
+            return build([str(d) for d in dirs], jobs=self.jobs, progress=_LineSink(self.say),
+                         timeout=self.timeout, **kwargs).results
         except TypeError as e:
             if kwargs and "executor" in str(e):
                 raise CutegenError("this cutegen.build has no executor support (--executor needs issue 13)") from None
             raise
-        return {str(d): (r.ok, r.message) for d, r in zip(dirs, summary.results)}
+
+    def __call__(self, dirs: list[Path]) -> dict[str, tuple[bool, str]]:
+        if self.deadline is None or self.executor is not None:
+            return {str(d): (r.ok, r.message) for d, r in zip(dirs, self._build(dirs))}
+        from ..build import default_jobs
+        step = 2 * (self.jobs or default_jobs())
+        out: dict[str, tuple[bool, str]] = {}
+        for i in range(0, len(dirs), step):
+            if time.monotonic() > self.deadline:
+                for d in dirs[i:]:
+                    out[str(d)] = (False, "not built: the build deadline passed")
+                self.say(f"build deadline reached: {len(dirs) - i} kernel directories not built")
+                break
+            batch = dirs[i:i + step]
+            out.update({str(d): (r.ok, r.message) for d, r in zip(batch, self._build(batch))})
+        return out
 
 
 class RunnerTimer:

@@ -194,8 +194,12 @@ class Tuner:
         return out
 
     def _build(self, todo: list[ProblemPlan], screened: dict | None = None) -> dict[str, tuple[bool, str]]:
-        dirs = [self.plan_dir / c.directory for pp in todo for c in pp.candidates
-                if (pp.name, c.name) not in self._dropped]
+        # Most important first (a build deadline cuts from the end): every problem's first pick, then the
+        # contenders, then the search's runners-up rank by rank.
+        prio = {"nvmmh": 1.5, "cutlass_default": 1.6}
+        cands = [(prio.get(c.origin, c.rank or 99), i, c) for i, pp in enumerate(todo) for c in pp.candidates
+                 if (pp.name, c.name) not in self._dropped]
+        dirs = [self.plan_dir / c.directory for _, _, c in sorted(cands, key=lambda x: x[:2])]
         self.display.stage("build", "building", len(dirs))
         if not dirs:
             return {}
