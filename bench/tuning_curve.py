@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the tree, whe
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--db", help="results database (default: $CUTEGEN_RESULTS_DB or the user cache, plus the seed)")
+    p.add_argument("--no-seed", action="store_true", help="leave the repository's seed database out")
     p.add_argument("--device-kind", help="only this kind (default: every kind, each its own curve)")
     p.add_argument("--suite", help="only the problems of this suite file")
     p.add_argument("--ks", default="1,2,4,8,16", help="values of k [1,2,4,8,16]")
@@ -30,7 +31,7 @@ def main(argv=None) -> int:
     from cutegen.results import ResultsDB
     from cutegen.tuning.curve import curve, format_curve, runs
 
-    ms = ResultsDB(args.db).measurements(device_kind=args.device_kind)
+    ms = ResultsDB(args.db, seed=None if args.no_seed else True).measurements(device_kind=args.device_kind)
     if args.suite:
         from cutegen.commands.regen import load_suite
         wanted = {prob for _, prob in load_suite(args.suite)}

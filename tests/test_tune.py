@@ -263,3 +263,12 @@ def test_builder_deadline_reports_the_rest_not_built(tmp_path):
     out = b([tmp_path / "a", tmp_path / "b"])
     assert out == {str(tmp_path / n): (False, "not built: the build deadline passed") for n in ("a", "b")}
     assert "2 kernel directories not built" in said[0]
+
+
+def test_timing_deadline_skips_the_rest(plan_dir, tmp_path):
+    import time
+    db = new_db(tmp_path)
+    timer = FakeTimer({"search1": 1.0})
+    [o] = _tuner(plan_dir, tmp_path / "k", db, builder=FakeBuilder(), timer=timer, validator=FakeValidator(),
+                 deadline=time.monotonic() - 1).run()
+    assert o.source == "skipped" and o.chosen is None and timer.calls == [] and db.measurements() == []

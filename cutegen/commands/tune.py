@@ -59,6 +59,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warmup", type=int, default=10, help="untimed calls per contender [10]")
     p.add_argument("--iters", type=int, default=50, help="timed calls per contender, at least 50 [50]")
     p.add_argument("--timeout", type=float, default=240.0, help="seconds per problem's timing before it is a hang")
+    p.add_argument("--deadline", type=float, default=0.0, metavar="SECONDS",
+                   help="start timing no problem this many seconds after tune started; the rest are reported "
+                        "skipped (0: none)")
     p.add_argument("--quiet", action="store_true", help="no progress display")
     ex = _executor_module()
     if ex is not None:
@@ -137,7 +140,8 @@ def run(args: argparse.Namespace) -> int:
                 args.jobs, executor, say=display.build_line,
                 deadline=t0 + args.build_deadline if args.build_deadline > 0 else None),
                           timer=timer, validator=validator, device_kind=args.device_kind, force=args.force,
-                          single=single, display=display, versions=versions)
+                          single=single, display=display, versions=versions,
+                          deadline=t0 + args.deadline if args.deadline > 0 else None)
             outcomes = tuner.run()
         finally:
             timer.close()

@@ -9,7 +9,7 @@ real ones), so the whole flow runs on a CPU with fakes in the tests. Per problem
    with cuBLAS in one process, each verified against a float32 reference first; a candidate that
    fails verification, or does not build, is reported and not timed;
 3. the fastest verified candidate is validated like ``cutegen validate`` does; if that fails, the next;
-4. every timed candidate becomes a ``Measurement`` (``add_many``: one transaction), and the winner is
+4. every timed candidate becomes a ``Measurement`` (``add_many``: one transaction per problem), and the winner is
    written as a kernel directory whose manifest says it was tuned, among which candidates, and by how
    much it beat the search's first pick, cuBLAS, nvMMH's pick and the CUTLASS default.
 """
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -68,12 +69,13 @@ class Tuner:
     def __init__(self, plan: Plan, plan_dir: str | Path, out: str | Path, *, db, builder: Callable,
                  timer=None, validator: Callable | None = None, device_kind: str | None = None,
                  force: bool = False, single: bool = False, display=None, versions: dict | None = None,
-                 measurement=None, kind_of: Callable | None = None):
+                 measurement=None, kind_of: Callable | None = None, deadline: float | None = None):
         """``out``: the kernel directory (``single``: one problem) or the folder of one directory per
         problem name. ``timer``: ``timer(problem, contenders) -> {name: result}`` and
         ``timer.device() -> {name, sm_count, ...}``; None when no GPU is at hand (then every problem
         must be answered from the database). ``measurement`` and ``kind_of`` default to
-        ``cutegen.results.Measurement`` and ``cutegen.results.device_kind``."""
+        ``cutegen.results.Measurement`` and ``cutegen.results.device_kind``. ``deadline`` (a
+        ``time.monotonic()`` value): no problem starts timing after it; the rest are reported skipped."""
         from .progress import Display
         self.plan, self.plan_dir, self.out = plan, Path(plan_dir), Path(out)
         self.db, self.builder, self.timer, self.validator = db, builder, timer, validator
@@ -84,6 +86,7 @@ class Tuner:
         self._kind = device_kind
         self.records: list = []
         self._dropped: set[tuple[str, str]] = set()   # (problem, candidate) screened out by the DSL
+        self.deadline = deadline
         self._measurement_cls, self._kind_of = measurement, kind_of
         # One run: its records share this start time and a source prefix, which is how the tuning
         # curve (bench/tuning_curve.py) groups a problem's candidates back together.
@@ -127,12 +130,19 @@ class Tuner:
                                f"on {self.device_kind} of: {', '.join(pp.name for pp in todo)}")
         if todo:
             screened = self._screen(todo) if self.plan.finalists else {}
+            if self.records:                  # the DSL screen's times
+                self.db.add_many(self.records)
             built = self._build(todo, screened)
             self.display.stage("time", "timing", len(todo))
             for pp in todo:
+                if self.deadline is not None and time.monotonic() > self.deadline:
+                    outcomes[pp.name] = Outcome(pp.name, pp.problem, "skipped", notes=["the timing deadline passed"])
+                    self.display.log(f"SKIP   {pp.name}: the timing deadline passed")
+                    continue
+                done = len(self.records)
                 outcomes[pp.name] = self._measure(pp, built, screened.get(pp.name, {}))
-            if self.records:
-                self.db.add_many(self.records)
+                if len(self.records) > done:   # one transaction per problem: a run cut short keeps what it measured
+                    self.db.add_many(self.records[done:])
         return [outcomes[pp.name] for pp in self.plan.problems]
 
     def _from_database(self, pp: ProblemPlan) -> Outcome | None:
