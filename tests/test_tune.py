@@ -272,3 +272,15 @@ def test_timing_deadline_skips_the_rest(plan_dir, tmp_path):
     [o] = _tuner(plan_dir, tmp_path / "k", db, builder=FakeBuilder(), timer=timer, validator=FakeValidator(),
                  deadline=time.monotonic() - 1).run()
     assert o.source == "skipped" and o.chosen is None and timer.calls == [] and db.measurements() == []
+
+
+def test_builder_batches_count_distinct_sources(tmp_path):
+    from cutegen.tuning.gpu import Builder
+    dirs = []
+    for i, src in enumerate("aabcadde"):
+        d = tmp_path / f"k{i}"
+        d.mkdir()
+        (d / "kernel.cu").write_text(src)
+        dirs.append(d)
+    batches = Builder(jobs=1)._batches(dirs)     # two distinct sources per batch
+    assert [[d.name for d in b] for b in batches] == [["k0", "k1", "k2"], ["k3", "k4", "k5", "k6"], ["k7"]]

@@ -65,18 +65,37 @@ class Builder:
     def __call__(self, dirs: list[Path]) -> dict[str, tuple[bool, str]]:
         if self.deadline is None or self.executor is not None:
             return {str(d): (r.ok, r.message) for d, r in zip(dirs, self._build(dirs))}
-        from ..build import default_jobs
-        step = 2 * (self.jobs or default_jobs())
         out: dict[str, tuple[bool, str]] = {}
-        for i in range(0, len(dirs), step):
+        for batch in self._batches(dirs):
             if time.monotonic() > self.deadline:
-                for d in dirs[i:]:
+                left = [d for d in dirs if str(d) not in out]
+                for d in left:
                     out[str(d)] = (False, "not built: the build deadline passed")
-                self.say(f"build deadline reached: {len(dirs) - i} kernel directories not built")
+                self.say(f"build deadline reached: {len(left)} kernel directories not built")
                 break
-            batch = dirs[i:i + step]
             out.update({str(d): (r.ok, r.message) for d, r in zip(batch, self._build(batch))})
         return out
+
+    def _batches(self, dirs: list[Path]) -> list[list[Path]]:
+        """Consecutive batches holding twice the parallel jobs' worth of distinct sources each (directories
+        with a source already in an earlier batch ride along: they are cache hits)."""
+        import hashlib
+        from ..build import default_jobs
+        step = 2 * (self.jobs or default_jobs())
+        batches: list[list[Path]] = [[]]
+        seen: set[str] = set()
+        fresh = 0
+        for d in dirs:
+            cu = Path(d) / "kernel.cu"
+            key = hashlib.sha256(cu.read_bytes()).hexdigest() if cu.is_file() else str(d)
+            if key not in seen:
+                if fresh == step:
+                    batches.append([])
+                    fresh = 0
+                seen.add(key)
+                fresh += 1
+            batches[-1].append(d)
+        return [b for b in batches if b]
 
 
 class RunnerTimer:
