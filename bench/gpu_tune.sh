@@ -86,7 +86,7 @@ left() { local s=$(( $1 - $(elapsed) )); [ "$s" -lt 1 ] && s=1; echo "$s"; }
 timeout --signal=TERM --kill-after=10 "$(left "$HARD_LIMIT_S")" \
   "$PY" -m cutegen.commands.tune --from-plan "$PLAN" -o /tmp/cutegen-tuned --jobs "$JOBS" \
       --build-deadline "$(left "$BUILD_DEADLINE_S")" --deadline "$(left "$TIME_DEADLINE_S")" \
-      --timeout 90 --records "$OUT/records.jsonl" --summary "$OUT/tune.json" --quiet > "$OUT/tune.txt" 2>&1
+      --timeout 90 --force --records "$OUT/records.jsonl" --summary "$OUT/tune.json" --quiet > "$OUT/tune.txt" 2>&1
 echo "tune exit code $?"
 grep -E "FAILED|LEGALITY BUG|deadline|FAIL |NONE |SKIP |error" "$OUT/tune.txt" | head -n 30
 

@@ -284,3 +284,18 @@ def test_builder_batches_count_distinct_sources(tmp_path):
         dirs.append(d)
     batches = Builder(jobs=1)._batches(dirs)     # two distinct sources per batch
     assert [[d.name for d in b] for b in batches] == [["k0", "k1", "k2"], ["k3", "k4", "k5", "k6"], ["k7"]]
+
+
+def test_database_answer_renders_a_kernel_the_plan_lacks(plan_dir, tmp_path):
+    from cutegen.results import Measurement
+    plan = Plan.load(plan_dir)
+    cfg = plan.problems[0].candidates[0].config.replace(raster_order="along_n", raster_swizzle=4)
+    assert all(c.config != cfg for c in plan.problems[0].candidates)
+    db = new_db(tmp_path)
+    db.add(Measurement(problem=PROBLEM, config=cfg, device_kind="h200", median_us=50.0, validated=True,
+                       timing_method="cuda-events/median", source="elsewhere", measured_at="2026-11-23"))
+    [o] = _tuner(plan_dir, tmp_path / "k", db, builder=FakeBuilder(), timer=None, device_kind="h200").run()
+    assert o.source == "database"
+    man = json.loads((tmp_path / "k" / "manifest.json").read_text())
+    assert man["config"] == cfg.to_dict() and man["tuning"]["chosen"]["median_us"] == 50.0
+    assert 'raster_order = "along_n"' in (tmp_path / "k" / "kernel.cu").read_text()

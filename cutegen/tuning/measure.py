@@ -154,7 +154,13 @@ class Tuner:
         if not ms:
             return None
         best = min(ms, key=lambda m: m.median_us)
-        kernel = render(pp.problem, best.config, best.backend)
+        # The plan usually holds the kernel already rendered (the GPU machine cannot render: no jinja2).
+        same = next((c for c in pp.candidates if c.config == best.config and c.backend == best.backend), None)
+        if same is not None:
+            src = self.plan_dir / same.directory
+            files = {f: (src / f).read_text() for f in ("kernel.cu", "manifest.json")}
+        else:
+            files = render(pp.problem, best.config, best.backend).files
         cands = [{"name": m.kernel_hash, "backend": m.backend, "config_name": config_label(m.config),
                   "median_us": m.median_us, "measured_at": m.measured_at, "source": m.source}
                  for m in sorted(ms, key=lambda m: m.median_us)]
@@ -163,8 +169,9 @@ class Tuner:
                       "config": best.config.to_dict(), "config_name": config_label(best.config),
                       "median_us": best.median_us, "measured_at": best.measured_at, "device_name": best.device_name}
         d = self.out_dir(pp)
-        kernel.write(d)
-        self._write_manifest(d, json.loads(kernel.files["manifest.json"]), out)
+        d.mkdir(parents=True, exist_ok=True)
+        atomic_write(d / "kernel.cu", files["kernel.cu"].encode())
+        self._write_manifest(d, json.loads(files["manifest.json"]), out)
         built = self.builder([d])
         ok, msg = built.get(str(d), (False, "not built"))
         if not ok:
