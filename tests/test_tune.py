@@ -299,3 +299,9 @@ def test_database_answer_renders_a_kernel_the_plan_lacks(plan_dir, tmp_path):
     man = json.loads((tmp_path / "k" / "manifest.json").read_text())
     assert man["config"] == cfg.to_dict() and man["tuning"]["chosen"]["median_us"] == 50.0
     assert 'raster_order = "along_n"' in (tmp_path / "k" / "kernel.cu").read_text()
+
+
+def test_measuring_on_another_kind_than_asked_is_refused(plan_dir, tmp_path):
+    with pytest.raises(CutegenError, match="h200.*h100-sxm"):
+        _tuner(plan_dir, tmp_path / "k", new_db(tmp_path), builder=FakeBuilder(), timer=FakeTimer({}),
+               device_kind="h200").run()

@@ -104,13 +104,19 @@ class Tuner:
 
     @property
     def device_kind(self) -> str:
+        """The kind the database is asked about: --device-kind, else the GPU's."""
         if self._kind is None:
-            kind_of = self._kind_of
-            if kind_of is None:
-                from ..results import device_kind as kind_of
-            d = self.device()
-            self._kind = kind_of(d.get("name") or "", d.get("sm_count"))
+            self._kind = self.measured_kind
         return self._kind
+
+    @property
+    def measured_kind(self) -> str:
+        """The kind of the GPU at hand: what every new measurement is filed under, whatever was asked."""
+        kind_of = self._kind_of
+        if kind_of is None:
+            from ..results import device_kind as kind_of
+        d = self.device()
+        return kind_of(d.get("name") or "", d.get("sm_count"))
 
     def out_dir(self, pp: ProblemPlan) -> Path:
         return self.out if self.single else self.out / pp.name
@@ -125,6 +131,9 @@ class Tuner:
                 outcomes[pp.name] = hit
             else:
                 todo.append(pp)
+        if todo and self.timer is not None and self.measured_kind != self.device_kind:
+            raise CutegenError(f"--device-kind {self.device_kind} but the GPU here is a {self.measured_kind} "
+                               f"({self.device().get('name')}): measurements are filed under the GPU's kind")
         if todo and self.timer is None:
             raise CutegenError(f"no GPU to measure on, and the results database has no validated measurement "
                                f"on {self.device_kind} of: {', '.join(pp.name for pp in todo)}")
@@ -302,7 +311,7 @@ class Tuner:
         return Measurement(
             problem=pp.problem, config=c.config, kernel_hash=c.dsl_hash if dsl else c.kernel_hash,
             backend="dsl" if dsl else c.backend,
-            device_name=device.get("name") or "", device_kind=self.device_kind, sm_count=device.get("sm_count"),
+            device_name=device.get("name") or "", device_kind=self.measured_kind, sm_count=device.get("sm_count"),
             sm_clock_mhz=device.get("sm_clock_mhz"), driver=self.versions.get("driver"),
             cuda=device.get("torch_cuda"), cutlass=self.versions.get("cutlass"), cutegen=__version__,
             timing_method=TIMING_METHOD, times_us=tuple(t * 1e3 for t in res.get("times_ms") or ()),
