@@ -305,3 +305,27 @@ def test_measuring_on_another_kind_than_asked_is_refused(plan_dir, tmp_path):
     with pytest.raises(CutegenError, match="h200.*h100-sxm"):
         _tuner(plan_dir, tmp_path / "k", new_db(tmp_path), builder=FakeBuilder(), timer=FakeTimer({}),
                device_kind="h200").run()
+
+
+def test_runner_timer_isolates_a_contender_that_hangs():
+    from cutegen.runner import Reply
+    from cutegen.tuning.gpu import RunnerTimer
+
+    class FakeWorker:
+        def __init__(self):
+            self.tasks = []
+
+        def request(self, task, timeout):
+            names = [c["name"] for c in task["contenders"]]
+            self.tasks.append((names, timeout))
+            if "bad" in names:
+                return Reply("hang", None, "no answer within 90 s; worker pid 1 killed", timeout, True)
+            return Reply("ok", {"results": {n: {"status": "ok", "median_ms": 0.1} for n in names}})
+
+    t = RunnerTimer(timeout=90)
+    t.worker = FakeWorker()
+    out = t(PROBLEM, [{"name": "good", "library": "a.so"}, {"name": "bad", "library": "b.so"}, {"name": "cublas"}])
+    assert out["good"]["status"] == "ok" and out["cublas"]["status"] == "ok"
+    assert out["bad"] == {"status": "hang", "reason": "no answer within 90 s; worker pid 1 killed"}
+    assert t.worker.tasks == [(["good", "bad", "cublas"], 90), (["good"], 30.0), (["bad"], 30.0), (["cublas"], 30.0)]
+    assert t.timeout == 90
