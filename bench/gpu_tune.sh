@@ -20,7 +20,7 @@
 # started after BUILD_DEADLINE_S), times every problem's candidates with cuBLAS in one process (each
 # verified against a float32 reference first; no problem started after TIME_DEADLINE_S), validates the
 # winner like `cutegen validate`, records everything in a fresh results database and writes the winners.
-# Files in $OUT (at most 8): log.txt, tune.json (outcomes, ratios, failures), records.jsonl (every
+# Files in $OUT (at most 8): log.txt, tune.txt (its output), tune.json (outcomes, ratios, failures), records.jsonl (every
 # measurement: `cutegen db import` reads it), curve.txt and curve.json (the tuning curve of this run),
 # plan-summary.txt (what was planned).
 set -u -o pipefail
