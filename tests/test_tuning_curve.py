@@ -44,6 +44,14 @@ def test_curve_values():
     assert "no run measured this deep" in format_curve(c)
 
 
+def test_a_gap_ends_a_run():
+    t = "cutegen-tune x#a/search"
+    [r] = runs([m(P1, t + "1", 120.0), m(P1, t + "2", 110.0), m(P1, t + "4", 50.0)])  # rank 3 never built
+    assert r.depth == 2 and r.best() == 110.0
+    c = curve([r], ks=(1, 2, 4))["h100-sxm"]
+    assert c[0]["best_of_k_over_best"] == pytest.approx(120 / 110) and c[2]["runs"] == 0
+
+
 def test_script_reads_the_database(tmp_path, capsys):
     import importlib.util
     from pathlib import Path

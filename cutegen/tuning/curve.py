@@ -3,15 +3,16 @@
 A *run* is one measurement of a problem's ranked candidates in one process: a ``cutegen tune`` run
 (source ``cutegen-tune <start>#<problem>/search<rank>``, rank from 1) or a calibration file
 (``<file>#<problem>/rank<rank>``, rank from 0). For each run and k, best-of-k is the fastest validated
-candidate among the first k; the curve reports, per k, the geometric mean over runs of
-best-of-k / best-of-all-measured (1.0: nothing left to gain) and of cuBLAS / best-of-k.
+candidate among the first k; the curve reports, per k, the geometric mean over the runs measured at
+least k deep (ranks 1..k all timed) of best-of-k / best of the run (1.0: nothing left to gain) and of
+cuBLAS / best-of-k.
 """
 from __future__ import annotations
 
 import math
 import re
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 _RANK = (re.compile(r"/search(\d+)$"), 1), (re.compile(r"/rank(\d+)$"), 0)
 
@@ -32,24 +33,37 @@ class Run:
     problem: object
     ranked: dict[int, float]       # rank -> median us (validated candidates only)
     cublas_us: float | None
+    tried: set = field(default_factory=set)   # ranks timed, validated or not
 
     def best_of(self, k: int) -> float | None:
         vals = [us for r, us in self.ranked.items() if r <= k]
         return min(vals) if vals else None
 
+    def best(self) -> float | None:
+        """The best of the complete first ``depth`` (later ranks past a gap do not count)."""
+        return self.best_of(self.depth)
+
     @property
     def depth(self) -> int:
-        return max(self.ranked) if self.ranked else 0
+        """How deep the run is complete: ranks 1..depth all measured (a gap, e.g. a candidate not built in
+        time, ends it, so best-of-k is never taken over a partial first k)."""
+        d = 0
+        while d + 1 in self.tried:
+            d += 1
+        return d
 
 
 def runs(measurements) -> list[Run]:
     groups: dict[tuple, Run] = {}
     for m in measurements:
         rank = search_rank(m.source)
-        if rank is None or not m.validated or not getattr(m, "is_benchmark", True):
+        if rank is None or not getattr(m, "is_benchmark", True):
             continue
         key = (m.device_kind, m.source.rsplit("/", 1)[0])
         run = groups.setdefault(key, Run(key[1], m.device_kind, m.problem, {}, m.cublas_us))
+        run.tried.add(rank)
+        if not m.validated:   # timed but wrong: it ran, so it does not end the run; it cannot be the best
+            continue
         run.ranked[rank] = min(m.median_us, run.ranked.get(rank, math.inf))
         if run.cublas_us is None:
             run.cublas_us = m.cublas_us
@@ -71,7 +85,7 @@ def curve(all_runs: list[Run], ks=(1, 2, 4, 8, 16)) -> dict[str, list[dict]]:
         rows = []
         for k in ks:
             deep = [r for r in rs if r.depth >= k]
-            slow = [r.best_of(k) / r.best_of(r.depth) for r in deep if r.best_of(k)]
+            slow = [r.best_of(k) / r.best() for r in deep if r.best_of(k)]
             vs_cublas = [r.cublas_us / r.best_of(k) for r in deep if r.cublas_us and r.best_of(k)]
             rows.append({"k": k, "runs": len(deep), "best_of_k_over_best": _geo(slow),
                          "x_cublas": _geo(vs_cublas),
