@@ -32,7 +32,9 @@ SCREEN=${SCREEN:-none}   # dsl: DSL twins for the screenable candidates (needs t
 SUITE=${SUITE:-$([ -f bench/llm.toml ] && echo bench/llm.toml || echo bench/tune_llm_subset.toml)}
 
 if [ "${1:-}" = "--plan" ]; then
-  PY=${PYTHON:-$REPO/.venv/bin/python}
+  PY=${PYTHON:-$( [ -x "$REPO/.venv/bin/python" ] && echo "$REPO/.venv/bin/python" || echo python3 )}
+  "$PY" -c "import cutegen.search, nvMatmulHeuristics" || { echo "gpu_tune --plan: needs cutegen with egglog and "\
+      "nvidia-matmul-heuristics (pip install -e '.[heuristics]'); set PYTHON"; exit 2; }
   rm -rf "$PLAN"
   exec "$PY" -m cutegen.commands.tune --suite "$SUITE" --top-k "$TOP_K" --plan-only --screen "$SCREEN" \
       --device-kind "${DEVICE_KIND:-h100-sxm}" --workdir "$PLAN" --quiet
