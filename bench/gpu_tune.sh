@@ -8,7 +8,8 @@
 # The plan is made here because the search needs egglog (not on the GPU machine), nvMMH's pick needs
 # nvidia-matmul-heuristics and the DSL twins need the CuTe DSL (both only here). Suite: bench/llm.toml when
 # it exists, else bench/tune_llm_subset.toml (Llama-3.1-8B/70B projections, x @ W^T, bf16 TN, M = 1, 16,
-# 128, 2048). Per problem the plan holds the search's top TOP_K (default 4: about 65 distinct kernels for
+# 128, 2048). The search ranks for DEVICE_KIND (default h100-sxm) as `cutegen search --device` does: learned
+# from the results database where it has measurements. Per problem the plan holds the search's top TOP_K (default 4: about 65 distinct kernels for
 # the 32-problem subset, what 16 nvcc jobs build in about 5 minutes), nvMMH's first legal pick and the
 # CUTLASS 128x256x64 default. SCREEN=dsl gives the screenable ones a DSL twin (`cutegen.tuning.screening`);
 # it is off by default because on this suite it saves little: only the M = 2048 problems are screenable,

@@ -329,3 +329,13 @@ def test_runner_timer_isolates_a_contender_that_hangs():
     assert out["bad"] == {"status": "hang", "reason": "no answer within 90 s; worker pid 1 killed"}
     assert t.worker.tasks == [(["good", "bad", "cublas"], 90), (["good"], 30.0), (["bad"], 30.0), (["cublas"], 30.0)]
     assert t.timeout == 90
+
+
+def test_plan_for_a_device_kind_ranks_as_search_device(tmp_path):
+    from cutegen.search import search
+    from cutegen.tuning.plan import device_search
+    plan = make_plan([(PROBLEM.name, PROBLEM)], tmp_path, top_k=2, with_nvmmh=False, with_default=False,
+                     search=device_search("h100-pcie", tmp_path / "empty.sqlite"))
+    assert plan.ranking == "device h100-pcie"
+    want = [r.config for r in search(PROBLEM, 2, device="h100-pcie").ranked]   # the kind has no exact measurements
+    assert [c.config for c in plan.problems[0].candidates] == want

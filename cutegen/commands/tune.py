@@ -39,8 +39,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workdir", default="out/tune", help="where the candidates are rendered and built [out/tune]")
     p.add_argument("--plan-only", action="store_true", help="search and render the candidates, then stop (CPU half)")
     p.add_argument("--from-plan", metavar="DIR", help="measure the plan in DIR (GPU half; no search needed)")
-    p.add_argument("--device-kind", help="h100-sxm, h100-pcie, h200, h20, ... (default: the GPU's; for nvMMH "
-                                         "without a GPU: h100-sxm)")
+    p.add_argument("--device-kind", help="h100-sxm, h100-pcie, h200, h20, ...: the search ranks for it (learned "
+                                         "from the database where it has measurements, as `cutegen search --device`), "
+                                         "nvMMH models it, the database is asked about it (default: the GPU's; "
+                                         "the prior and nvMMH's h100-sxm without one)")
     p.add_argument("--force", action="store_true", help="measure even what the database already answers")
     p.add_argument("--db", metavar="PATH", help="results database (default: $CUTEGEN_RESULTS_DB or the user cache)")
     p.add_argument("--records", metavar="JSONL", help="also write every measurement, one JSON line each "
@@ -116,7 +118,12 @@ def run(args: argparse.Namespace) -> int:
                     raise FieldError("--finalists", f"expected at least 1, got {args.finalists}")
                 from ..tuning.plan import dsl_screen
                 screen = dsl_screen()
+            search = None
+            if args.device_kind:   # rank as `cutegen search --device KIND` does (learned, where measured)
+                from ..tuning.plan import device_search
+                search = device_search(args.device_kind, args.db)
             plan = make_plan(problems, plan_dir, top_k=args.top_k, device_kind=kind, with_nvmmh=not args.no_nvmmh,
+                             search=search,
                              with_default=not args.no_default, single=single, screen=screen,
                              finalists=args.finalists, say=display.log)
             if args.plan_only:

@@ -89,10 +89,11 @@ class Plan:
     problems: list[ProblemPlan]
     single: bool = False           # one problem given by flags (its output is one kernel directory)
     finalists: int = 0             # --screen dsl: screened candidates kept for nvcc per problem (0: no screening)
+    ranking: str = "prior"         # how the search ranked: the analytic prior, or a device kind's (learned) model
 
     def to_dict(self) -> dict:
         return {"schema": PLAN_SCHEMA, "top_k": self.top_k, "device_kind": self.device_kind, "single": self.single,
-                "finalists": self.finalists, "problems": [p.to_dict() for p in self.problems]}
+                "finalists": self.finalists, "ranking": self.ranking, "problems": [p.to_dict() for p in self.problems]}
 
     def write(self, directory: Path) -> Path:
         path = Path(directory) / "plan.json"
@@ -111,13 +112,32 @@ class Plan:
         if d.get("schema") != PLAN_SCHEMA:
             raise FieldError(f"{path}.schema", f"expected {PLAN_SCHEMA!r}, got {d.get('schema')!r}")
         return cls(int(d["top_k"]), str(d["device_kind"]), [ProblemPlan.from_dict(p) for p in d["problems"]],
-                   bool(d.get("single")), int(d.get("finalists") or 0))
+                   bool(d.get("single")), int(d.get("finalists") or 0), str(d.get("ranking") or "prior"))
 
 
 def _default_search(problem: GemmProblem, k: int) -> list[tuple[KernelConfig, float]]:
     from ..search import search  # egglog lives behind this import
     result = search(problem, k, backend="cutlass")
     return [(r.config, r.cost) for r in result.ranked]
+
+
+def device_search(device_kind: str, db_path=None) -> Callable:
+    """The search as ``cutegen search --device KIND`` runs it: that kind's SM count, bandwidth and peak, and,
+    when the results database holds measurements of the kind, its learned re-ranking (built once)."""
+    state: dict = {}
+
+    def run(problem: GemmProblem, k: int) -> list[tuple[KernelConfig, float]]:
+        from ..search import search
+        if "predictor" not in state:
+            from ..results import ResultsDB
+            from ..search.learned import Predictor
+            pred = Predictor(device_kind, ResultsDB(db_path).measurements())
+            state["predictor"] = pred if pred.exact or pred.learned else None
+        result = search(problem, k, backend="cutlass", device=device_kind, predictor=state["predictor"])
+        return [(r.config, r.cost) for r in result.ranked]
+
+    run.ranking = f"device {device_kind}"   # type: ignore[attr-defined]
+    return run
 
 
 def _default_nvmmh(problem: GemmProblem, device_kind: str):
@@ -218,7 +238,8 @@ def make_plan(problems: list[tuple[str, GemmProblem]], workdir: str | Path, *, t
     workdir.mkdir(parents=True, exist_ok=True)
     if single and len(problems) != 1:
         raise FieldError("single", f"a single-problem plan with {len(problems)} problems")
-    plan = Plan(top_k, device_kind, [], single, finalists if screen is not None else 0)
+    plan = Plan(top_k, device_kind, [], single, finalists if screen is not None else 0,
+                getattr(search, "ranking", "prior" if search is None else "given"))
     for name, problem in problems:
         pp = plan_problem(name, problem, workdir, top_k=top_k, device_kind=device_kind, search=search,
                           nvmmh=nvmmh, with_nvmmh=with_nvmmh, with_default=with_default, screen=screen)
