@@ -84,9 +84,12 @@ class ConfigContext:
     @cached_property
     def threads(self) -> int:
         """MaxThreadsPerBlock: one producer warpgroup plus the MMA warpgroups (pingpong: two tiles' worth)."""
+        from .cp_async import is_cp_async, load_warpgroups
+        producers = NUM_THREADS_PER_WARPGROUP * (load_warpgroups(self.config.mainloop_schedule)
+                                                 if is_cp_async(self) else 1)
         if self.config.mainloop_schedule == "pingpong":
-            return 2 * self.mma_threads + NUM_THREADS_PER_WARPGROUP
-        return self.mma_threads + NUM_THREADS_PER_WARPGROUP
+            return 2 * self.mma_threads + producers
+        return self.mma_threads + producers
 
     @cached_property
     def acc_regs_per_thread(self) -> int:
@@ -97,7 +100,9 @@ class ConfigContext:
     def fp8_promoted(self) -> bool:
         """FP8 inputs through CUTLASS's two-level accumulation mainloop (MainloopSm90TmaGmmaWarpSpecializedFP8,
         what both the builder and cutegen's renderer use for FP8 without fast accumulation)."""
-        return self.problem.dtype_a in ("e4m3", "e5m2") and not cb.uses_register_a(self.problem)
+        # The cp.async mainloop has no FP8 variant: it accumulates in the WGMMA accumulator only.
+        return (self.problem.dtype_a in ("e4m3", "e5m2") and not cb.uses_register_a(self.problem)
+                and self.config.mainloop_load == "tma")
 
     @cached_property
     def live_acc_regs_per_thread(self) -> int:
@@ -131,10 +136,11 @@ from .wgmma import WGMMA_RULES            # noqa: E402  (the rule modules need n
 from .mbarrier import MBARRIER_RULES      # noqa: E402
 from .resources import RESOURCE_RULES     # noqa: E402
 from .cutlass_sm90 import CUTLASS_SM90_RULES  # noqa: E402
+from .cp_async import CP_ASYNC_RULES      # noqa: E402
 
 from .swap_ab import SWAP_AB_RULES, check_swap  # noqa: E402
 
-CONFIG_RULESETS: list[RuleSet] = [WGMMA_RULES, MBARRIER_RULES, RESOURCE_RULES, CUTLASS_SM90_RULES]
+CONFIG_RULESETS: list[RuleSet] = [WGMMA_RULES, MBARRIER_RULES, RESOURCE_RULES, CUTLASS_SM90_RULES, CP_ASYNC_RULES]
 
 
 def all_rules() -> list[Rule]:

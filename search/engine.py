@@ -113,6 +113,8 @@ class SearchSpace:
         self.egg.input("RepeatSeed", [(wm, wn, kr) for wm in WARPGROUPS_M for wn in INSTR_PER_TILE_N for kr in KSTEPS])
         self.egg.input("ClusterSeed", CLUSTERS)
         self.egg.input("PolicySeed", POLICIES)
+        if not tma_can_load(problem):
+            self.egg.run("(TmaCannotLoad)")
         self.egg.run("(run-schedule (saturate (run tiles)) (saturate (run splits)))")
         frozen = self.egg.freeze().functions
         i64 = self.egg.i64
@@ -156,6 +158,35 @@ class SearchSpace:
         return out
 
 
+def tma_can_load(problem) -> bool:
+    """Both A's and B's rows are 16-byte aligned (SM90-TMA-ALIGNMENT), so a TMA mainloop can read them."""
+    from cutegen.dtypes import DTYPES
+    return (problem.alignment_a * DTYPES[problem.dtype_a].bits % 128 == 0
+            and problem.alignment_b * DTYPES[problem.dtype_b].bits % 128 == 0)
+
+
+def tma_can_store(problem) -> bool:
+    """C's and D's rows are 16-byte aligned (SM90-EPILOGUE-ALIGNMENT), so a TMA epilogue can write them."""
+    from cutegen.dtypes import DTYPES
+    bits = [DTYPES[problem.dtype_d].bits] + ([] if problem.dtype_c == "void" else [DTYPES[problem.dtype_c].bits])
+    return all(problem.alignment_c * b % 128 == 0 for b in bits)
+
+
+def problem_mask(problem, clusters, pols, ci, pi):
+    """Candidates that a rule depending only on the problem, the policy and the cluster rejects, dropped
+    before ranking so the judging budget goes to candidates that can be legal: a TMA mainloop when TMA
+    cannot read A or B (SM90-TMA-ALIGNMENT), a TMA epilogue when C/D are not 16-byte aligned
+    (SM90-EPILOGUE-ALIGNMENT), a cp.async mainloop in a cluster (SM90-CPASYNC-CLUSTER)."""
+    ns = len(costmod.SCHEDULES)
+    cp = pols[pi, 0] >= ns
+    keep = ~(cp & ((clusters[ci, 0] > 1) | (clusters[ci, 1] > 1)))
+    if not tma_can_load(problem):
+        keep &= cp
+    if not tma_can_store(problem):
+        keep &= pols[pi, 1] == 2
+    return keep
+
+
 @lru_cache(maxsize=65536)
 def _epilogue_carveout(shape_free_problem, tm: int, tn: int, family: str) -> int | None:
     """sizeof(CollectiveEpilogue::SharedStorage) for a CTA tile's M, N and epilogue family.
@@ -192,9 +223,11 @@ def _make_config(tile, cluster, policy, stages="auto", raster="heuristic", swizz
     from cutegen.config import KernelConfig
 
     s, e, sc = policy
+    ns = len(costmod.SCHEDULES)
     return KernelConfig(tile_shape=tile, cluster_shape=(cluster[0], cluster[1], 1), stages=stages,
-                        mainloop_schedule=costmod.SCHEDULES[s], epilogue_schedule=costmod.EPILOGUES[e],
-                        tile_scheduler=costmod.SCHEDULERS[sc], raster_order=raster, raster_swizzle=swizzle)
+                        mainloop_schedule=costmod.SCHEDULES[s % ns], epilogue_schedule=costmod.EPILOGUES[e],
+                        tile_scheduler=costmod.SCHEDULERS[sc], raster_order=raster, raster_swizzle=swizzle,
+                        mainloop_load=costmod.LOADS[s // ns])
 
 
 def rank_space(space: SearchSpace, rates=None):
@@ -206,10 +239,12 @@ def rank_space(space: SearchSpace, rates=None):
     nt, nc, npol = len(tiles), len(clusters), len(pols)
     ti, ci, pi = np.meshgrid(np.arange(nt), np.arange(nc), np.arange(npol), indexing="ij")
     ti, ci, pi = ti.ravel(), ci.ravel(), pi.ravel()
-    free = p.replace(m=1, n=1, k=1, batch=1)
+    keep = problem_mask(p, clusters, pols, ci, pi)
+    ti, ci, pi = ti[keep], ci[keep], pi[keep]
+    free = p.replace(m=1, n=1, k=1, batch=1, lda=0, ldb=0, ldc=0)
     fam_stages = np.array([[_auto_stages(free, tuple(int(x) for x in t), fam)
                             for fam in ("coop", "other", "no_smem")] for t in tiles], dtype=np.int64)
-    fam = np.where(pols[:, 1] == 2, 2, np.where(pols[:, 0] == 1, 0, 1))
+    fam = np.where(pols[:, 1] == 2, 2, np.where(pols[:, 0] % len(costmod.SCHEDULES) == 1, 0, 1))
     stages = fam_stages[ti, fam[pi]]
     total, _ = costmod.cost_arrays(p, tiles[ti, 0], tiles[ti, 1], tiles[ti, 2], clusters[ci, 0], clusters[ci, 1],
                                    pols[pi, 0], pols[pi, 1], pols[pi, 2], np.maximum(stages, 1), device=rates)

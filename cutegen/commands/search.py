@@ -18,6 +18,8 @@ def add_arguments(p) -> None:
     p.add_argument("--dtype-c", default=None, help="C type (f32 bf16 f16 void); default follows --dtype")
     p.add_argument("--dtype-d", default=None, help="D type (f32 bf16 f16); default follows --dtype")
     p.add_argument("--layout", default="tn", help="tn nt nn tt (A then B; t = row-major)")
+    from .generate import add_ld_arguments
+    add_ld_arguments(p)
     p.add_argument("--top-k", type=int, default=5)
     p.add_argument("--backend", default="cutlass", choices=("cutlass", "cutlass_builder", "dsl"),
                    help="the renderer the result is for; dsl also prunes what the CuTe DSL backend refuses")
@@ -36,7 +38,10 @@ def add_arguments(p) -> None:
 def problem_from_args(args):
     from cutegen.problem import GemmProblem
 
-    data = {"m": args.m, "n": args.n, "k": args.k, "batch": args.batch, "dtype": args.dtype, "layout": args.layout}
+    from .generate import ld_fields
+
+    data = {"m": args.m, "n": args.n, "k": args.k, "batch": args.batch, "dtype": args.dtype, "layout": args.layout,
+            **ld_fields(args)}
     if args.dtype_c is not None:
         data["dtype_c"] = args.dtype_c
     if args.dtype_d is not None:
