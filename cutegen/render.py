@@ -360,7 +360,7 @@ def gmem_tiled_copy(problem: GemmProblem, config: KernelConfig, operand: str) ->
     else:
         thr = f"Layout<Shape<_{major}, _{minor}>, Stride<_1, _{major}>>"
         val = f"Layout<Shape<_{align}, _1>>"
-    return {"atom": f"Copy_Atom<{op}, {element}>", "threads": thr, "values": val, "bytes": nbytes,
+    return {"atom": f"Copy_Atom<{op}, {element}>", "threads": thr, "vals": val, "bytes": nbytes,
             "sync": nbytes < 4, "threads_total": threads, "major": major, "minor": minor}
 
 
