@@ -101,6 +101,17 @@ class GemmProblem:
                 raise FieldError(name, f"{value} elements does not divide {ld_name}={ld}: rows of "
                                        f"{op.upper()} start {ld % value} element(s) off the stated alignment")
             object.__setattr__(self, name, value)
+        if self.bias or self.activation != "none":
+            narrow = [f"alignment_{op}={getattr(self, f'alignment_{op}')}" for op, dt in
+                      (("a", self.dtype_a), ("b", self.dtype_b), ("c", self.dtype_d))
+                      if getattr(self, f"alignment_{op}") * DTYPES[dt].bits < 128]
+            if narrow:
+                # Bias and activations exist only in CUTLASS 4.2's SM90 TMA epilogue, which needs 16-byte
+                # rows of C/D, and no cp.async mainloop pairs with it (SM90-NOSMEM-FUSION,
+                # SM90-CPASYNC-EPILOGUE): no SM90 kernel computes this problem.
+                field = "bias" if self.bias else "activation"
+                raise FieldError(field, f"a fused bias or activation needs every operand 16-byte aligned "
+                                        f"(TMA mainloop and epilogue); this problem has {', '.join(narrow)}")
         object.__setattr__(self, "alpha", as_float("alpha", self.alpha))
         object.__setattr__(self, "beta", as_float("beta", self.beta))
         if not isinstance(self.bias, bool):
