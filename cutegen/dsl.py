@@ -137,6 +137,8 @@ def dsl_supports(problem: GemmProblem, config: KernelConfig) -> list[str]:
     if config.mainloop_schedule == "pingpong" and tuple(config.warpgroup_layout) != (1, 1, 1):
         out.append(f"DSL-PINGPONG-WG: pingpong gives each consumer warpgroup a whole tile; warpgroup_layout "
                    f"{config.warpgroup_layout} is not (1, 1, 1)")
+    if config.mainloop_load != "tma":
+        out.append(f"DSL-CPASYNC: mainloop_load={config.mainloop_load}; the DSL template loads A and B with TMA only")
     if config.tile_scheduler == "stream_k":
         out.append("DSL-STREAMK: tile_scheduler stream_k is not in the DSL template (it has the static "
                    "persistent scheduler only)")

@@ -427,6 +427,17 @@ def cutlass_supports(problem: GemmProblem, config: KernelConfig) -> list[str]:
     return []
 
 
+def builder_supports(problem: GemmProblem, config: KernelConfig) -> list[str]:
+    """Why CUTLASS's CollectiveBuilder cannot build a configuration the explicit template can (empty: it can)."""
+    if config.mainloop_load == "cp_async":
+        from .legality.cp_async import vector_bytes
+        small = [f"{op.upper()} {vector_bytes(problem, op)} B" for op in ("a", "b") if vector_bytes(problem, op) < 4]
+        if small:
+            return [f"CUTLASS-BUILDER-CPASYNC-4B: the builder's cp.async mainloop needs 4-byte vectors "
+                    f"(sm90_gmma_builder.inl:796 static_assert); this problem has {', '.join(small)}"]
+    return []
+
+
 def render(problem: GemmProblem, config: KernelConfig, backend: str = "cutlass", *,
            cost: Any = None, toolchain: dict[str, Any] | None = None) -> RenderedKernel:
     """Complete ``config``, refuse it if any legality rule is broken, then render the kernel.
@@ -450,6 +461,10 @@ def render(problem: GemmProblem, config: KernelConfig, backend: str = "cutlass",
         # The builder decides the mainloop itself; only what it is given is checked: complete a copy
         # to check legality, but render the configuration as the user wrote it.
         report = check_legality(problem, complete_config(problem, config))
+        reasons = builder_supports(problem, config)
+        if reasons:
+            from .legality.rule import Violation
+            raise IllegalConfig([Violation(r.split(":", 1)[0], r.split(":", 1)[1].strip()) for r in reasons])
     else:
         config = complete_config(problem, config)
         report = check_legality(problem, config)

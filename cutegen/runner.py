@@ -548,6 +548,17 @@ def tile_extents(config: KernelConfig) -> tuple[int, int, int]:
     return (tn, tm, tk) if getattr(config, "swap_ab", False) else (tm, tn, tk)
 
 
+def problem_ld_pads(problem: GemmProblem) -> dict[str, int]:
+    """Case.ld_pad for a problem with stated leading dimensions (lda/ldb/ldc; C and D share ldc)."""
+    out = {}
+    for op, names in (("a", ("A",)), ("b", ("B",)), ("c", ("C", "D"))):
+        pad = problem.leading_dimension(op) - problem.contiguous_extent(op)[1]
+        for name in names:
+            if pad:
+                out[name] = pad
+    return out
+
+
 def validation_cases(problem: GemmProblem, config: KernelConfig, shapes: Iterable[tuple] = (),
                      include_manifest: bool = True, max_manifest_macs: int = 2**38) -> list[Case]:
     """The sizes one kernel is validated at.
@@ -565,7 +576,7 @@ def validation_cases(problem: GemmProblem, config: KernelConfig, shapes: Iterabl
     cases: list[Case] = []
     if include_manifest and problem.m * problem.n * problem.k * problem.batch <= max_manifest_macs:
         cases.append(Case("manifest", problem.m, problem.n, problem.k, problem.batch,
-                          problem.alpha, problem.beta, seed=1))
+                          problem.alpha, problem.beta, ld_pad=problem_ld_pads(problem), seed=1))
     cases.append(Case("ragged", ragged_extent(tm, u["m"], 2), ragged_extent(tn, u["n"], 1),
                       ragged_extent(tk, u["k"], 3), 1, 0.75, beta, seed=2))
     cases.append(Case("ragged_batch2", ragged_extent(tm, u["m"], 1), ragged_extent(tn, u["n"], 2),

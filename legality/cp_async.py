@@ -96,3 +96,17 @@ def _tiled_copy(c):
         if isinstance(got, str):
             return f"operand {op.upper()} ({mn}x{c.tk} tile, alignment {align}): {got}"
     return None
+
+
+def tma_can_load(problem) -> bool:
+    """Both A's and B's rows are 16-byte aligned (SM90-TMA-ALIGNMENT), so a TMA mainloop can read them."""
+    from cutegen.dtypes import DTYPES
+    return (problem.alignment_a * DTYPES[problem.dtype_a].bits % 128 == 0
+            and problem.alignment_b * DTYPES[problem.dtype_b].bits % 128 == 0)
+
+
+def tma_can_store(problem) -> bool:
+    """C's and D's rows are 16-byte aligned (SM90-EPILOGUE-ALIGNMENT), so a TMA epilogue can write them."""
+    from cutegen.dtypes import DTYPES
+    bits = [DTYPES[problem.dtype_d].bits] + ([] if problem.dtype_c == "void" else [DTYPES[problem.dtype_c].bits])
+    return all(problem.alignment_c * b % 128 == 0 for b in bits)

@@ -84,10 +84,14 @@ LOADS = ("tma", "cp_async")
 # * Latency: cp.async is asynchronous, so stages hide it as they hide TMA's. A 1- or 2-byte vector is
 #   a synchronous load: the producer waits for each k-block's loads before it commits the stage, so
 #   every k-block pays the global-memory latency once (not divided by the stages).
+# * Bookkeeping: CP_ASYNC_KBLOCK_US per k-block (below).
 # * No multicast: cp.async kernels run 1x1 clusters (the L2 term already counts that).
 SM_CLOCK_HZ = 1.755e9
 CP_ASYNC_CYCLES_PER_WARP_COPY = 1.0
 SYNC_COPY_LATENCY_US = 0.5
+CP_ASYNC_KBLOCK_US = 0.05    # per k-block: 128-256 producer threads each arrive on the stage's barrier
+                             # and run the predicated copy loop, where TMA issues one instruction; priced
+                             # like KBLOCK_OVERHEAD_US, the other per-k-block bookkeeping
 EPILOGUES = ("tma_warp_specialized", "tma_warp_specialized_cooperative", "no_smem")
 SCHEDULERS = ("persistent", "stream_k")
 RASTERS = ("heuristic", "along_m", "along_n")
@@ -219,7 +223,8 @@ def cost_arrays(problem, tm, tn, tk, cm, cn, sched, epi, scheduler, stages, rast
     # a multicast stage is refilled only when every CTA of the cluster has released it: the wait for
     # the slowest grows with the cluster and saturates (4 CTAs already cost as much as 8 or 16)
     sync = CLUSTER_SYNC_US * np.minimum(cm * cn - 1.0, CLUSTER_SYNC_SATURATION - 1.0)
-    t_k = np.maximum(np.maximum(t_mma, t_load), t_pipe) + KBLOCK_OVERHEAD_US + sync
+    t_k = (np.maximum(np.maximum(t_mma, t_load), t_pipe) + KBLOCK_OVERHEAD_US + sync
+           + np.where(load == 1, CP_ASYNC_KBLOCK_US, 0.0))
 
     # epilogue per tile
     t_epi = tm * tn * (out_bytes + c_bytes) * busy / STORE_BYTES_PER_S * 1e6

@@ -32,6 +32,7 @@ from .extraction import extract_ranked
 from .legality_analysis import Judge
 from .problem_rewrites import orientations
 from .schedule_rewrites import SCHEDULE_RULES, SCHEDULE_SORTS
+from cutegen.legality.cp_async import tma_can_load, tma_can_store  # noqa: F401  (re-exported for callers)
 
 INSTR_N = tuple(range(8, 257, 8))
 WARPGROUPS_M = (1, 2, 3, 4)          # tile M = 64 * warpgroup rows
@@ -156,20 +157,6 @@ class SearchSpace:
                 out.append(f"ClusterSplit(ClTile{cl[r.inputs[0]]}, {i64(r.inputs[1])}, {i64(r.inputs[2])})  "
                            "[splits: cluster tile over its CTAs]")
         return out
-
-
-def tma_can_load(problem) -> bool:
-    """Both A's and B's rows are 16-byte aligned (SM90-TMA-ALIGNMENT), so a TMA mainloop can read them."""
-    from cutegen.dtypes import DTYPES
-    return (problem.alignment_a * DTYPES[problem.dtype_a].bits % 128 == 0
-            and problem.alignment_b * DTYPES[problem.dtype_b].bits % 128 == 0)
-
-
-def tma_can_store(problem) -> bool:
-    """C's and D's rows are 16-byte aligned (SM90-EPILOGUE-ALIGNMENT), so a TMA epilogue can write them."""
-    from cutegen.dtypes import DTYPES
-    bits = [DTYPES[problem.dtype_d].bits] + ([] if problem.dtype_c == "void" else [DTYPES[problem.dtype_c].bits])
-    return all(problem.alignment_c * b % 128 == 0 for b in bits)
 
 
 def problem_mask(problem, clusters, pols, ci, pi):
