@@ -189,3 +189,27 @@ def test_launch_contract_follows_the_kernels_alignment():
     assert "unaligned_ld" in names
     assert "unaligned_ld" not in [c.name for c in R.validation_cases(GemmProblem(m=64, n=64, k=64),
                                                                       KernelConfig(tile_shape=(128, 128, 64)))]
+
+
+def test_validation_plans_of_the_unaligned_suite_agree_with_the_launch_contract():
+    """Dry run of what `cutegen validate` does with every kernel under generated/unaligned: each
+    case passes the launch contract, each refusal probe breaks exactly the rules it expects."""
+    from pathlib import Path
+    from cutegen import runner as R
+    root = Path(__file__).resolve().parents[1] / "generated" / "unaligned"
+    dirs = sorted(p.parent for p in root.rglob("manifest.json"))
+    assert len(dirs) >= 11
+    bases = {"A": 1 << 20, "B": 1 << 30, "C": 1 << 34, "D": 1 << 38}
+    unaligned_ld = 0
+    from cutegen.manifest import load
+    for d in dirs:
+        m = load(d / "manifest.json")
+        p, cfg = m.problem, m.config
+        for case in R.validation_cases(p, cfg):
+            v = R.preflight(p, R.case_launch_args(p, case, bases), cfg)
+            assert v == [], f"{d.name} {case.name}: {v}"
+            unaligned_ld += case.name == "unaligned_ld"
+        for probe in R.refusal_probes(p, cfg):
+            got = {x.rule_id for x in R.preflight(p, R.case_launch_args(p, probe, bases)) if x.enforced}
+            assert got == set(probe.expect), f"{d.name} {probe.name}: {got}"
+    assert unaligned_ld == len(dirs)        # every kernel of the suite has a narrow operand
