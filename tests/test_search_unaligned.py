@@ -90,3 +90,14 @@ def test_fused_epilogue_on_unaligned_rows_is_a_field_error():
     with pytest.raises(FieldError, match="activation"):
         GemmProblem(m=128, n=128, k=63, activation="relu")
     GemmProblem(m=128, n=1000, k=64, bias=True)      # 1000 = 125 x 8: aligned, accepted
+
+
+def test_cli_leading_dimensions(capsys):
+    import json
+    from cutegen.cli import main
+    assert main(["search", "--m", "1024", "--n", "1024", "--k", "2048", "--lda", "2052", "--top-k", "1", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["problem"]["lda"] == 2052 and out["problem"]["alignment_a"] == 4
+    assert out["ranked"][0]["config"]["mainloop_load"] == "cp_async"
+    assert main(["search", "--m", "64", "--n", "64", "--k", "64", "--ldb", "60"]) == 2
+    assert "problem.ldb: 60 is smaller than the contiguous extent K=64" in capsys.readouterr().err
