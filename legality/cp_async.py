@@ -72,8 +72,9 @@ def _cluster(c):
 
 
 @_rule("SM90-CPASYNC-EPILOGUE", rulebook="F08", source=f"{_U}:596-612 (unaligned kernels pair CpAsync schedules with the "
-       "default, no-smem epilogue only); kernel/sm90_gemm_warpspecialized_cooperative.hpp:301,314 (the "
-       "epilogue-load pipeline counts every producer thread, a TMA epilogue's load elects one)",
+       "default, no-smem epilogue only); kernel/sm90_gemm_warpspecialized_cooperative.hpp:314 (the cp.async "
+       "kernel's epilogue-load pipeline counts every producer thread as an arrival, where the TMA kernel "
+       "counts one warp, sm90_gemm_tma_warpspecialized_cooperative.hpp:118,470: untried with a TMA epilogue)",
        summary="a cp.async mainloop writes D with the no-smem epilogue")
 def _epilogue(c):
     if is_cp_async(c) and c.config.epilogue_schedule != "no_smem":
