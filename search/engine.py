@@ -424,8 +424,13 @@ def _search(space: SearchSpace, problem, top_k: int, explain: bool, t0: float,
         _, _, v = costs[key]
         c, bd = costmod.config_cost(problem, v.config, v.stages, device=rates)
         pred = predictions.get(key)
-        ranked.append(Ranked(v.config, pred.us if pred is not None else c, bd,
-                             space.tile_forms(key[0]) if explain else [], pred))
+        chain = space.tile_forms(key[0]) if explain else []
+        if explain and v.config.mainloop_load == "cp_async":
+            chain.append(f"Pol({key[2][0]}, no_smem, {costmod.SCHEDULERS[key[2][2]]}) = "
+                         f"Pol({key[2][0] - len(costmod.SCHEDULES)}, no_smem, ..) with a cp.async load  [TmaCannotLoad: "
+                         f"alignment_a={problem.alignment_a}, alignment_b={problem.alignment_b} elements are below "
+                         f"16 bytes]")
+        ranked.append(Ranked(v.config, pred.us if pred is not None else c, bd, chain, pred))
     nodes, classes = egg.sizes()
     rejected = [{"config": row[5].to_dict(), "rules": row[6].rules, "reasons": row[6].reasons}
                 for row in expanded[:50] if not row[6].legal] if explain else []
