@@ -113,8 +113,8 @@ class ConfigContext:
     @cached_property
     def setmaxnreg(self) -> tuple[int, int] | None:
         """(producer, consumer) setmaxnreg values of the Cooperative / Pingpong kernels; None for plain WS."""
-        if self.config.mainloop_schedule == "warp_specialized":
-            return None
+        if self.config.mainloop_schedule == "warp_specialized" or self.config.mainloop_load == "cp_async":
+            return None      # the cp.async kernels set no register split (sm90_gemm_warpspecialized_*.hpp)
         heavy = self.acc_regs_per_thread >= 208
         return (24, 240) if heavy else (40, 232)
 

@@ -203,6 +203,9 @@ def cost_arrays(problem, tm, tn, tk, cm, cn, sched, epi, scheduler, stages, rast
     # accumulator registers per MMA thread (cooperative splits M over two warpgroups): past ~160 of
     # the 232-240 a consumer owns, the compiler runs out of room to pipeline fragments and addresses
     acc = tm * tn / np.where(sched == 1, 256.0, 128.0)
+    # cp.async kernels set no register split: consumers get 168 registers, not 232, so the same
+    # accumulator is that much more pressure (scaled, not measured)
+    acc = np.where(load == 1, acc * 232.0 / 168.0, acc)
     eff = eff * (1.0 - 0.3 * np.clip((acc - 160.0) / 72.0, 0.0, 1.0))
     t_mma = 2.0 * tm * tn * tk / (peak_sm * eff) * 1e6
     # TMA clips a box at the tensor's edge and zero-fills the rest in shared memory: rows past M (or
