@@ -213,3 +213,15 @@ def test_validation_plans_of_the_unaligned_suite_agree_with_the_launch_contract(
             got = {x.rule_id for x in R.preflight(p, R.case_launch_args(p, probe, bases)) if x.enforced}
             assert got == set(probe.expect), f"{d.name} {probe.name}: {got}"
     assert unaligned_ld == len(dirs)        # every kernel of the suite has a narrow operand
+
+
+def test_accumulator_budget_without_setmaxnreg():
+    # 256x192 cooperative: 192 accumulator registers per thread; a TMA consumer has 232 after setmaxnreg,
+    # a cp.async kernel's 384 threads share the register file: 168 each
+    aligned = GemmProblem(m=4096, n=4096, k=4096)
+    tma = check_config(aligned, KernelConfig(tile_shape=(256, 192, 64), epilogue_schedule="no_smem"))
+    cp = check_config(aligned, KernelConfig(tile_shape=(256, 192, 64), **CP))
+    assert "WGMMA-ACCUMULATOR-REGISTERS" not in [v.rule_id for v in tma.warnings]
+    assert [v.rule_id for v in cp.warnings] == ["WGMMA-ACCUMULATOR-REGISTERS"] and "168" in str(cp.warnings[0])
+    ok = check_config(aligned, KernelConfig(tile_shape=(256, 128, 64), **CP))   # 128 < 168
+    assert ok.legal and not ok.warnings
