@@ -27,6 +27,7 @@ from typing import Any
 from .config import KernelConfig
 from .dtypes import DTYPES
 from .errors import CutegenError, FieldError
+from .pipelines import protocol as _pipeline_protocol
 from .problem import GemmProblem
 
 BACKEND = "dsl"
@@ -87,11 +88,12 @@ def _round_up(x: int, a: int) -> int:
 
 
 def dsl_smem_bytes(problem: GemmProblem, config: KernelConfig) -> int:
-    """Shared memory the template's SharedStorage takes: 2 mbarriers per stage, then the A, B and
+    """Shared memory the template's SharedStorage takes: 2 mbarriers per stage (and ping-pong's two
+    ordering barriers), then the A, B and
     D buffers, each 1024-byte aligned (BUFFER_ALIGN). C is read from global memory, not staged."""
     tm, tn, tk = config.tile_shape
     stages = config.stages if isinstance(config.stages, int) else 0
-    total = 16 * stages
+    total = 16 * stages + (16 if config.mainloop_schedule == "pingpong" else 0)  # + ping-pong's ordering pair
     total = _round_up(total, 1024) + tm * tk * DTYPES[problem.dtype_a].bits // 8 * stages
     total = _round_up(total, 1024) + tn * tk * DTYPES[problem.dtype_b].bits // 8 * stages
     epi = dsl_epilogue_tile(problem, config)
@@ -271,6 +273,8 @@ def template_context(problem: GemmProblem, config: KernelConfig) -> dict[str, An
         "smem_b": f"{config.smem_layout_b.major}_{config.smem_layout_b.swizzle}",
         "persistent": persistent, "pingpong": config.mainloop_schedule == "pingpong",
         "consumer_wgs": dsl_consumer_warpgroups(config),
+        # Rendered from the pipeline term the checker proves (cutegen.pipelines, backend "dsl").
+        "ordering": _pipeline_protocol(problem, config, "dsl")["ordering"],
         "schedule_comment": (f"{config.mainloop_schedule}: "
                              + ("persistent: as many clusters as fit at once, static tile scheduler"
                                 if persistent else "one work tile per CTA, the grid covers every tile")

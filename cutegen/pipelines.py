@@ -72,15 +72,16 @@ def protocol(problem: GemmProblem, config: KernelConfig, backend: str = "cutlass
 
 
 def pipeline_of(problem: GemmProblem, config: KernelConfig, backend: str = "cutlass", *,
-                explore_cluster: bool = False) -> tuple[Pipeline, "functools.partial"]:
+                explore_cluster: bool = False, **overrides) -> tuple[Pipeline, "functools.partial"]:
     """The kernel's pipeline term and a ``rebuild(stages=..., k_blocks=...)`` for the exploration.
 
     The term keeps every CTA of the cluster (the structural rules read their cross-CTA arrivals and
     byte splits). The exploration runs on one CTA with the same schedule unless ``explore_cluster``:
     interleaving every role of a cluster multiplies the states (two CTAs, two stages: ~10^5), so that
-    is a deliberate, slower check.
+    is a deliberate, slower check. ``overrides`` replace protocol parameters (a mutant's).
     """
     p = protocol(problem, config, backend)
+    p.update(overrides)                 # a protocol variant (e.g. ordering=False), for mutants
     p.pop("readers_per_fill")
     stages = p.pop("stages")
 

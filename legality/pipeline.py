@@ -144,7 +144,8 @@ def _phase_alternation(c: PipelineCheck):
 
 @_rule("PIPE-STAGES-PREFETCH", source="sm90_pipeline.hpp (PipelineTmaAsync): a consumer holds a stage from its "
        "full wait to its release; the producer needs a released stage to go on",
-       summary="the stage count exceeds the most stages one consumer holds at once (its release lag + 1)")
+       summary="the stage count is at least the most stages one consumer holds at once (its release lag + 1): "
+               "with fewer, it waits for a stage it still holds")
 def _stages_prefetch(c: PipelineCheck):
     for role in c.term.roles:
         held = peak = 0
@@ -154,7 +155,7 @@ def _stages_prefetch(c: PipelineCheck):
                 peak = max(peak, held)
             elif isinstance(op, Arrive) and op.release and op.barrier.endswith(f"@{role.cta}"):
                 held -= 1
-        if peak and c.term.stages <= peak:
+        if peak and c.term.stages < peak:
             return (f"{role.name} holds up to {peak} stages at once but the pipeline has {c.term.stages}: "
                     f"the producer can never get a stage back")
     return None

@@ -59,10 +59,6 @@ def release_before_last_read(term):
     return _edit_ops(term, "mma0@0", f)
 
 
-def fewer_stages_than_prefetch(rebuild, lag):
-    return rebuild(stages=lag)
-
-
 def load_before_empty_wait(term):
     def f(ops):
         w = _first(ops, lambda o: isinstance(o, Wait) and o.barrier.startswith("empty") and o.tile == 1 and o.kb == 0)
@@ -91,10 +87,8 @@ def no_init_sync(term):
     return _edit_ops(term, "mma0@0", f)
 
 
-def consumer_skips_wrong_fills(term, k_blocks):
-    """The second ping-pong warpgroup skips one k-block too few: it reads the first warpgroup's fills."""
+def drop_order_wait(term):
+    """The second ping-pong warpgroup no longer waits for its turn."""
     def f(ops):
-        return [replace(o, tile=o.tile, kb=o.kb) if not isinstance(o, (Wait, Read)) or o.kb < 0 else
-                (replace(o, parity=o.parity) if isinstance(o, Wait) and o.barrier.startswith("order") else o)
-                for o in ops]
+        return [o for o in ops if not (isinstance(o, Wait) and o.barrier.startswith("order"))]
     return _edit_ops(term, "mma1@0", f)
