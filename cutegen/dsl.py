@@ -133,9 +133,14 @@ def dsl_supports(problem: GemmProblem, config: KernelConfig) -> list[str]:
         # H200, 2026-11-22 (bench/results/2026-11-22-nvidia-h200-dsl-validate.json): the DSL ping-pong kernel
         # 128x96x128 e4m3 faulted ("unspecified launch failure") at 8192x3072x1024, where persistent CTAs
         # take several tiles each, and passed only cases of at most one tile per CTA; the C++ kernel of the
-        # same configuration passed everything. Refused until the template's ping-pong ordering is fixed.
-        out.append("DSL-PINGPONG: the DSL ping-pong kernel faults once a persistent CTA takes more than one "
-                   "tile (seen on an H200); use the C++ backend or the cooperative schedule")
+        # same configuration passed everything. H100, 2026-11-23 (bench/results/2026-11-23-nvidia-h100-dslpp-*):
+        # the pipeline checker showed the template lacked ping-pong's ordering barrier (a parity wait that
+        # cannot tell a stage's two phases apart); with it rendered, the own-size cases still hang (2) or
+        # fault (2) while every ragged, batched and sub-tile case passes and the sanitizer is clean on a
+        # small one: a defect outside the mainloop pipeline the checker models. Refused until it is found.
+        out.append("DSL-PINGPONG: the DSL ping-pong kernel faults or hangs once a persistent CTA takes more than "
+                   "one tile (H200 2026-11-22; H100 2026-11-23 with the ordering barrier `cutegen check pipeline` "
+                   "requires: 2 of 4 shapes hang, 2 fault); use the C++ backend or the cooperative schedule")
     if config.mainloop_schedule == "pingpong" and tuple(config.warpgroup_layout) != (1, 1, 1):
         out.append(f"DSL-PINGPONG-WG: pingpong gives each consumer warpgroup a whole tile; warpgroup_layout "
                    f"{config.warpgroup_layout} is not (1, 1, 1)")
