@@ -180,6 +180,7 @@ def _device_info(probe_cublas: bool = True) -> dict:
         "torch": torch.__version__,
         "torch_cuda": torch.version.cuda,
         "driver_api": _driver_api_version(),
+        "driver": _driver_version(),
         "cublas": _cublas_version() if probe_cublas else None,
     }
     return info
@@ -194,6 +195,17 @@ def _driver_api_version():
     except OSError:
         pass
     return None
+
+
+def _driver_version():
+    """The kernel driver's version string (e.g. 580.159.04), as /proc/driver/nvidia/version gives it."""
+    try:
+        with open("/proc/driver/nvidia/version") as f:
+            import re
+            m = re.search(r"Kernel Module(?: for \S+)?\s+(\d+\.\d+(?:\.\d+)?)", f.read())
+            return m.group(1) if m else None
+    except OSError:
+        return None
 
 
 def _cublas_version():

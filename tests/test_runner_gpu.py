@@ -1,6 +1,6 @@
 """On a Hopper GPU: the worker, the timing method and (when built) a generated kernel end to end.
 
-Skipped, with the reason, where torch or a CUDA device is missing (CI, this 2-core machine).
+Skipped by tests/conftest.py, with the reason, where torch or a Hopper device is missing (CI).
 """
 import os
 from pathlib import Path
@@ -9,9 +9,10 @@ import pytest
 
 pytestmark = pytest.mark.gpu
 
-torch = pytest.importorskip("torch", reason="GPU tests need torch (pip install -e '.[gpu]')")
-if not torch.cuda.is_available():
-    pytest.skip("GPU tests need a CUDA device; none is visible", allow_module_level=True)
+try:
+    import torch
+except ImportError:  # the tests are skipped at setup (conftest.py); collecting them needs no torch
+    torch = None
 
 from cutegen import GemmProblem  # noqa: E402
 from cutegen import runner as R  # noqa: E402

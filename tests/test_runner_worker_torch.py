@@ -10,7 +10,10 @@ import pytest
 
 pytestmark = pytest.mark.gpu
 
-torch = pytest.importorskip("torch", reason="needs torch, the gpu extra (pip install -e '.[gpu]')")
+try:
+    import torch
+except ImportError:  # the tests are skipped at setup (conftest.py); collecting them needs no torch
+    torch = None
 
 from cutegen import GemmProblem  # noqa: E402
 from cutegen import _runner_worker as W  # noqa: E402
