@@ -1,0 +1,129 @@
+"""On a Hopper GPU: every kernel under generated/ validated the way ``cutegen validate`` does it.
+
+For each kernel directory (generated/sm90a, generated/baseline, generated/coverage/...), built
+beforehand (``cutegen build generated``; bench/gpu_checks.sh does it): its own problem size, ragged
+M/N/K, batch 2 and batch 3 with padded leading dimensions and batch strides, a sub-tile problem,
+alpha != 1 and beta != 0 where C exists, and the refusal probes (misaligned pointers, leading
+dimensions, batch strides, extents), each under the watchdog (cutegen.runner.Worker). Then
+compute-sanitizer (memcheck, racecheck, synccheck) on a sample: the smallest kernel of each
+(backend, input type, mainloop schedule) group.
+
+With ``CUTEGEN_VALIDATION_RECORDS=DIR`` set, the session writes one record per kernel hash it ran
+into a new ``DIR/<date>-<device>-<time>.jsonl`` (cutegen.validation_records); committed under
+generated/validation/, those records are what tests/test_validation_records.py checks in CI.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from cutegen import runner as R
+from cutegen import validation_records as VR
+from cutegen.commands import validate as V
+
+pytestmark = pytest.mark.gpu
+
+REPO = Path(__file__).resolve().parents[1]
+GENERATED = REPO / "generated"
+KERNEL_DIRS = sorted(p.parent for p in GENERATED.rglob("manifest.json"))
+# compute-sanitizer runs the sample's kernels about 6 s each (three tools at once, H200, 2026-11-22).
+SANITIZE_MAX = int(os.environ.get("CUTEGEN_SANITIZE_SAMPLE", "12"))
+
+
+class Ledger:
+    """What the session ran, per kernel directory; written as records when the session ends."""
+
+    def __init__(self):
+        self.reports: dict[str, dict] = {}
+        self.sanitizer: dict[str, str] = {}
+        self.device: dict = {}
+
+    def write(self, folder: Path, now: dt.datetime) -> Path | None:
+        if not self.reports:
+            return None
+        name = re.sub(r"[^a-z0-9]+", "-", str(self.device.get("name", "gpu")).lower()).strip("-")
+        path = folder / f"{now:%Y-%m-%d}-{name}-{now:%H%M%S}.jsonl"
+        source = "pytest -m gpu tests/test_gpu_validation.py"
+        records = [VR.record_from_report(rep, self.device, now.date().isoformat(), source,
+                                         sanitizer=self.sanitizer.get(d))
+                   for d, rep in sorted(self.reports.items())]
+        return VR.write_records(path, records)
+
+
+@pytest.fixture(scope="session")
+def ledger():
+    book = Ledger()
+    yield book
+    folder = os.environ.get("CUTEGEN_VALIDATION_RECORDS")
+    if folder:
+        path = book.write(Path(folder), dt.datetime.now(dt.timezone.utc))
+        print(f"\nvalidation records: {path}")
+
+
+@pytest.fixture(scope="session")
+def worker(ledger):
+    w = R.Worker(init={"op": "init"})
+    reply = w.request({"op": "ping"}, timeout=120)
+    assert reply.ok, reply.message
+    ledger.device = dict(w.init_reply.value)
+    yield w
+    w.close()
+
+
+def _args(**kw):
+    base = dict(no_manifest_shape=False, no_probes=False, timeout=60.0, seed=0)
+    return argparse.Namespace(**{**base, **kw})
+
+
+def _label(d: Path) -> str:
+    return str(d.relative_to(GENERATED))
+
+
+def test_there_are_kernels_to_validate():
+    assert len(KERNEL_DIRS) >= 2
+
+
+@pytest.mark.parametrize("directory", KERNEL_DIRS, ids=_label)
+def test_kernel_validates(directory, worker, ledger):
+    info = R.load_kernel_info(directory)     # KernelNotFound (a failure) when it was not built
+    report = V.validate_one(worker, info, [], _args(), say=lambda *a, **k: None)
+    ledger.reports[str(directory)] = report
+    cases = report["cases"]
+    runs = [c for c in cases if c.get("kind") == "case" and not c.get("refused")]
+    probes = [c for c in cases if c.get("kind") == "probe"]
+    assert report["verdict"] == "pass", report["reason"]
+    names = {c["case"] for c in runs}
+    assert {"ragged", "ragged_batch2", "padded_batch3", "sub_tile"} <= names, names
+    assert all(c["ok"] and c["rel_err"] < c["tol"] for c in runs)
+    if info.problem.dtype_c != "void":
+        assert any(c["beta"] != 0 for c in runs)
+    assert len(probes) >= 5 and all(p["ok"] and p["kernel_status"] == 1 and p["d_untouched"] for p in probes)
+
+
+def sanitizer_sample(dirs=KERNEL_DIRS, limit=SANITIZE_MAX) -> list[Path]:
+    """The smallest kernel (by its problem's flops) of each (backend, input type, mainloop schedule) group."""
+    import json
+    groups: dict[tuple, tuple[int, Path]] = {}
+    for d in dirs:
+        m = json.loads((d / "manifest.json").read_text())
+        p, c = m["problem"], m["config"]
+        key = (m["backend"], p["dtype_a"], c.get("mainloop_schedule"))
+        flops = 2 * p["m"] * p["n"] * p["k"] * p.get("batch", 1)
+        if key not in groups or flops < groups[key][0]:
+            groups[key] = (flops, d)
+    # cutegen's own explicit-type kernels first, then the CollectiveBuilder baselines
+    picked = sorted(groups.items(), key=lambda kv: (kv[0][0] != "cutlass", kv[0]))
+    return [d for _, (_, d) in picked][:limit]
+
+
+@pytest.mark.parametrize("directory", sanitizer_sample(), ids=_label)
+def test_sanitizer_is_clean(directory, worker, ledger):
+    info = R.load_kernel_info(directory)
+    result = V.sanitize_kernel(info, V.SANITIZER_TOOLS, 150.0, say=lambda *a, **k: None, parallel=True)
+    ledger.sanitizer[str(directory)] = result["verdict"]
+    assert result["verdict"] == "clean", {t: r["summary"] or r["tail"][-800:] for t, r in result["tools"].items()}
