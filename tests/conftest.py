@@ -81,8 +81,13 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     tr = terminalreporter
     if ledger.allowed or ledger.forbidden:
         tr.section("skipped tests and why")
+        # gpu skips, one line per file and reason (the GPU suite has one test per kernel)
+        groups: dict[tuple[str, str], int] = {}
         for nodeid, why in ledger.allowed:
-            tr.line(f"allowed (gpu)  {nodeid}: {why}")
+            key = (nodeid.split("::")[0], why)
+            groups[key] = groups.get(key, 0) + 1
+        for (path, why), n in groups.items():
+            tr.line(f"allowed (gpu)  {path}: {n} test(s): {why}")
         for nodeid, why in ledger.forbidden:
             tr.line(f"{'FORBIDDEN' if strict else 'cpu skip '}      {nodeid}: {why}")
     tr.line(f"skips: {len(ledger.allowed)} gpu-marked (allowed), {len(ledger.forbidden)} other"
