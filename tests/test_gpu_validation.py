@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
 import os
 import re
 from pathlib import Path
@@ -23,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from cutegen import runner as R
+from cutegen._atomic import atomic_write
 from cutegen import validation_records as VR
 from cutegen.commands import validate as V
 
@@ -36,33 +38,44 @@ SANITIZE_MAX = int(os.environ.get("CUTEGEN_SANITIZE_SAMPLE", "12"))
 
 
 class Ledger:
-    """What the session ran, per kernel directory; written as records when the session ends."""
+    """What the session ran, per kernel directory, kept as records in this run's own new file.
 
-    def __init__(self):
+    The file is rewritten (atomically) after every test, so a run stopped part-way (the GPU script's
+    time budget) still leaves the records of every kernel it finished; it is never an older run's file.
+    """
+
+    def __init__(self, folder: Path | None):
+        self.folder = folder
+        self.path: Path | None = None
         self.reports: dict[str, dict] = {}
         self.sanitizer: dict[str, str] = {}
         self.device: dict = {}
+        self.now = dt.datetime.now(dt.timezone.utc)
 
-    def write(self, folder: Path, now: dt.datetime) -> Path | None:
-        if not self.reports:
-            return None
-        name = re.sub(r"[^a-z0-9]+", "-", str(self.device.get("name", "gpu")).lower()).strip("-")
-        path = folder / f"{now:%Y-%m-%d}-{name}-{now:%H%M%S}.jsonl"
+    def records(self) -> list[dict]:
         source = "pytest -m gpu tests/test_gpu_validation.py"
-        records = [VR.record_from_report(rep, self.device, now.date().isoformat(), source,
-                                         sanitizer=self.sanitizer.get(d))
-                   for d, rep in sorted(self.reports.items())]
-        return VR.write_records(path, records)
+        return [VR.record_from_report(rep, self.device, self.now.date().isoformat(), source,
+                                      sanitizer=self.sanitizer.get(d))
+                for d, rep in sorted(self.reports.items())]
+
+    def flush(self) -> Path | None:
+        if self.folder is None or not self.reports:
+            return None
+        if self.path is None:
+            name = re.sub(r"[^a-z0-9]+", "-", str(self.device.get("name", "gpu")).lower()).strip("-")
+            self.path = self.folder / f"{self.now:%Y-%m-%d}-{name}-{self.now:%H%M%S}.jsonl"
+            return VR.write_records(self.path, self.records())     # refuses an existing file
+        atomic_write(self.path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in self.records()).encode())
+        return self.path
 
 
 @pytest.fixture(scope="session")
 def ledger():
-    book = Ledger()
-    yield book
     folder = os.environ.get("CUTEGEN_VALIDATION_RECORDS")
-    if folder:
-        path = book.write(Path(folder), dt.datetime.now(dt.timezone.utc))
-        print(f"\nvalidation records: {path}")
+    book = Ledger(Path(folder) if folder else None)
+    yield book
+    if book.flush():
+        print(f"\nvalidation records: {book.path}")
 
 
 @pytest.fixture(scope="session")
@@ -93,6 +106,7 @@ def test_kernel_validates(directory, worker, ledger):
     info = R.load_kernel_info(directory)     # KernelNotFound (a failure) when it was not built
     report = V.validate_one(worker, info, [], _args(), say=lambda *a, **k: None)
     ledger.reports[str(directory)] = report
+    ledger.flush()
     cases = report["cases"]
     runs = [c for c in cases if c.get("kind") == "case" and not c.get("refused")]
     probes = [c for c in cases if c.get("kind") == "probe"]
@@ -107,7 +121,6 @@ def test_kernel_validates(directory, worker, ledger):
 
 def sanitizer_sample(dirs=KERNEL_DIRS, limit=SANITIZE_MAX) -> list[Path]:
     """The smallest kernel (by its problem's flops) of each (backend, input type, mainloop schedule) group."""
-    import json
     groups: dict[tuple, tuple[int, Path]] = {}
     for d in dirs:
         m = json.loads((d / "manifest.json").read_text())
@@ -126,4 +139,5 @@ def test_sanitizer_is_clean(directory, worker, ledger):
     info = R.load_kernel_info(directory)
     result = V.sanitize_kernel(info, V.SANITIZER_TOOLS, 150.0, say=lambda *a, **k: None, parallel=True)
     ledger.sanitizer[str(directory)] = result["verdict"]
+    ledger.flush()
     assert result["verdict"] == "clean", {t: r["summary"] or r["tail"][-800:] for t, r in result["tools"].items()}
