@@ -34,7 +34,7 @@ REPO = Path(__file__).resolve().parents[1]
 GENERATED = REPO / "generated"
 KERNEL_DIRS = sorted(p.parent for p in GENERATED.rglob("manifest.json"))
 # compute-sanitizer runs the sample's kernels about 6 s each (three tools at once, H200, 2026-11-22).
-SANITIZE_MAX = int(os.environ.get("CUTEGEN_SANITIZE_SAMPLE", "12"))
+SANITIZE_MAX = int(os.environ.get("CUTEGEN_SANITIZE_SAMPLE", "16"))
 
 
 class Ledger:
@@ -120,12 +120,15 @@ def test_kernel_validates(directory, worker, ledger):
 
 
 def sanitizer_sample(dirs=KERNEL_DIRS, limit=SANITIZE_MAX) -> list[Path]:
-    """The smallest kernel (by its problem's flops) of each (backend, input type, mainloop schedule) group."""
+    """The smallest kernel (by its problem's flops) of each (backend, input type, mainloop schedule, set of
+    non-default fields) group, cutegen's own kernels first."""
     groups: dict[tuple, tuple[int, Path]] = {}
     for d in dirs:
         m = json.loads((d / "manifest.json").read_text())
         p, c = m["problem"], m["config"]
-        key = (m["backend"], p["dtype_a"], c.get("mainloop_schedule"))
+        # Fields left at their defaults are left out of a manifest, so a new kernel form (a field that
+        # only it sets) forms a group of its own and is sanitized too.
+        key = (m["backend"], p["dtype_a"], c.get("mainloop_schedule"), tuple(sorted(c)), tuple(sorted(p)))
         flops = 2 * p["m"] * p["n"] * p["k"] * p.get("batch", 1)
         if key not in groups or flops < groups[key][0]:
             groups[key] = (flops, d)
