@@ -171,13 +171,19 @@ def test_accumulator_registers_warning():
 
 
 # The consumer warpgroups' setmaxnreg is the register budget (CUTLASS sm90 cooperative/pingpong kernels:
-# 232, or 240 with the 24-register producer); the rule fires when the live f32 accumulators reach it.
-@pytest.mark.parametrize("budget,live,fires_", [((40, 232), 231, False), ((40, 232), 232, True),
-                                                ((24, 240), 239, False), ((24, 240), 240, True),
-                                                (None, 254, False), (None, 255, True)])
-def test_accumulator_registers_exact_budget(budget, live, fires_):
+# 232, or 240 with the 24-register producer); without setmaxnreg, each thread's share of the 65,536
+# registers in steps of 8, at most 255 (256 threads: 255; 384 threads: 168). The rule fires when the
+# live f32 accumulators reach the budget.
+@pytest.mark.parametrize("budget,threads,live,fires_", [
+    ((40, 232), 384, 231, False), ((40, 232), 384, 232, True),
+    ((24, 240), 384, 239, False), ((24, 240), 384, 240, True),
+    (None, 256, 254, False), (None, 256, 255, True),
+    (None, 384, 167, False), (None, 384, 168, True),
+])
+def test_accumulator_registers_exact_budget(budget, threads, live, fires_):
     ctx = base_ctx()
     ctx.__dict__["setmaxnreg"] = budget
+    ctx.__dict__["threads"] = threads
     ctx.__dict__["live_acc_regs_per_thread"] = live
     assert fires("WGMMA-ACCUMULATOR-REGISTERS", ctx) is fires_
 
