@@ -16,7 +16,8 @@
 #              warm machine starts from cache hits). No compile runs past BUILD_END_S; a kernel left
 #              unbuilt fails its test in phase 2 and gets no record: call the script again while the
 #              machine is warm and commit both record files (generated/ held 69 distinct kernels on
-#              2026-11-23; whether one cold call builds them all has not been measured).
+#              2026-11-23, 86 after the merges of that evening; whether one cold call builds them all
+#              has not been measured).
 #              The records file is kept current after every test, so a run cut by SUITE_END_S keeps
 #              what it finished (the sanitizer tests run last; a record without them says null).
 #   2. pytest  -m gpu over tests/test_gpu_validation.py, test_runner_gpu.py, test_runner_worker_torch.py;

@@ -34,7 +34,7 @@ REPO = Path(__file__).resolve().parents[1]
 GENERATED = REPO / "generated"
 KERNEL_DIRS = sorted(p.parent for p in GENERATED.rglob("manifest.json"))
 # compute-sanitizer runs the sample's kernels about 6 s each (three tools at once, H200, 2026-11-22).
-SANITIZE_MAX = int(os.environ.get("CUTEGEN_SANITIZE_SAMPLE", "16"))
+SANITIZE_MAX = int(os.environ.get("CUTEGEN_SANITIZE_SAMPLE", "24"))
 
 
 class Ledger:
