@@ -1,0 +1,67 @@
+"""cutegen pack: a set of GEMM shapes in, a dispatching kernel library out (CMake package + PyTorch op)."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ..errors import CutegenError, FieldError
+
+HELP = "generate a kernel pack for a shapes file: selection, dispatch, plan API, CMake package, PyTorch op"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from ..packs.targets import TARGETS
+    p.add_argument("shapes", help="shapes TOML ([[shape]] tables; M, N, K as numbers, lists or {min, max})")
+    p.add_argument("-o", "--out", required=True, help="output folder; one pack per target in OUT/<target>/")
+    p.add_argument("--max-kernels", type=int, default=16, help="at most this many kernels per pack (default 16)")
+    p.add_argument("--tolerance", type=float, default=0.03,
+                   help="a shape is covered within this fraction of its best known time (default 0.03)")
+    p.add_argument("--target", action="append", choices=sorted(TARGETS), metavar="KIND",
+                   help=f"device kind, repeatable ({', '.join(TARGETS)}; default h100-sxm)")
+    p.add_argument("--name", default="cutegen_pack", help="library, CMake package and target name")
+    p.add_argument("--db", metavar="PATH",
+                   help="use measured times from this results database ('default': cutegen.results' default "
+                        "path); without it the selection uses the cost model's predictions only")
+    p.add_argument("--check", action="store_true", help="write nothing; exit 1 naming every file that would change")
+    try:
+        from .. import executor
+        executor.add_arguments(p)
+    except ImportError:  # the executor (issue 13) is not on this branch yet
+        pass
+
+
+def _open_db(spec: str | None):
+    if spec is None:
+        return None
+    try:
+        from ..results import ResultsDB
+    except ImportError:
+        raise CutegenError("--db: cutegen.results (the results database, issue 11) is not installed here") from None
+    return ResultsDB(None if spec == "default" else spec)
+
+
+def run(args: argparse.Namespace) -> int:
+    from .. import packs
+    if args.max_kernels < 1:
+        raise FieldError("--max-kernels", f"expected a positive integer, got {args.max_kernels}")
+    targets = list(dict.fromkeys(args.target or ["h100-sxm"]))
+    db = _open_db(args.db)
+    say = lambda msg: print(msg, file=sys.stderr)  # noqa: E731
+    stale_total = 0
+    for kind in targets:
+        files = packs.make_pack(args.shapes, kind, max_kernels=args.max_kernels, tolerance=args.tolerance,
+                                name=args.name, db=db, say=say)
+        root = Path(args.out) / kind
+        if args.check:
+            stale = packs.differences(root, files)
+            stale_total += len(stale)
+            for rel in stale:
+                print(f"would change: {root / rel}")
+            if not stale:
+                print(f"{root}: up to date ({len(files)} files)")
+            continue
+        changed = packs.write(root, files)
+        print(f"{root}: {len(files)} files, {len(changed)} changed")
+        print((root / "COVERAGE.md").read_text().split("\n| shape")[0].strip())
+    return 1 if stale_total else 0

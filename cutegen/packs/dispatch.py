@@ -1,0 +1,164 @@
+"""The pack's dispatch tables: exact shapes, rules over ranges, class defaults and the unaligned fallback.
+
+Everything here is decided at generation time, so the generated C++ only looks up: an exact shape of
+the set in an open-addressing hash table; else N and K of the set in a second table, whose row holds
+one kernel per power-of-two bucket of M; else the class's default for that bucket. A bucket's kernel
+is the one with the lowest predicted time, summed relative to the best, at M = 2^b, 1.5 * 2^b and
+2^(b+1) - 1. ``slot`` is the C++ ``key_hash`` of templates/pack_dispatch.cpp.j2, bit for bit.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..dtypes import DTYPES
+from ..problem import GemmProblem
+from .select import Selection, class_key, predicted_time
+from .targets import priced_for
+
+BUCKETS = 31
+MASK = (1 << 64) - 1
+
+
+def _mix(x: int) -> int:
+    x &= MASK
+    x ^= x >> 33
+    x = (x * 0xff51afd7ed558ccd) & MASK
+    x ^= x >> 33
+    x = (x * 0xc4ceb9fe1a85ec53) & MASK
+    x ^= x >> 33
+    return x
+
+
+def slot(cls: int, m: int, n: int, k: int, batch: int) -> int:
+    h = _mix(cls + 0x9e3779b97f4a7c15)
+    for v in (m, n, k, batch):
+        h = _mix(h ^ (v & MASK))
+    return h
+
+
+def hash_table(items: list[tuple[tuple, dict]], empty: dict) -> tuple[list[dict], int]:
+    """Linear probing into a power-of-two table at most half full; returns (slots, longest probe)."""
+    size = 8
+    while size < 2 * len(items):
+        size *= 2
+    table: list[dict | None] = [None] * size
+    longest = 0
+    for key, value in items:
+        h = slot(*key)
+        i = 0
+        while table[(h + i) & (size - 1)] is not None:
+            i += 1
+        table[(h + i) & (size - 1)] = value
+        longest = max(longest, i)
+    return [t if t is not None else empty for t in table], longest
+
+
+def bucket_points(b: int) -> list[int]:
+    lo, hi = 1 << b, min((1 << (b + 1)) - 1, 2**31 - 1)
+    return sorted({lo, min(hi, lo + lo // 2), hi})
+
+
+@dataclass
+class Fallback:
+    alignment: tuple[int, int, int] | None     # elements (A, B, C/D) of the fallback kernel, or None
+    kernel: int | None                          # index into the pack's kernels
+    uncovered: str                              # what no kernel of the pack computes
+
+
+def _pick(kernels: list[int], sel: Selection, problems: list[GemmProblem]) -> int:
+    """Kernel with the lowest sum over problems of predicted time / the best predicted time
+    (a kernel that cannot run a problem scores 1e9 there); ties go to the earlier kernel."""
+    totals = [0.0] * len(kernels)
+    for p in problems:
+        ts = [predicted_time(p, sel.kernels[j].config) for j in kernels]
+        best = min((t for t in ts if t is not None), default=None)
+        for i, t in enumerate(ts):
+            totals[i] += (t / best) if (t is not None and best) else 1e9
+    return min(zip(totals, kernels))[1]
+
+
+def tables(sel: Selection, fallbacks: dict[str, Fallback], kernel_names: list[str]) -> dict:
+    """The template context of the dispatcher (templates/pack_dispatch.cpp.j2)."""
+    from .select import Row  # noqa: F401  (documentation: rows are select.Row)
+    cls_index = {c: i for i, c in enumerate(sel.classes)}
+    by_class: dict[int, list[int]] = {}
+    for j, k in enumerate(sel.kernels):
+        if not k.cls.startswith("fallback:"):
+            by_class.setdefault(cls_index[k.cls], []).append(j)
+    exact_items, nk_keys = [], {}
+    for row in sel.rows:
+        if row.kernel is None:
+            continue
+        p = row.shape.problem
+        c = cls_index[class_key(p)]
+        loss = row.loss or 0.0
+        why = (f"exact shape {row.shape.label} of the pack's set: {row.source} {row.time_us:.1f} us, "
+               f"best known {row.best_us:.1f} us (+{loss:.1%})")
+        exact_items.append(((c, p.m, p.n, p.k, p.batch),
+                            {"M": p.m, "N": p.n, "K": p.k, "batch": p.batch, "cls": c, "kernel": row.kernel,
+                             "why": why}))
+        nk_keys.setdefault((c, p.n, p.k), p)
+    exact_items.sort(key=lambda x: x[0])
+    exact, exact_probes = hash_table(exact_items, {"M": 0, "N": 0, "K": 0, "batch": 0, "cls": -1, "kernel": -1,
+                                                   "why": ""})
+    nk_rows, nk_items = [], []
+    with priced_for(sel.target):
+        for (c, n, k), p in sorted(nk_keys.items()):
+            row = [_pick(by_class[c], sel, [p.replace(m=m) for m in bucket_points(b)]) for b in range(BUCKETS)]
+            nk_items.append(((c, 0, n, k, 0), {"N": n, "K": k, "cls": c, "row": len(nk_rows)}))
+            nk_rows.append(row)
+        classes = []
+        for c, key in enumerate(sel.classes):
+            ps = [p for (cc, _, _), p in sorted(nk_keys.items()) if cc == c]
+            proto = ps[0] if ps else None
+            by_bucket = ([_pick(by_class[c], sel, [q.replace(m=m) for q in ps for m in bucket_points(b)])
+                          for b in range(BUCKETS)] if proto and c in by_class else [-1] * BUCKETS)
+            fb = fallbacks.get(key) or Fallback(None, None, "no fallback was searched")
+            first = sel.kernels[by_class[c][0]] if c in by_class else None
+            p = first.problem if first else proto
+            classes.append(class_context(p, by_bucket, fb))
+    nk, nk_probes = hash_table(nk_items, {"N": 0, "K": 0, "cls": -1, "row": -1})
+    return {"exact": exact, "exact_probes": exact_probes, "exact_count": len(exact_items),
+            "nk": nk, "nk_probes": nk_probes, "nk_rows": nk_rows or [[-1] * BUCKETS], "classes": classes}
+
+
+def class_context(p: GemmProblem, by_bucket: list[int], fb: Fallback) -> dict:
+    return {
+        "name": p.kernel_class_name, "describe": describe_class(p),
+        "dtype_a": p.dtype_a, "dtype_b": p.dtype_b, "dtype_c": p.dtype_c, "dtype_d": p.dtype_d,
+        "layout_a": p.layout_a, "layout_b": p.layout_b, "layout_c": p.layout_c,
+        "bias": int(p.bias), "activation": p.activation,
+        "a_k": "true" if p.a_k_major else "false", "b_k": "true" if p.b_k_major else "false",
+        "c_n": "true" if p.layout_c == "row" else "false",
+        "align": (p.alignment_a, p.alignment_b, p.alignment_c),
+        "fallback": -1 if fb.kernel is None else fb.kernel,
+        "fb_align": fb.alignment or (p.alignment_a, p.alignment_b, p.alignment_c),
+        "uncovered": fb.uncovered, "by_bucket": by_bucket,
+    }
+
+
+def describe_class(p: GemmProblem) -> str:
+    return (f"A {p.dtype_a} {p.layout_a}-major, B {p.dtype_b} {p.layout_b}-major, C {p.dtype_c}, D {p.dtype_d} "
+            f"{p.layout_c}-major, bias {'yes' if p.bias else 'no'}, activation {p.activation}, alignment "
+            f"{p.alignment_a}/{p.alignment_b}/{p.alignment_c} elements")
+
+
+def find_fallback(p: GemmProblem, say=lambda msg: None):
+    """The legal kernel with the smallest alignment the search accepts for ``p``'s class, below the
+    class's own: (alignment, config, problem) or (None, None, reason)."""
+    from ..search import search
+    tried = []
+    a = min(p.alignment_a, p.alignment_b, p.alignment_c) // 2
+    while a >= 1:
+        q = p.replace(alignment_a=a, alignment_b=a, alignment_c=a)
+        result = search(q, 1)
+        if result.ranked:
+            return (a, a, a), result.ranked[0].config, q
+        rules = sorted(result.pruned_by_rule, key=lambda r: -result.pruned_by_rule[r])[:3]
+        tried.append(f"{a} element(s): {', '.join(rules) or 'no candidate'}")
+        a //= 2
+    bytes_ = min(p.alignment_a * DTYPES[p.dtype_a].bits, p.alignment_b * DTYPES[p.dtype_b].bits,
+                 p.alignment_c * DTYPES[p.dtype_d].bits) // 8
+    return None, None, (f"this pack has no kernel for operands below {bytes_}-byte alignment: the search found "
+                        f"no legal kernel at smaller alignments ({'; '.join(tried) or 'none tried'}); "
+                        "TMA needs 16-byte strides and a cp.async mainloop (issue 10) is not in the search yet")

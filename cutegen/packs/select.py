@@ -1,0 +1,197 @@
+"""Which kernels go into a pack: candidates from the search, a time for every (shape, candidate),
+and a weighted greedy set cover.
+
+A candidate "covers" a shape when its time is within ``tolerance`` of the best time any candidate
+has for that shape. The cover takes, each round, the kernel that covers the most uncovered weight
+(ties: the lower weighted time on what it newly covers, then the configuration's JSON), until every
+shape is covered or ``max_kernels`` are taken. Each shape then runs on the fastest chosen kernel of
+its class. Times are the search's predictions for the target, or the results database's measured
+medians where it has them (``source`` in the coverage table says which).
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..config import KernelConfig
+from ..errors import CutegenError, FieldError
+from ..problem import GemmProblem
+from .shapes import Shape
+from .targets import Target, priced_for
+
+TOP_K = 8           # candidates each shape contributes to its class's pool
+
+
+def class_key(problem: GemmProblem) -> str:
+    return json.dumps(problem.kernel_key(), sort_keys=True)
+
+
+@dataclass
+class Row:
+    """One line of the coverage table."""
+    shape: Shape
+    kernel: int | None          # index into Selection.kernels; None: not covered
+    time_us: float | None
+    best_us: float | None
+    source: str                 # "predicted" or "measured"
+    note: str = ""
+
+    @property
+    def loss(self) -> float | None:
+        if self.time_us is None or not self.best_us:
+            return None
+        return self.time_us / self.best_us - 1.0
+
+
+@dataclass
+class Kernel:
+    cls: str
+    config: KernelConfig
+    problem: GemmProblem        # the highest-weight shape it serves: named in its manifest
+
+    @property
+    def key(self) -> str:
+        return self.config.to_json()
+
+
+@dataclass
+class Selection:
+    target: Target
+    tolerance: float
+    max_kernels: int
+    kernels: list[Kernel]
+    rows: list[Row]
+    classes: list[str]                             # class keys in first-seen order
+    times: dict[int, dict[str, tuple[float, str]]] = field(repr=False, default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def kernel_time(self, shape_index: int, kernel: int) -> float | None:
+        t = self.times[shape_index].get(self.kernels[kernel].key)
+        return None if t is None else t[0]
+
+
+def predicted_time(problem: GemmProblem, config: KernelConfig) -> float | None:
+    """The cost model's time for ``config`` on ``problem``, or None when a rule forbids the pair."""
+    from ..legality import check_config
+    from ..search import cost
+    rep = check_config(problem, config)
+    if not rep.legal:
+        return None
+    return cost.config_cost(problem, rep.config, rep.stages)[0]
+
+
+def _measured(db: Any, target: Target, problem: GemmProblem) -> dict[str, tuple[KernelConfig, float]]:
+    """config JSON -> (config, median us) of validated measurements of this exact problem on the target."""
+    if db is None:
+        return {}
+    out: dict[str, tuple[KernelConfig, float]] = {}
+    for m in db.measurements(device_kind=target.kind, problem=problem):
+        if not m.validated or m.backend not in ("cutlass", None):
+            continue
+        key = m.config.to_json()
+        if key not in out or m.median_us < out[key][1]:
+            out[key] = (m.config, float(m.median_us))
+    return out
+
+
+def select(shapes: list[Shape], target: Target, *, max_kernels: int, tolerance: float,
+           db: Any = None, top_k: int = TOP_K, say=lambda msg: None) -> Selection:
+    from ..search import search
+    if not isinstance(max_kernels, int) or max_kernels < 1:
+        raise FieldError("--max-kernels", f"expected a positive integer, got {max_kernels!r}")
+    if not (isinstance(tolerance, (int, float)) and 0 <= tolerance < 10):
+        raise FieldError("--tolerance", f"expected a fraction from 0 to 10 (0.03 = 3%), got {tolerance!r}")
+    classes: list[str] = []
+    pool: dict[str, dict[str, KernelConfig]] = {}           # class -> config JSON -> config
+    measured: dict[int, dict[str, tuple[KernelConfig, float]]] = {}
+    notes: list[str] = []
+    with priced_for(target):
+        for i, s in enumerate(shapes):
+            cls = class_key(s.problem)
+            if cls not in pool:
+                classes.append(cls)
+                pool[cls] = {}
+            result = search(s.problem, top_k)
+            for r in result.ranked:
+                pool[cls].setdefault(r.config.to_json(), r.config)
+            measured[i] = _measured(db, target, s.problem)
+            for key, (cfg, _) in measured[i].items():
+                pool[cls].setdefault(key, cfg)
+            if (i + 1) % 25 == 0:
+                say(f"  searched {i + 1}/{len(shapes)} shapes for {target.kind}")
+        # every candidate of the class, priced (or measured) on every shape of the class
+        times: dict[int, dict[str, tuple[float, str]]] = {}
+        for i, s in enumerate(shapes):
+            row: dict[str, tuple[float, str]] = {}
+            for key, cfg in pool[class_key(s.problem)].items():
+                if key in measured[i]:
+                    row[key] = (measured[i][key][1], "measured")
+                    continue
+                t = predicted_time(s.problem, cfg)
+                if t is not None:
+                    row[key] = (t, "predicted")
+            times[i] = row
+    n_classes = sum(1 for c in classes if any(times[i] for i, s in enumerate(shapes) if class_key(s.problem) == c))
+    if max_kernels < n_classes:
+        raise FieldError("--max-kernels", f"{max_kernels} is fewer than the {n_classes} kernel classes "
+                         "(dtype, layout, epilogue, alignment) in the shapes file; each needs a kernel")
+
+    best = {i: min((t for t, _ in row.values()), default=None) for i, row in times.items()}
+    covers: dict[tuple[str, str], set[int]] = {}
+    for i, row in times.items():
+        cls = class_key(shapes[i].problem)
+        for key, (t, _) in row.items():
+            if t <= best[i] * (1.0 + tolerance) + 1e-9:
+                covers.setdefault((cls, key), set()).add(i)
+    uncovered = {i for i, b in best.items() if b is not None}
+    chosen: list[tuple[str, str]] = []
+    # Each class first gets its single best cover, so that no class is left without a kernel.
+    order = [c for c in classes if any((c, k) in covers for k in pool[c])]
+    def gain(ck):
+        new = covers[ck] & uncovered
+        w = sum(shapes[i].weight for i in new)
+        wt = sum(shapes[i].weight * times[i][ck[1]][0] / best[i] for i in new)
+        return (-w, wt, ck[1])
+    for c in order:
+        ck = min((ck for ck in covers if ck[0] == c), key=gain)
+        chosen.append(ck)
+        uncovered -= covers[ck]
+    while uncovered and len(chosen) < max_kernels:
+        options = [ck for ck in covers if ck not in chosen and covers[ck] & uncovered]
+        if not options:
+            break
+        ck = min(options, key=gain)
+        chosen.append(ck)
+        uncovered -= covers[ck]
+    if uncovered:
+        notes.append(f"{len(uncovered)} shape(s) are not within {tolerance:.1%} of their best with "
+                     f"{max_kernels} kernels; they run on the fastest chosen kernel (loss column)")
+
+    # the kernels, in the order the cover chose them; each named after its heaviest shape
+    kernels: list[Kernel] = []
+    for cls, key in chosen:
+        served = sorted(covers[(cls, key)], key=lambda i: (-shapes[i].weight, i))
+        cfg = pool[cls][key]
+        kernels.append(Kernel(cls, cfg, shapes[served[0]].problem))
+    rows = []
+    for i, s in enumerate(shapes):
+        if best[i] is None:
+            rows.append(Row(s, None, None, None, "-", "the search found no legal kernel"))
+            continue
+        opts = [(times[i][k.key][0], j) for j, k in enumerate(kernels) if k.cls == class_key(s.problem)
+                and k.key in times[i]]
+        if not opts:
+            rows.append(Row(s, None, None, best[i], "-", "no chosen kernel can run it"))
+            continue
+        t, j = min(opts)
+        rows.append(Row(s, j, t, best[i], times[i][kernels[j].key][1]))
+    if not kernels:
+        raise CutegenError("no shape in the shapes file has a legal kernel; nothing to pack")
+    return Selection(target, tolerance, max_kernels, kernels, rows, classes, times, notes)
+
+
+def geomean(values) -> float:
+    vals = [v for v in values if v and v > 0]
+    return math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals else float("nan")

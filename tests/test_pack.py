@@ -1,0 +1,217 @@
+"""cutegen pack on the CPU: shapes files, sampling, selection, dispatch tables, rendering, --check."""
+from __future__ import annotations
+
+import ast
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from cutegen import packs
+from cutegen.cli import main
+from cutegen.errors import CutegenError, FieldError
+from cutegen.packs import dispatch, select, shapes, targets
+from cutegen.search import cost
+
+TINY = """
+[[shape]]
+name = "proj"
+dtype = "bf16"
+layout = "tn"
+m = [1, 16, 128]
+n = 4096
+k = 4096
+"""
+
+
+def _write(tmp_path, text, name="shapes.toml"):
+    p = tmp_path / name
+    p.write_text(text)
+    return str(p)
+
+
+# --- shapes file -----------------------------------------------------------------------------------
+def test_range_is_sampled_at_powers_of_two_ends_and_wave_boundaries(tmp_path):
+    f = _write(tmp_path, '[[shape]]\nm = {min = 3, max = 5000}\nn = 4096\nk = 1024\n')
+    pts = shapes.expand(shapes.load(f), sms=132)
+    ms = [s.problem.m for s in pts]
+    assert ms == sorted(set(ms))
+    assert {3, 5000, 4, 8, 4096} <= set(ms) and 2 not in ms and 8192 not in ms
+    # 128x128 tiles: 32 tile columns, so 4 tile rows fill one wave of 132 SMs: M = 512 and 513
+    assert {512, 513} <= set(ms)
+    assert sum(s.weight for s in pts) == pytest.approx(1.0)
+    # on a 114-SM part the boundaries move (3 tile rows: 384 and 385)
+    ms114 = {s.problem.m for s in shapes.expand(shapes.load(f), sms=114)}
+    assert {384, 385} <= ms114 and 513 not in ms114
+
+
+@pytest.mark.parametrize("body, field", [
+    ('m = 0\nn = 8\nk = 8', "shape[0].m"),
+    ('m = {min = 9, max = 3}\nn = 8\nk = 8', "shape[0].m"),
+    ('m = {lo = 1}\nn = 8\nk = 8', "shape[0].m"),
+    ('m = 1\nk = 8', "shape[0].n"),
+    ('m = 1\nn = 8\nk = 8\nweight = -1', "shape[0].weight"),
+    ('m = 1\nn = 8\nk = 8\ndtype = "bf17"', "shape[0].dtype_a"),
+    ('m = 1\nn = 8\nk = 8\nbogus = 1', "shape[0]"),
+])
+def test_bad_shapes_name_the_field(tmp_path, body, field):
+    f = _write(tmp_path, "[[shape]]\n" + body + "\n")
+    with pytest.raises(FieldError) as e:
+        shapes.load(f)
+    assert field in e.value.field
+
+
+def test_duplicate_names_and_missing_file(tmp_path):
+    f = _write(tmp_path, '[[shape]]\nname="a"\nm=1\nn=8\nk=8\n[[shape]]\nname="a"\nm=2\nn=8\nk=8\n')
+    with pytest.raises(FieldError, match="used by an earlier shape"):
+        shapes.load(f)
+    with pytest.raises(CutegenError, match="no such shapes file"):
+        shapes.load(tmp_path / "nope.toml")
+
+
+# --- targets ---------------------------------------------------------------------------------------
+def test_priced_for_changes_and_restores_the_model():
+    before = (cost.SMS, cost.HBM_BYTES_PER_S, dict(cost.ACTIVE_CTAS))
+    with targets.priced_for(targets.target("h100-pcie")):
+        assert cost.SMS == 114 and cost.HBM_BYTES_PER_S == 2.0e12
+        assert all(v <= 114 and v % c == 0 for c, v in cost.ACTIVE_CTAS.items())
+    assert (cost.SMS, cost.HBM_BYTES_PER_S, cost.ACTIVE_CTAS) == before
+    with pytest.raises(FieldError, match="--target"):
+        targets.target("a100")
+
+
+# --- selection -------------------------------------------------------------------------------------
+def test_tolerance_zero_and_enough_kernels_gives_every_shape_its_best(tmp_path):
+    pts = shapes.expand(shapes.load(_write(tmp_path, TINY)), 132)
+    sel = select.select(pts, targets.target("h100-sxm"), max_kernels=16, tolerance=0.0)
+    assert all(r.loss == pytest.approx(0.0) for r in sel.rows)
+    assert 1 < len(sel.kernels) <= 3
+
+
+def test_one_kernel_follows_the_weight(tmp_path):
+    t = targets.target("h100-sxm")
+    light = TINY + "weight = 1\n"
+    pts = shapes.expand(shapes.load(_write(tmp_path, light)), 132)
+    heavy = [shapes.Shape(s.entry, s.problem, 100.0 if s.problem.m == 128 else 1.0) for s in pts]
+    sel_heavy = select.select(heavy, t, max_kernels=1, tolerance=0.03)
+    by_m = {r.shape.problem.m: r for r in sel_heavy.rows}
+    assert by_m[128].loss <= 0.03          # the heavy shape is served within tolerance
+    sel_light = select.select(pts, t, max_kernels=1, tolerance=0.03)
+    by_m_light = {r.shape.problem.m: r for r in sel_light.rows}
+    assert by_m_light[128].loss > 0.03     # with equal weights the two small shapes win
+    assert any("not within" in n for n in sel_light.notes)
+
+
+def test_measured_times_replace_predictions(tmp_path):
+    pts = shapes.expand(shapes.load(_write(tmp_path, TINY)), 132)[:1]
+    t = targets.target("h100-sxm")
+    first = select.select(pts, t, max_kernels=4, tolerance=0.0)
+    cfg = first.kernels[0].config
+
+    class FakeDB:                             # the results database's interface (issue 11)
+        def measurements(self, device_kind=None, problem=None):
+            assert device_kind == "h100-sxm"
+            return [SimpleNamespace(config=cfg, median_us=3.0, validated=True, backend="cutlass"),
+                    SimpleNamespace(config=cfg, median_us=1.0, validated=False, backend="cutlass")]
+    sel = select.select(pts, t, max_kernels=4, tolerance=0.0, db=FakeDB())
+    assert sel.rows[0].source == "measured" and sel.rows[0].time_us == 3.0 and sel.rows[0].best_us == 3.0
+
+
+def test_too_few_kernels_for_the_classes(tmp_path):
+    two = TINY + '[[shape]]\nname="f16"\ndtype="f16"\nlayout="tn"\nm=64\nn=4096\nk=4096\n'
+    pts = shapes.expand(shapes.load(_write(tmp_path, two)), 132)
+    with pytest.raises(FieldError, match="kernel classes"):
+        select.select(pts, targets.target("h100-sxm"), max_kernels=1, tolerance=0.03)
+
+
+# --- dispatch tables -------------------------------------------------------------------------------
+def test_hash_table_finds_every_key_within_its_longest_probe():
+    items = [((0, m, 4096, 4096, 1), {"M": m}) for m in range(1, 200)]
+    table, longest = dispatch.hash_table(items, {"M": 0})
+    size = len(table)
+    assert size & (size - 1) == 0 and size >= 2 * len(items)
+    for key, value in items:
+        h = dispatch.slot(*key)
+        assert any(table[(h + i) & (size - 1)] is value for i in range(longest + 1))
+    assert dispatch.slot(0, 1, 2, 3, 4) != dispatch.slot(0, 2, 1, 3, 4)
+
+
+def test_bucket_points_stay_in_the_bucket():
+    for b in range(dispatch.BUCKETS):
+        pts = dispatch.bucket_points(b)
+        assert all(p.bit_length() - 1 == b for p in pts)
+
+
+# --- the whole pack --------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def tiny_pack(tmp_path_factory):
+    d = tmp_path_factory.mktemp("pack")
+    f = _write(d, TINY)
+    return f, packs.make_pack(f, "h100-sxm", max_kernels=1, tolerance=0.03)
+
+
+def test_pack_files_are_deterministic_and_complete(tiny_pack):
+    f, files = tiny_pack
+    again = packs.make_pack(f, "h100-sxm", max_kernels=1, tolerance=0.03)
+    assert again == files
+    kernel_dirs = {p.split("/")[1] for p in files if p.startswith("kernels/")}
+    assert len(kernel_dirs) == 1
+    for need in ("CMakeLists.txt", "include/cutegen_pack.h", "src/dispatch.cpp", "cmake/cutegen_packConfig.cmake.in",
+                 "torch/cutegen_pack_torch.cpp", "torch/cutegen_pack_torch.py", "COVERAGE.md", "pack.json"):
+        assert need in files
+    meta = json.loads(files["pack.json"])
+    assert meta["coverage"]["shapes"] == 3 and len(meta["kernels"]) == 1
+    assert meta["classes"][0]["uncovered"].startswith("this pack has no kernel for operands below 16-byte")
+    # the kernel's own bytes are those cutegen renders for it (its C ABI unchanged)
+    plan = next(t for p, t in files.items() if p.endswith("plan.cu"))
+    assert '#include "kernel.cu"' in plan and "#define cutegen_gemm cutegen_" in plan
+    assert "plan_run" in plan and "cudaFuncSetAttribute" in plan
+
+
+def test_dispatch_source_holds_the_selection(tiny_pack):
+    _, files = tiny_pack
+    src = files["src/dispatch.cpp"]
+    for m in (1, 16, 128):
+        assert f"{{{m}, 4096, 4096, 1, 0, 0, \"exact shape proj m{m}n4096k4096" in src
+    assert "kNKBuckets[1][kBuckets]" in src
+
+
+def test_torch_extension_rendering(tiny_pack):
+    _, files = tiny_pack
+    cpp = files["torch/cutegen_pack_torch.cpp"]
+    assert 'm.def("gemm(Tensor a, Tensor b, Tensor? bias=None) -> Tensor")' in cpp
+    assert "TORCH_LIBRARY_IMPL(cutegen, CUDA, m)" in cpp and "getCurrentCUDAStream" in cpp
+    py = files["torch/cutegen_pack_torch.py"]
+    ast.parse(py)
+    assert 'register_fake("cutegen::gemm")' in py and "torch.bfloat16: torch.bfloat16" in py
+
+
+def test_cli_writes_then_check_passes_then_catches_drift(tmp_path, capsys):
+    f = _write(tmp_path, TINY)
+    out = tmp_path / "out"
+    args = ["pack", f, "-o", str(out), "--max-kernels", "1", "--target", "h100-sxm", "--target", "h200"]
+    assert main(args) == 0
+    assert (out / "h100-sxm" / "pack.json").is_file() and (out / "h200" / "pack.json").is_file()
+    h200 = json.loads((out / "h200" / "pack.json").read_text())
+    assert h200["target"]["hbm_bytes_per_s"] == 4.8e12
+    assert main(args + ["--check"]) == 0
+    (out / "h200" / "COVERAGE.md").write_text("edited\n")
+    (out / "h100-sxm" / "kernels" / "stale.txt").write_text("x")
+    (out / "h100-sxm" / "build").mkdir()
+    (out / "h100-sxm" / "build" / "user.o").write_text("not ours")
+    capsys.readouterr()
+    assert main(args + ["--check"]) == 1
+    said = capsys.readouterr().out
+    assert "h200/COVERAGE.md" in said and "kernels/stale.txt" in said and "user.o" not in said
+    assert main(args) == 0
+    assert not (out / "h100-sxm" / "kernels" / "stale.txt").exists()
+    assert (out / "h100-sxm" / "build" / "user.o").exists()
+    assert main(args + ["--check"]) == 0
+
+
+def test_cli_refuses_bad_options(tmp_path, capsys):
+    f = _write(tmp_path, TINY)
+    assert main(["pack", f, "-o", str(tmp_path / "o"), "--max-kernels", "0"]) != 0
+    assert "--max-kernels" in capsys.readouterr().err
+    assert main(["pack", f, "-o", str(tmp_path / "o"), "--name", "has space"]) != 0
+    assert "--name" in capsys.readouterr().err
