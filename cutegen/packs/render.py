@@ -47,7 +47,8 @@ def add_fallbacks(sel: Selection, say=lambda msg: None) -> dict[str, Fallback]:
 def coverage(sel: Selection) -> dict:
     rows = []
     for r in sel.rows:
-        rows.append({"shape": r.shape.label, "weight": round(r.shape.weight, 6),
+        q = r.shape.problem
+        rows.append({"shape": r.shape.label, "m": q.m, "n": q.n, "k": q.k, "batch": q.batch, "weight": round(r.shape.weight, 6),
                      "kernel": None if r.kernel is None else kernel_name(sel, r.kernel),
                      "time_us": None if r.time_us is None else round(r.time_us, 3),
                      "best_us": None if r.best_us is None else round(r.best_us, 3),

@@ -1,0 +1,193 @@
+"""GPU half of bench/gpu_pack.sh: validate and time a built kernel pack's PyTorch op against torch.matmul.
+
+    python3 bench/gpu_pack.py PACK_DIR EXTENSION.so OUT_JSON [--budget-s 240]
+
+Needs only torch (no cutegen import: the GPU machine has no egglog). Phases, each checked against the
+budget so the run ends in time:
+  1. validate every shape of pack.json's coverage table and shapes outside it (M off the sample
+     points, N/K outside the set, unaligned N and K, a padded and an unaligned leading dimension,
+     a misaligned base pointer) against a float32 reference on random inputs;
+  2. time each set shape end to end through the op and through torch.matmul (CUDA events, same
+     inputs, interleaved; median of 20 after 5 warm-up calls);
+  3. capture the op in a CUDA graph for M = 1, 16, 128, replay on new inputs, validate;
+  4. host cost per call for M = 1, 16, 128 (N = K = 4096): 200 back-to-back calls then one
+     synchronize, through the op, through the bare plan API (cutegen::host_cost) and torch.matmul;
+  5. torch.compile(fullgraph=True) of a function calling the op (the fake implementation).
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+TOL = 2e-2          # bf16 output of a float32 accumulation: max |err| / max |ref|
+
+
+def load_op(pack_dir: str, so: str):
+    name = json.load(open(os.path.join(pack_dir, "pack.json")))["name"]
+    spec = importlib.util.spec_from_file_location("pack_torch", os.path.join(pack_dir, "torch", f"{name}_torch.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.load(so)
+
+
+def operands(m, n, k, *, lda=None, offset=0, gen=None):
+    """x (M x K, row-major, leading dimension lda) and b = W^T (K x N, column-major) as a model has them."""
+    lda = lda or k
+    buf = torch.randn(m * lda + offset, device="cuda", dtype=torch.float32, generator=gen).to(torch.bfloat16)
+    a = buf[offset:offset + m * lda].view(m, lda)[:, :k]
+    w = torch.randn(n, k, device="cuda", dtype=torch.float32, generator=gen).to(torch.bfloat16)
+    return a, w.t()
+
+
+def rel_err(out, a, b):
+    ref = a.float() @ b.float()
+    return float((out.float() - ref).abs().max() / ref.abs().max().clamp_min(1e-6))
+
+
+def time_us(fn, iters=20, warm=5):
+    for _ in range(warm):
+        fn()
+    evs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
+    for s, e in evs:
+        s.record()
+        fn()
+        e.record()
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) * 1e3 for s, e in evs)
+
+
+def main():
+    pack_dir, so, out_json = sys.argv[1:4]
+    budget = float(sys.argv[sys.argv.index("--budget-s") + 1]) if "--budget-s" in sys.argv else 240.0
+    t_start = time.time()
+    left = lambda: budget - (time.time() - t_start)  # noqa: E731
+    meta = json.load(open(os.path.join(pack_dir, "pack.json")))
+    ops = load_op(pack_dir, so)
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    res = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "pack": meta["name"],
+           "target": meta["target"]["kind"], "kernels": len(meta["kernels"]), "validate": [], "time": [],
+           "graph": [], "host": [], "compile": None, "skipped": []}
+    rows = meta["coverage"]["rows"]
+    set_shapes = [(r["m"], r["n"], r["k"], r["shape"]) for r in rows]
+    outside = [(3, 6144, 4096, "M off the samples"), (1000, 5000, 4096, "N outside the set"),
+               (77, 4096, 3000, "K outside the set"), (7, 4095, 4096, "unaligned N"),
+               (33, 4096, 4095, "unaligned K")]
+    print(f"phase 1: validate {len(set_shapes)} set shapes + {len(outside) + 3} outside", flush=True)
+    fb0 = ops.pack_fallbacks()
+    for m, n, k, label in set_shapes + outside:
+        if left() < budget * 0.55:
+            res["skipped"].append(f"validate {label} m{m}n{n}k{k}")
+            continue
+        a, b = operands(m, n, k, gen=gen)
+        before = ops.pack_fallbacks()
+        out = ops.gemm(a, b)
+        err = rel_err(out, a, b)
+        res["validate"].append({"shape": label if "m" in label else f"{label} m{m}n{n}k{k}", "m": m, "n": n, "k": k,
+                                "rel_err": err, "ok": err <= TOL, "explain": ops.explain(a, b),
+                                "path": "torch.matmul fallback" if ops.pack_fallbacks() > before else "pack"})
+    for what, kw in (("padded lda 4104", {"lda": 4104}), ("unaligned lda 4097", {"lda": 4097}),
+                     ("base pointer off by 2 bytes", {"offset": 1})):
+        a, b = operands(64, 4096, 4096, gen=gen, **kw)
+        before = ops.pack_fallbacks()
+        out = ops.gemm(a, b)
+        err = rel_err(out, a, b)
+        res["validate"].append({"shape": f"{what} m64n4096k4096", "m": 64, "n": 4096, "k": 4096, "rel_err": err,
+                                "ok": err <= TOL, "explain": ops.explain(a, b),
+                                "path": "torch.matmul fallback" if ops.pack_fallbacks() > before else "pack"})
+    res["fallbacks"] = ops.pack_fallbacks() - fb0
+
+    print("phase 2: time", flush=True)
+    for m, n, k, label in set_shapes:
+        if left() < budget * 0.2:
+            res["skipped"].append(f"time {label}")
+            continue
+        a, b = operands(m, n, k, gen=gen)
+        t_op = time_us(lambda: ops.gemm(a, b))
+        t_mm = time_us(lambda: torch.matmul(a, b))
+        res["time"].append({"shape": label, "m": m, "n": n, "k": k, "op_us": t_op, "matmul_us": t_mm,
+                            "speedup": t_mm / t_op})
+
+    print("phase 3: CUDA graph", flush=True)
+    for m in (1, 16, 128):
+        a, b = operands(m, 4096, 4096, gen=gen)
+        ops.gemm(a, b)                                   # plan outside the capture
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            out = ops.gemm(a, b)
+        a2, b2 = operands(m, 4096, 4096, gen=gen)
+        a.copy_(a2)
+        b.copy_(b2)
+        g.replay()
+        torch.cuda.synchronize()
+        err = rel_err(out, a, b)
+        t_graph = time_us(g.replay)
+        res["graph"].append({"m": m, "rel_err": err, "ok": err <= TOL, "replay_us": t_graph})
+
+    print("phase 4: host cost", flush=True)
+    for m in (1, 16, 128):
+        a, b = operands(m, 4096, 4096, gen=gen)
+        out = torch.empty(m, 4096, device="cuda", dtype=torch.bfloat16)
+        entry = {"m": m}
+        for what, fn in (("op", lambda: ops.gemm(a, b)), ("matmul", lambda: torch.matmul(a, b))):
+            for _ in range(20):
+                fn()
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(200):
+                fn()
+            t1 = time.perf_counter()
+            torch.cuda.synchronize()
+            t2 = time.perf_counter()
+            entry[f"{what}_host_us"] = (t1 - t0) / 200 * 1e6
+            entry[f"{what}_total_us"] = (t2 - t0) / 200 * 1e6
+        ops.host_cost(a, b, out, 20)
+        torch.cuda.synchronize()
+        entry["plan_api_host_us"] = ops.host_cost(a, b, out, 200)
+        torch.cuda.synchronize()
+        res["host"].append(entry)
+
+    print("phase 5: torch.compile", flush=True)
+    try:
+        f = torch.compile(lambda x, y: ops.gemm(x, y), fullgraph=True)
+        a, b = operands(64, 4096, 4096, gen=gen)
+        err = rel_err(f(a, b), a, b)
+        res["compile"] = {"ok": err <= TOL, "rel_err": err}
+    except Exception as e:  # reported, not hidden
+        res["compile"] = {"ok": False, "error": f"{type(e).__name__}: {e}"[:500]}
+
+    sp = [t["speedup"] for t in res["time"]]
+    res["geomean_speedup"] = math.exp(sum(map(math.log, sp)) / len(sp)) if sp else None
+    res["min_speedup"] = min(sp) if sp else None
+    with open(out_json, "w") as f:
+        json.dump(res, f, indent=1)
+    bad = [v for v in res["validate"] + res["graph"] if not v["ok"]]
+    print(f"\nvalidated {len(res['validate']) - len([v for v in res['validate'] if not v['ok']])}/"
+          f"{len(res['validate'])} shapes (fallbacks to torch.matmul: {res['fallbacks']}); graph "
+          f"{sum(g['ok'] for g in res['graph'])}/{len(res['graph'])}; torch.compile {res['compile']}")
+    for v in res["validate"]:
+        if v["path"] != "pack" or not v["ok"]:
+            print(f"  {v['shape']}: {v['path']}, rel err {v['rel_err']:.2e}; {v['explain'][:160]}")
+    print("\nhost cost per call (us): M | op host | op total | plan API host | matmul host | matmul total")
+    for h in res["host"]:
+        print(f"  {h['m']:4d} | {h['op_host_us']:7.2f} | {h['op_total_us']:7.2f} | {h['plan_api_host_us']:7.2f} | "
+              f"{h['matmul_host_us']:7.2f} | {h['matmul_total_us']:7.2f}")
+    print(f"\nend to end through the op vs torch.matmul: {len(sp)} shapes, geomean {res['geomean_speedup']}, "
+          f"min {res['min_speedup']}; under 0.9x: {sum(1 for s in sp if s < 0.9)}")
+    worst = sorted(res["time"], key=lambda t: t["speedup"])[:8]
+    for t in worst:
+        print(f"  {t['shape']}: op {t['op_us']:.1f} us, matmul {t['matmul_us']:.1f} us, {t['speedup']:.3f}x")
+    if res["skipped"]:
+        print(f"skipped for time: {len(res['skipped'])}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
