@@ -1,4 +1,8 @@
-"""cutegen pack: a set of GEMM shapes in, a dispatching kernel library out (CMake package + PyTorch op)."""
+"""cutegen pack: a set of GEMM shapes in, a dispatching kernel library out (CMake package + PyTorch op).
+
+The command writes source only (searching and rendering run on this machine); the pack's own CMake
+project compiles its kernels in parallel (``cmake --build B -j N``), on whatever machine builds it.
+"""
 from __future__ import annotations
 
 import argparse
@@ -24,11 +28,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="use measured times from this results database ('default': cutegen.results' default "
                         "path); without it the selection uses the cost model's predictions only")
     p.add_argument("--check", action="store_true", help="write nothing; exit 1 naming every file that would change")
-    try:
-        from .. import executor
-        executor.add_arguments(p)
-    except ImportError:  # the executor (issue 13) is not on this branch yet
-        pass
 
 
 def _open_db(spec: str | None):

@@ -88,7 +88,8 @@ def _measured(db: Any, target: Target, problem: GemmProblem) -> dict[str, tuple[
         return {}
     out: dict[str, tuple[KernelConfig, float]] = {}
     for m in db.measurements(device_kind=target.kind, problem=problem):
-        if not m.validated or m.backend not in ("cutlass", None):
+        # only benchmark timings of validated cutegen C++ kernels (not a validation run's single call)
+        if not m.validated or m.backend != "cutlass" or not getattr(m, "is_benchmark", True):
             continue
         key = m.config.to_json()
         if key not in out or m.median_us < out[key][1]:
