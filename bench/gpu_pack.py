@@ -76,9 +76,9 @@ def main():
            "graph": [], "host": [], "compile": None, "skipped": []}
     rows = meta["coverage"]["rows"]
     set_shapes = [(r["m"], r["n"], r["k"], r["shape"]) for r in rows]
-    outside = [(3, 6144, 4096, "M off the samples"), (1000, 5000, 4096, "N outside the set"),
-               (77, 4096, 3000, "K outside the set"), (7, 4095, 4096, "unaligned N"),
-               (33, 4096, 4095, "unaligned K")]
+    outside = [(m, n, k, f"{what} m{m}n{n}k{k}") for m, n, k, what in (
+        (3, 6144, 4096, "M off the samples"), (1000, 5000, 4096, "N outside the set"),
+        (77, 4096, 3000, "K outside the set"), (7, 4095, 4096, "unaligned N"), (33, 4096, 4095, "unaligned K"))]
     print(f"phase 1: validate {len(set_shapes)} set shapes + {len(outside) + 3} outside", flush=True)
     fb0 = ops.pack_fallbacks()
     for m, n, k, label in set_shapes + outside:
@@ -89,7 +89,7 @@ def main():
         before = ops.pack_fallbacks()
         out = ops.gemm(a, b)
         err = rel_err(out, a, b)
-        res["validate"].append({"shape": label if "m" in label else f"{label} m{m}n{n}k{k}", "m": m, "n": n, "k": k,
+        res["validate"].append({"shape": label, "m": m, "n": n, "k": k,
                                 "rel_err": err, "ok": err <= TOL, "explain": ops.explain(a, b),
                                 "path": "torch.matmul fallback" if ops.pack_fallbacks() > before else "pack"})
     for what, kw in (("padded lda 4104", {"lda": 4104}), ("unaligned lda 4097", {"lda": 4097}),

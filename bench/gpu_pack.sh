@@ -29,7 +29,10 @@ BUILD_END_S=${BUILD_END_S:-300}
 CUTLASS=${CUTEGEN_CUTLASS_INCLUDE:-$REPO/oracles/.cutlass}
 export PYTHONUNBUFFERED=1
 command -v nvcc > /dev/null || export PATH="$PATH:/usr/local/cuda/bin"
-CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(command -v nvcc)")")}
+# The toolkit root (headers, libcudart): nvcc may be a wrapper script outside it.
+for c in "${CUDA_HOME:-}" "$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")" /usr/local/cuda; do
+  [ -n "$c" ] && [ -f "$c/include/cuda_runtime.h" ] && { CUDA_HOME=$c; break; }
+done
 phase() { echo; echo "=== [$(elapsed) s] $*"; }
 
 phase "environment"
@@ -89,7 +92,7 @@ EOF
 )"
 for STD in c++17 c++20; do
   g++ -std=$STD -O2 -fPIC -shared -D_GLIBCXX_USE_CXX11_ABI=$TORCH_ABI $TORCH_INC -I "$CUDA_HOME/include" \
-    -I "$PACK/include" "$PACK/torch/${NAME}_torch.cpp" -o "$SO" -Wl,--whole-archive "$LIB" -Wl,--no-whole-archive \
+    -I "$PACK/include" "$PACK/torch/${NAME}_torch.cpp" -o "$SO" "$LIB" \
     $TORCH_LIB -lc10 -lc10_cuda -ltorch -ltorch_cpu -ltorch_cuda -L "$CUDA_HOME/lib64" -lcudart \
     >> "$OUT/build.txt" 2>&1 && break
 done

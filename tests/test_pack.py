@@ -256,3 +256,19 @@ def test_committed_llm_packs_match_their_manifests_and_dispatch():
         for r in meta["coverage"]["rows"]:
             j = names.index(r["kernel"])
             assert f"{{{r['m']}, {r['n']}, {r['k']}, 1, 0, {j}, \"exact shape {r['shape']} " in src
+
+
+def test_epilogue_classes_render_their_plan_entry_points(tmp_path):
+    """A bias + ReLU class and a void-C class: the plan sets the bias pointer, and never a C pointer
+    for void C; the header lists both classes and the torch op maps dtypes through them."""
+    f = _write(tmp_path, '[[shape]]\nname="bias"\ndtype="bf16"\nlayout="tn"\nbias=true\nactivation="relu"\n'
+                         'm=256\nn=1024\nk=1024\n[[shape]]\nname="voidc"\ndtype="bf16"\nlayout="tn"\n'
+                         'dtype_c="void"\nm=256\nn=1024\nk=1024\n')
+    files = packs.make_pack(f, "h100-sxm", max_kernels=2, tolerance=0.03)
+    meta = json.loads(files["pack.json"])
+    assert [c["name"] for c in meta["classes"]] == ["bf16_tn_cbf16dbf16_bias_relu", "bf16_tn_cvoiddbf16"]
+    plans = {meta["kernels"][i]["class"]: files[f"kernels/{k['dir']}/plan.cu"] for i, k in enumerate(meta["kernels"])}
+    assert "epilogue.thread.bias_ptr" in plans[0] and "ptr_C" in plans[0]
+    assert "epilogue.thread.bias_ptr" not in plans[1] and "ptr_C" not in plans[1]
+    header = files["include/cutegen_pack.h"]
+    assert "#define CUTEGEN_PACK_CLASS_1 1" in header and "CUTEGEN_PACK_CLASS_2" not in header
