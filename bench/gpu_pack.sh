@@ -3,11 +3,11 @@
 # Runs on the device machine from the repository root, inside 8 minutes; writes everything under $OUT.
 #
 #   here, once:   bash oracles/prepare_cutlass_headers.sh      # CUTLASS headers -> oracles/.cutlass
-#                 cutegen pack examples/pack/llm.toml -o generated/packs/llm --target h100-sxm --target h200
+#                 cutegen pack examples/pack/llm.toml -o bench/packs/llm --target h100-sxm --target h200
 #   device call:  bash bench/gpu_pack.sh                       # carry: ["oracles/.cutlass"]
 #
 # Phases:
-#   1. build the pack for this device kind (generated/packs/llm/<kind>, picked from the GPU's name) with
+#   1. build the pack for this device kind (bench/packs/llm/<kind>, picked from the GPU's name) with
 #      its own CMake project when cmake is on the machine, else the same compiles by hand; 16 jobs;
 #      the compile time of the pack is reported;
 #   2. build the PyTorch extension (torch/<name>_torch.cpp) against torch's headers and the pack library;
@@ -46,7 +46,7 @@ case "$GPU" in
   *H20*) KIND=h20 ;;
   *) KIND=h100-sxm ;;
 esac
-PACK=${PACK:-$REPO/generated/packs/llm/$KIND}
+PACK=${PACK:-$REPO/bench/packs/llm/$KIND}
 [ -f "$PACK/pack.json" ] || { echo "gpu_pack: no pack at $PACK (run cutegen pack here first)"; exit 2; }
 [ -f "$CUTLASS/include/cutlass/version.h" ] || { echo "gpu_pack: CUTLASS headers missing under $CUTLASS (carry oracles/.cutlass)"; exit 2; }
 NAME=$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['name'])" "$PACK/pack.json")

@@ -236,12 +236,12 @@ def test_results_database_drives_the_selection_where_it_has_data(tmp_path):
 
 
 def test_committed_llm_packs_match_their_manifests_and_dispatch():
-    """generated/packs/llm (examples/pack/llm.toml): each kernel re-renders byte for byte from its manifest
+    """bench/packs/llm (examples/pack/llm.toml): each kernel re-renders byte for byte from its manifest
     (the full `cutegen pack --check` searches 165 shapes per target, minutes here), and the dispatch table
     holds every shape of the coverage table with the kernel it names."""
     from pathlib import Path
     from cutegen.render import render_manifest
-    root = Path(__file__).resolve().parent.parent / "generated" / "packs" / "llm"
+    root = Path(__file__).resolve().parent.parent / "bench" / "packs" / "llm"
     kinds = sorted(p.name for p in root.iterdir() if p.is_dir())
     assert kinds == ["h100-sxm", "h200"]
     for kind in kinds:
