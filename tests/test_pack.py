@@ -11,7 +11,6 @@ from cutegen import packs
 from cutegen.cli import main
 from cutegen.errors import CutegenError, FieldError
 from cutegen.packs import dispatch, select, shapes, targets
-from cutegen.search import cost
 
 TINY = """
 [[shape]]
@@ -70,14 +69,22 @@ def test_duplicate_names_and_missing_file(tmp_path):
 
 
 # --- targets ---------------------------------------------------------------------------------------
-def test_priced_for_changes_and_restores_the_model():
-    before = (cost.SMS, cost.HBM_BYTES_PER_S, dict(cost.ACTIVE_CTAS))
-    with targets.priced_for(targets.target("h100-pcie")):
-        assert cost.SMS == 114 and cost.HBM_BYTES_PER_S == 2.0e12
-        assert all(v <= 114 and v % c == 0 for c, v in cost.ACTIVE_CTAS.items())
-    assert (cost.SMS, cost.HBM_BYTES_PER_S, cost.ACTIVE_CTAS) == before
+def test_targets_are_the_results_database_kinds_priced_as_search_device():
+    pcie = targets.target("h100-pcie")
+    assert pcie.sms == 114 and pcie.rates is not None and pcie.rates.sms == 114
+    assert targets.target("h100-sxm").rates is None          # the model as calibrated
     with pytest.raises(FieldError, match="--target"):
         targets.target("a100")
+
+
+def test_a_target_with_fewer_sms_prices_the_same_kernel_slower(tmp_path):
+    pts = shapes.expand(shapes.load(_write(tmp_path, TINY)), 132)
+    sxm = select.select(pts, targets.target("h100-sxm"), max_kernels=1, tolerance=0.03)
+    k = sxm.kernels[0].config
+    p = pts[-1].problem                                        # M = 128: more tiles than one wave of 114?
+    t_sxm = select.predicted_time(p, k, targets.target("h100-sxm").rates)
+    t_pcie = select.predicted_time(p, k, targets.target("h100-pcie").rates)
+    assert t_pcie > t_sxm
 
 
 # --- selection -------------------------------------------------------------------------------------
@@ -193,7 +200,7 @@ def test_cli_writes_then_check_catches_drift(tmp_path, capsys):
     assert main(base + ["--target", "h100-sxm", "--target", "h200"]) == 0
     assert (out / "h100-sxm" / "pack.json").is_file() and (out / "h200" / "pack.json").is_file()
     h200 = json.loads((out / "h200" / "pack.json").read_text())
-    assert h200["target"]["hbm_bytes_per_s"] == 4.8e12
+    assert h200["target"]["kind"] == "h200" and h200["target"]["hbm_bytes_per_s"] == 4.8e12
     (out / "h200" / "COVERAGE.md").write_text("edited\n")
     (out / "h100-sxm" / "kernels" / "stale.txt").write_text("x")
     (out / "h100-sxm" / "build").mkdir()

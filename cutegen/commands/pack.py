@@ -15,14 +15,15 @@ HELP = "generate a kernel pack for a shapes file: selection, dispatch, plan API,
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from ..packs.targets import TARGETS
+    from ..packs.targets import kinds
     p.add_argument("shapes", help="shapes TOML ([[shape]] tables; M, N, K as numbers, lists or {min, max})")
     p.add_argument("-o", "--out", required=True, help="output folder; one pack per target in OUT/<target>/")
     p.add_argument("--max-kernels", type=int, default=16, help="at most this many kernels per pack (default 16)")
     p.add_argument("--tolerance", type=float, default=0.03,
                    help="a shape is covered within this fraction of its best known time (default 0.03)")
-    p.add_argument("--target", action="append", choices=sorted(TARGETS), metavar="KIND",
-                   help=f"device kind, repeatable ({', '.join(TARGETS)}; default h100-sxm)")
+    p.add_argument("--target", action="append", choices=kinds(), metavar="KIND",
+                   help=f"device kind, repeatable ({', '.join(kinds())}; default h100-sxm); its SM count, "
+                        "bandwidth and peak price the candidates, as `cutegen search --device`")
     p.add_argument("--name", default="cutegen_pack", help="library, CMake package and target name")
     p.add_argument("--db", metavar="PATH",
                    help="use measured times from this results database ('default': cutegen.results' default "

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from ..dtypes import DTYPES
 from ..problem import GemmProblem
 from .select import Selection, class_key, predicted_time
-from .targets import priced_for
 
 BUCKETS = 31
 MASK = (1 << 64) - 1
@@ -70,7 +69,7 @@ def _pick(kernels: list[int], sel: Selection, problems: list[GemmProblem]) -> in
     (a kernel that cannot run a problem scores 1e9 there); ties go to the earlier kernel."""
     totals = [0.0] * len(kernels)
     for p in problems:
-        ts = [predicted_time(p, sel.kernels[j].config) for j in kernels]
+        ts = [predicted_time(p, sel.kernels[j].config, sel.target.rates) for j in kernels]
         best = min((t for t in ts if t is not None), default=None)
         for i, t in enumerate(ts):
             totals[i] += (t / best) if (t is not None and best) else 1e9
@@ -102,21 +101,20 @@ def tables(sel: Selection, fallbacks: dict[str, Fallback], kernel_names: list[st
     exact, exact_probes = hash_table(exact_items, {"M": 0, "N": 0, "K": 0, "batch": 0, "cls": -1, "kernel": -1,
                                                    "why": ""})
     nk_rows, nk_items = [], []
-    with priced_for(sel.target):
-        for (c, n, k), p in sorted(nk_keys.items()):
-            row = [_pick(by_class[c], sel, [p.replace(m=m) for m in bucket_points(b)]) for b in range(BUCKETS)]
-            nk_items.append(((c, 0, n, k, 0), {"N": n, "K": k, "cls": c, "row": len(nk_rows)}))
-            nk_rows.append(row)
-        classes = []
-        for c, key in enumerate(sel.classes):
-            ps = [p for (cc, _, _), p in sorted(nk_keys.items()) if cc == c]
-            proto = ps[0] if ps else None
-            by_bucket = ([_pick(by_class[c], sel, [q.replace(m=m) for q in ps for m in bucket_points(b)])
-                          for b in range(BUCKETS)] if proto and c in by_class else [-1] * BUCKETS)
-            fb = fallbacks.get(key) or Fallback(None, None, "no fallback was searched")
-            first = sel.kernels[by_class[c][0]] if c in by_class else None
-            p = first.problem if first else proto
-            classes.append(class_context(p, by_bucket, fb))
+    for (c, n, k), p in sorted(nk_keys.items()):
+        row = [_pick(by_class[c], sel, [p.replace(m=m) for m in bucket_points(b)]) for b in range(BUCKETS)]
+        nk_items.append(((c, 0, n, k, 0), {"N": n, "K": k, "cls": c, "row": len(nk_rows)}))
+        nk_rows.append(row)
+    classes = []
+    for c, key in enumerate(sel.classes):
+        ps = [p for (cc, _, _), p in sorted(nk_keys.items()) if cc == c]
+        proto = ps[0] if ps else None
+        by_bucket = ([_pick(by_class[c], sel, [q.replace(m=m) for q in ps for m in bucket_points(b)])
+                      for b in range(BUCKETS)] if proto and c in by_class else [-1] * BUCKETS)
+        fb = fallbacks.get(key) or Fallback(None, None, "no fallback was searched")
+        first = sel.kernels[by_class[c][0]] if c in by_class else None
+        p = first.problem if first else proto
+        classes.append(class_context(p, by_bucket, fb))
     nk, nk_probes = hash_table(nk_items, {"N": 0, "K": 0, "cls": -1, "row": -1})
     return {"exact": exact, "exact_probes": exact_probes, "exact_count": len(exact_items),
             "nk": nk, "nk_probes": nk_probes, "nk_rows": nk_rows or [[-1] * BUCKETS], "classes": classes}
@@ -143,7 +141,7 @@ def describe_class(p: GemmProblem) -> str:
             f"{p.alignment_a}/{p.alignment_b}/{p.alignment_c} elements")
 
 
-def find_fallback(p: GemmProblem, say=lambda msg: None):
+def find_fallback(p: GemmProblem, device: str | None = None, say=lambda msg: None):
     """The legal kernel with the smallest alignment the search accepts for ``p``'s class, below the
     class's own: (alignment, config, problem) or (None, None, reason)."""
     from ..search import search
@@ -151,7 +149,7 @@ def find_fallback(p: GemmProblem, say=lambda msg: None):
     a = min(p.alignment_a, p.alignment_b, p.alignment_c) // 2
     while a >= 1:
         q = p.replace(alignment_a=a, alignment_b=a, alignment_c=a)
-        result = search(q, 1)
+        result = search(q, 1, device=device)
         if result.ranked:
             return (a, a, a), result.ranked[0].config, q
         rules = sorted(result.pruned_by_rule, key=lambda r: -result.pruned_by_rule[r])[:3]

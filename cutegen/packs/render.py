@@ -13,7 +13,6 @@ from ..search import cost as costmod
 from .dispatch import Fallback, find_fallback, tables
 from .select import Kernel, Selection, class_key, geomean
 from .shapes import SAMPLING_NOTE
-from .targets import priced_for
 
 TORCH_DTYPES = {"bf16": ("at::kBFloat16", "torch.bfloat16"), "f16": ("at::kHalf", "torch.float16"),
                 "tf32": ("at::kFloat", "torch.float32"), "f32": ("at::kFloat", "torch.float32"),
@@ -29,18 +28,17 @@ def add_fallbacks(sel: Selection, say=lambda msg: None) -> dict[str, Fallback]:
     """For each class, the smallest-alignment legal kernel the search finds (appended to the pack's
     kernels), or the reason there is none."""
     out = {}
-    with priced_for(sel.target):
-        for cls in sel.classes:
-            served = [k for k in sel.kernels if k.cls == cls]
-            if not served:
-                continue
-            alignment, config, problem = find_fallback(served[0].problem)
-            if config is None:
-                out[cls] = Fallback(None, None, problem)
-                say(f"  {served[0].problem.kernel_class_name}: {problem}")
-                continue
-            sel.kernels.append(Kernel("fallback:" + cls, config, problem))
-            out[cls] = Fallback(alignment, len(sel.kernels) - 1, "")
+    for cls in sel.classes:
+        served = [k for k in sel.kernels if k.cls == cls]
+        if not served:
+            continue
+        alignment, config, problem = find_fallback(served[0].problem, sel.target.kind)
+        if config is None:
+            out[cls] = Fallback(None, None, problem)
+            say(f"  {served[0].problem.kernel_class_name}: {problem}")
+            continue
+        sel.kernels.append(Kernel("fallback:" + cls, config, problem))
+        out[cls] = Fallback(alignment, len(sel.kernels) - 1, "")
     return out
 
 
@@ -95,21 +93,20 @@ def pack_files(sel: Selection, fallbacks: dict[str, Fallback], name: str, shapes
     files: dict[str, str] = {}
     kernels_ctx = []
     cls_index = {c: i for i, c in enumerate(sel.classes)}
-    with priced_for(sel.target):
-        for j, k in enumerate(sel.kernels):
-            t, bd = costmod.config_cost(k.problem, k.config, k.config.stages)
-            cost = {"model": "cutegen.search.cost", "target": sel.target.kind, "predicted_us": t, "breakdown": bd}
-            rk = render_kernel(k.problem, k.config, "cutlass", cost=cost)
-            kdir = f"k{j:02d}_{rk.kernel_hash}"
-            for fname, text in rk.files.items():
-                files[f"kernels/{kdir}/{fname}"] = text
-            ctx = render_mod.template_context(k.problem, rk.config, "cutlass")
-            files[f"kernels/{kdir}/plan.cu"] = env.get_template("cutegen_plan.inc.j2").render(
-                kernel_hash=rk.kernel_hash, name=kernel_name(sel, j), c_is_void=ctx["c_is_void"],
-                has_bias=ctx["has_bias"], bias_element=ctx["bias_element"])
-            base = k.cls[len("fallback:"):] if k.cls.startswith("fallback:") else k.cls
-            kernels_ctx.append({"hash": rk.kernel_hash, "name": kernel_name(sel, j), "dir": kdir,
-                                "cls": cls_index[base]})
+    for j, k in enumerate(sel.kernels):
+        t, bd = costmod.config_cost(k.problem, k.config, k.config.stages, device=sel.target.rates)
+        cost = {"model": "cutegen.search.cost", "target": sel.target.kind, "predicted_us": t, "breakdown": bd}
+        rk = render_kernel(k.problem, k.config, "cutlass", cost=cost)
+        kdir = f"k{j:02d}_{rk.kernel_hash}"
+        for fname, text in rk.files.items():
+            files[f"kernels/{kdir}/{fname}"] = text
+        ctx = render_mod.template_context(k.problem, rk.config, "cutlass")
+        files[f"kernels/{kdir}/plan.cu"] = env.get_template("cutegen_plan.inc.j2").render(
+            kernel_hash=rk.kernel_hash, name=kernel_name(sel, j), c_is_void=ctx["c_is_void"],
+            has_bias=ctx["has_bias"], bias_element=ctx["bias_element"])
+        base = k.cls[len("fallback:"):] if k.cls.startswith("fallback:") else k.cls
+        kernels_ctx.append({"hash": rk.kernel_hash, "name": kernel_name(sel, j), "dir": kdir,
+                            "cls": cls_index[base]})
     notes = [SAMPLING_NOTE] + sel.notes
     for cls, fb in fallbacks.items():
         if fb.kernel is None:
@@ -130,7 +127,8 @@ def pack_files(sel: Selection, fallbacks: dict[str, Fallback], name: str, shapes
     files["COVERAGE.md"] = coverage_markdown(sel, cov, notes)
     files["pack.json"] = json.dumps({
         "name": name, "target": {"kind": sel.target.kind, "sms": sel.target.sms,
-                                 "hbm_bytes_per_s": sel.target.hbm_bytes_per_s},
+                                 "hbm_bytes_per_s": sel.target.hbm_bytes_per_s,
+                                 "prior_hbm_bytes_per_s": sel.target.prior_hbm_bytes_per_s},
         "shapes_file": shapes_file, "tolerance": sel.tolerance, "max_kernels": sel.max_kernels,
         "cutegen": __version__, "notes": notes,
         "classes": [{"index": i, "name": c["name"], "describe": c["describe"],

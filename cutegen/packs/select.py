@@ -19,7 +19,7 @@ from ..config import KernelConfig
 from ..errors import CutegenError, FieldError
 from ..problem import GemmProblem
 from .shapes import Shape
-from .targets import Target, priced_for
+from .targets import Target
 
 TOP_K = 8           # candidates each shape contributes to its class's pool
 
@@ -72,14 +72,15 @@ class Selection:
         return None if t is None else t[0]
 
 
-def predicted_time(problem: GemmProblem, config: KernelConfig) -> float | None:
-    """The cost model's time for ``config`` on ``problem``, or None when a rule forbids the pair."""
+def predicted_time(problem: GemmProblem, config: KernelConfig, rates=None) -> float | None:
+    """The cost model's time for ``config`` on ``problem`` (priced with ``rates``, a ``cost.Rates`` or
+    None for the model's own), or None when a rule forbids the pair."""
     from ..legality import check_config
     from ..search import cost
     rep = check_config(problem, config)
     if not rep.legal:
         return None
-    return cost.config_cost(problem, rep.config, rep.stages)[0]
+    return cost.config_cost(problem, rep.config, rep.stages, device=rates)[0]
 
 
 def _measured(db: Any, target: Target, problem: GemmProblem) -> dict[str, tuple[KernelConfig, float]]:
@@ -108,32 +109,32 @@ def select(shapes: list[Shape], target: Target, *, max_kernels: int, tolerance: 
     pool: dict[str, dict[str, KernelConfig]] = {}           # class -> config JSON -> config
     measured: dict[int, dict[str, tuple[KernelConfig, float]]] = {}
     notes: list[str] = []
-    with priced_for(target):
-        for i, s in enumerate(shapes):
-            cls = class_key(s.problem)
-            if cls not in pool:
-                classes.append(cls)
-                pool[cls] = {}
-            result = search(s.problem, top_k)
-            for r in result.ranked:
-                pool[cls].setdefault(r.config.to_json(), r.config)
-            measured[i] = _measured(db, target, s.problem)
-            for key, (cfg, _) in measured[i].items():
-                pool[cls].setdefault(key, cfg)
-            if (i + 1) % 25 == 0:
-                say(f"  searched {i + 1}/{len(shapes)} shapes for {target.kind}")
-        # every candidate of the class, priced (or measured) on every shape of the class
-        times: dict[int, dict[str, tuple[float, str]]] = {}
-        for i, s in enumerate(shapes):
-            row: dict[str, tuple[float, str]] = {}
-            for key, cfg in pool[class_key(s.problem)].items():
-                if key in measured[i]:
-                    row[key] = (measured[i][key][1], "measured")
-                    continue
-                t = predicted_time(s.problem, cfg)
-                if t is not None:
-                    row[key] = (t, "predicted")
-            times[i] = row
+    rates = target.rates
+    for i, s in enumerate(shapes):
+        cls = class_key(s.problem)
+        if cls not in pool:
+            classes.append(cls)
+            pool[cls] = {}
+        result = search(s.problem, top_k, device=target.kind)
+        for r in result.ranked:
+            pool[cls].setdefault(r.config.to_json(), r.config)
+        measured[i] = _measured(db, target, s.problem)
+        for key, (cfg, _) in measured[i].items():
+            pool[cls].setdefault(key, cfg)
+        if (i + 1) % 25 == 0:
+            say(f"  searched {i + 1}/{len(shapes)} shapes for {target.kind}")
+    # every candidate of the class, priced (or measured) on every shape of the class
+    times: dict[int, dict[str, tuple[float, str]]] = {}
+    for i, s in enumerate(shapes):
+        row: dict[str, tuple[float, str]] = {}
+        for key, cfg in pool[class_key(s.problem)].items():
+            if key in measured[i]:
+                row[key] = (measured[i][key][1], "measured")
+                continue
+            t = predicted_time(s.problem, cfg, rates)
+            if t is not None:
+                row[key] = (t, "predicted")
+        times[i] = row
     n_classes = sum(1 for c in classes if any(times[i] for i, s in enumerate(shapes) if class_key(s.problem) == c))
     if max_kernels < n_classes:
         raise FieldError("--max-kernels", f"{max_kernels} is fewer than the {n_classes} kernel classes "

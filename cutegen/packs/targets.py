@@ -1,57 +1,44 @@
-"""Device kinds a pack can be generated for, and the cost model set to one of them.
+"""Device kinds a pack can be generated for: the results database's kinds (``cutegen.results.KINDS``).
 
-The analytic model (``cutegen.search.cost``) is written for an H100 SXM: 132 SMs and 3.35 TB/s of
-HBM in module constants. A pack for another kind re-prices the same candidates with that kind's SM
-count and bandwidth, so wave quantisation and the memory floor move with the device. Peak MMA rates
-per SM and the fitted L2/store rates stay as they are: the kinds below share the SM (GH100) and only
-the H20's clocks differ, which the model does not know yet (the results database will).
+A pack for a kind is selected with the cost model priced for that kind (its SM count, the bandwidth and
+tensor peak the analytic prior uses: ``cutegen.search.learned.device.rates``, the same rates as
+``cutegen search --device``) and, with ``--db``, that kind's measurements. Where the prior's rates are
+the model's own (h100-sxm, and h200, whose constants were fitted on an H200 with the H100's bandwidth),
+only measurements tell the kinds apart.
 """
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
+from typing import Any
 
 from ..errors import FieldError
 
 
 @dataclass(frozen=True)
 class Target:
-    kind: str            # normalised as cutegen.results.device_kind names it
+    kind: str
     sms: int
-    hbm_bytes_per_s: float
+    hbm_bytes_per_s: float        # the product brief's
+    prior_hbm_bytes_per_s: float  # what the analytic prior prices with
     note: str
 
+    @property
+    def rates(self) -> Any:
+        """``cost.Rates`` for this kind, or None where they are the model's own."""
+        from ..search.learned.device import rates
+        return rates(self.kind)
 
-# SM counts and HBM bandwidth from NVIDIA's product specifications.
-TARGETS = {
-    "h100-sxm": Target("h100-sxm", 132, 3.35e12, "H100 SXM5 80 GB: 132 SMs, HBM3 3.35 TB/s"),
-    "h100-pcie": Target("h100-pcie", 114, 2.0e12, "H100 PCIe 80 GB: 114 SMs, HBM2e 2.0 TB/s"),
-    "h200": Target("h200", 132, 4.8e12, "H200 SXM 141 GB: 132 SMs, HBM3e 4.8 TB/s"),
-    "h20": Target("h20", 78, 4.0e12, "H20 96 GB: 78 SMs, HBM3 4.0 TB/s"),
-}
+
+def kinds() -> list[str]:
+    from ..results import KINDS
+    return list(KINDS)
 
 
 def target(kind: str) -> Target:
-    if kind not in TARGETS:
-        raise FieldError("--target", f"{kind!r} is not one of {', '.join(TARGETS)}")
-    return TARGETS[kind]
-
-
-@contextlib.contextmanager
-def priced_for(t: Target):
-    """Within this block the cost model (and the search, which ranks with it) prices for ``t``.
-
-    The model reads its constants at call time, so they are swapped here and restored on exit.
-    Single-threaded use only: the pack command prices one target at a time.
-    """
-    from ..search import cost
-    saved = (cost.SMS, cost.HBM_BYTES_PER_S, dict(cost.ACTIVE_CTAS))
-    scale = t.sms / saved[0]
-    try:
-        cost.SMS = t.sms
-        cost.HBM_BYTES_PER_S = t.hbm_bytes_per_s
-        # Resident CTAs by cluster size scale with the SM count (GPC granularity strands a share).
-        cost.ACTIVE_CTAS = {c: max(c, int(n * scale) // c * c) for c, n in saved[2].items()}
-        yield t
-    finally:
-        cost.SMS, cost.HBM_BYTES_PER_S, cost.ACTIVE_CTAS = saved[0], saved[1], saved[2]
+    from ..results import KINDS
+    k = KINDS.get(kind)
+    if k is None:
+        raise FieldError("--target", f"{kind!r} is not one of {', '.join(KINDS)}")
+    return Target(k.kind, k.sm_count, k.hbm_gbps * 1e9, k.prior_hbm_gbps * 1e9,
+                  f"{k.kind}: {k.sm_count} SMs, {k.hbm_gbps / 1000:g} TB/s HBM, {k.dense_bf16_tflops:g} TFLOP/s dense "
+                  f"bf16 (the cost model prices {k.prior_hbm_gbps / 1000:g} TB/s)")
