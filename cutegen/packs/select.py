@@ -5,8 +5,10 @@ A candidate "covers" a shape when its time is within ``tolerance`` of the best t
 has for that shape. The cover takes, each round, the kernel that covers the most uncovered weight
 (ties: the lower weighted time on what it newly covers, then the configuration's JSON), until every
 shape is covered or ``max_kernels`` are taken. Each shape then runs on the fastest chosen kernel of
-its class. Times are the search's predictions for the target, or the results database's measured
-medians where it has them (``source`` in the coverage table says which).
+its class. Times are the cost model's predictions for the target; with a results database (``--db``) they come
+from the learned cost model of issue 11 (``cutegen.search.learned.Predictor``): the measured median
+where that kind measured the pair, else the prior times the learned correction, else the prior
+(``source`` in the coverage table says which). The dispatch rules between sample points use the prior.
 """
 from __future__ import annotations
 
@@ -35,7 +37,7 @@ class Row:
     kernel: int | None          # index into Selection.kernels; None: not covered
     time_us: float | None
     best_us: float | None
-    source: str                 # "predicted" or "measured"
+    source: str                 # "predicted" (prior), or with --db: "measured", "learned" or "prior"
     note: str = ""
 
     @property
@@ -83,18 +85,15 @@ def predicted_time(problem: GemmProblem, config: KernelConfig, rates=None) -> fl
     return cost.config_cost(problem, rep.config, rep.stages, device=rates)[0]
 
 
-def _measured(db: Any, target: Target, problem: GemmProblem) -> dict[str, tuple[KernelConfig, float]]:
-    """config JSON -> (config, median us) of validated measurements of this exact problem on the target."""
+def _measured(db: Any, target: Target, problem: GemmProblem) -> dict[str, KernelConfig]:
+    """config JSON -> config of every validated benchmark of this exact problem on the target: they join
+    the candidates, so a kernel the database timed is considered even when the search ranks it lower."""
     if db is None:
         return {}
-    out: dict[str, tuple[KernelConfig, float]] = {}
+    out: dict[str, KernelConfig] = {}
     for m in db.measurements(device_kind=target.kind, problem=problem):
-        # only benchmark timings of validated cutegen C++ kernels (not a validation run's single call)
-        if not m.validated or m.backend != "cutlass" or not getattr(m, "is_benchmark", True):
-            continue
-        key = m.config.to_json()
-        if key not in out or m.median_us < out[key][1]:
-            out[key] = (m.config, float(m.median_us))
+        if m.validated and m.backend == "cutlass" and m.is_benchmark:
+            out.setdefault(m.config.to_json(), m.config)
     return out
 
 
@@ -107,19 +106,25 @@ def select(shapes: list[Shape], target: Target, *, max_kernels: int, tolerance: 
         raise FieldError("--tolerance", f"expected a fraction from 0 to 10 (0.03 = 3%), got {tolerance!r}")
     classes: list[str] = []
     pool: dict[str, dict[str, KernelConfig]] = {}           # class -> config JSON -> config
-    measured: dict[int, dict[str, tuple[KernelConfig, float]]] = {}
     notes: list[str] = []
     rates = target.rates
+    predictor = None
+    if db is not None:
+        # The learned cost model (issue 11) for this kind: exact measurements where the database has
+        # them, else the prior times a correction learned from every kind's data, else the prior.
+        from ..search.learned import Predictor
+        predictor = Predictor(target.kind, db.measurements())
+        say(f"  {target.kind}: {predictor.samples} measured samples of this kind, "
+            + ("a learned correction" if predictor.learned else "no learned correction (too little data)"))
     for i, s in enumerate(shapes):
         cls = class_key(s.problem)
         if cls not in pool:
             classes.append(cls)
             pool[cls] = {}
-        result = search(s.problem, top_k, device=target.kind)
+        result = search(s.problem, top_k, device=target.kind, predictor=predictor)
         for r in result.ranked:
             pool[cls].setdefault(r.config.to_json(), r.config)
-        measured[i] = _measured(db, target, s.problem)
-        for key, (cfg, _) in measured[i].items():
+        for key, cfg in _measured(db, target, s.problem).items():
             pool[cls].setdefault(key, cfg)
         if (i + 1) % 25 == 0:
             say(f"  searched {i + 1}/{len(shapes)} shapes for {target.kind}")
@@ -127,13 +132,20 @@ def select(shapes: list[Shape], target: Target, *, max_kernels: int, tolerance: 
     times: dict[int, dict[str, tuple[float, str]]] = {}
     for i, s in enumerate(shapes):
         row: dict[str, tuple[float, str]] = {}
-        for key, cfg in pool[class_key(s.problem)].items():
-            if key in measured[i]:
-                row[key] = (measured[i][key][1], "measured")
-                continue
-            t = predicted_time(s.problem, cfg, rates)
-            if t is not None:
-                row[key] = (t, "predicted")
+        if predictor is None:
+            for key, cfg in pool[class_key(s.problem)].items():
+                t = predicted_time(s.problem, cfg, rates)
+                if t is not None:
+                    row[key] = (t, "predicted")
+        else:
+            from ..legality import check_config
+            legal = []
+            for key, cfg in pool[class_key(s.problem)].items():
+                rep = check_config(s.problem, cfg)
+                if rep.legal:
+                    legal.append((key, rep.config, rep.stages))
+            for (key, _, _), pred in zip(legal, predictor.predict(s.problem, [(c, st) for _, c, st in legal])):
+                row[key] = (pred.us, pred.source)
         times[i] = row
     n_classes = sum(1 for c in classes if any(times[i] for i, s in enumerate(shapes) if class_key(s.problem) == c))
     if max_kernels < n_classes:
