@@ -46,12 +46,6 @@ extern "C" void cutegen_92644242b8444692_plan_destroy(void*);
 extern "C" int cutegen_92644242b8444692_plan_run(void*, const void*, const void*, const void*, void*, const void*, void*,
                                        size_t, cudaStream_t);
 extern "C" const char* cutegen_92644242b8444692_plan_error(void);
-extern "C" int cutegen_1a298b13491de269_plan_create(const cutegen_pack_shape*, void**);
-extern "C" size_t cutegen_1a298b13491de269_plan_workspace(const void*);
-extern "C" void cutegen_1a298b13491de269_plan_destroy(void*);
-extern "C" int cutegen_1a298b13491de269_plan_run(void*, const void*, const void*, const void*, void*, const void*, void*,
-                                       size_t, cudaStream_t);
-extern "C" const char* cutegen_1a298b13491de269_plan_error(void);
 extern "C" int cutegen_61e327ef67ddde44_plan_create(const cutegen_pack_shape*, void**);
 extern "C" size_t cutegen_61e327ef67ddde44_plan_workspace(const void*);
 extern "C" void cutegen_61e327ef67ddde44_plan_destroy(void*);
@@ -106,12 +100,18 @@ extern "C" void cutegen_844d0b9e62755a06_plan_destroy(void*);
 extern "C" int cutegen_844d0b9e62755a06_plan_run(void*, const void*, const void*, const void*, void*, const void*, void*,
                                        size_t, cudaStream_t);
 extern "C" const char* cutegen_844d0b9e62755a06_plan_error(void);
-extern "C" int cutegen_efa23c6d12dbdd1b_plan_create(const cutegen_pack_shape*, void**);
-extern "C" size_t cutegen_efa23c6d12dbdd1b_plan_workspace(const void*);
-extern "C" void cutegen_efa23c6d12dbdd1b_plan_destroy(void*);
-extern "C" int cutegen_efa23c6d12dbdd1b_plan_run(void*, const void*, const void*, const void*, void*, const void*, void*,
+extern "C" int cutegen_f42dce6a4def77de_plan_create(const cutegen_pack_shape*, void**);
+extern "C" size_t cutegen_f42dce6a4def77de_plan_workspace(const void*);
+extern "C" void cutegen_f42dce6a4def77de_plan_destroy(void*);
+extern "C" int cutegen_f42dce6a4def77de_plan_run(void*, const void*, const void*, const void*, void*, const void*, void*,
                                        size_t, cudaStream_t);
-extern "C" const char* cutegen_efa23c6d12dbdd1b_plan_error(void);
+extern "C" const char* cutegen_f42dce6a4def77de_plan_error(void);
+extern "C" int cutegen_e2493642b12b779e_plan_create(const cutegen_pack_shape*, void**);
+extern "C" size_t cutegen_e2493642b12b779e_plan_workspace(const void*);
+extern "C" void cutegen_e2493642b12b779e_plan_destroy(void*);
+extern "C" int cutegen_e2493642b12b779e_plan_run(void*, const void*, const void*, const void*, void*, const void*, void*,
+                                       size_t, cudaStream_t);
+extern "C" const char* cutegen_e2493642b12b779e_plan_error(void);
 
 struct KernelOps {
   const char* name;
@@ -134,28 +134,28 @@ const KernelOps kKernels[16] = {
      cutegen_408ed66cd530f346_plan_destroy, cutegen_408ed66cd530f346_plan_run, cutegen_408ed66cd530f346_plan_error},
     {"k04_128x192x64_1x2x1_s4_coop_tma", 0, cutegen_92644242b8444692_plan_create, cutegen_92644242b8444692_plan_workspace,
      cutegen_92644242b8444692_plan_destroy, cutegen_92644242b8444692_plan_run, cutegen_92644242b8444692_plan_error},
-    {"k05_64x224x64_1x4x1_s5_pp_tma", 0, cutegen_1a298b13491de269_plan_create, cutegen_1a298b13491de269_plan_workspace,
-     cutegen_1a298b13491de269_plan_destroy, cutegen_1a298b13491de269_plan_run, cutegen_1a298b13491de269_plan_error},
-    {"k06_64x256x64_1x4x1_s5_pp_tma", 0, cutegen_61e327ef67ddde44_plan_create, cutegen_61e327ef67ddde44_plan_workspace,
+    {"k05_64x256x64_1x4x1_s5_pp_tma", 0, cutegen_61e327ef67ddde44_plan_create, cutegen_61e327ef67ddde44_plan_workspace,
      cutegen_61e327ef67ddde44_plan_destroy, cutegen_61e327ef67ddde44_plan_run, cutegen_61e327ef67ddde44_plan_error},
-    {"k07_64x64x128_1x2x1_s6_pp_tma", 0, cutegen_fd5d95b5091242f4_plan_create, cutegen_fd5d95b5091242f4_plan_workspace,
+    {"k06_64x64x128_1x2x1_s6_pp_tma", 0, cutegen_fd5d95b5091242f4_plan_create, cutegen_fd5d95b5091242f4_plan_workspace,
      cutegen_fd5d95b5091242f4_plan_destroy, cutegen_fd5d95b5091242f4_plan_run, cutegen_fd5d95b5091242f4_plan_error},
-    {"k08_64x96x128_1x2x1_s5_pp_tma", 0, cutegen_76f006160300e1f8_plan_create, cutegen_76f006160300e1f8_plan_workspace,
+    {"k07_64x96x128_1x2x1_s5_pp_tma", 0, cutegen_76f006160300e1f8_plan_create, cutegen_76f006160300e1f8_plan_workspace,
      cutegen_76f006160300e1f8_plan_destroy, cutegen_76f006160300e1f8_plan_run, cutegen_76f006160300e1f8_plan_error},
-    {"k09_128x96x64_1x2x1_s7_pp_tma", 0, cutegen_98d6b655fe3ade84_plan_create, cutegen_98d6b655fe3ade84_plan_workspace,
+    {"k08_128x96x64_1x2x1_s7_pp_tma", 0, cutegen_98d6b655fe3ade84_plan_create, cutegen_98d6b655fe3ade84_plan_workspace,
      cutegen_98d6b655fe3ade84_plan_destroy, cutegen_98d6b655fe3ade84_plan_run, cutegen_98d6b655fe3ade84_plan_error},
-    {"k10_128x64x64_1x2x1_s8_pp_tma", 0, cutegen_7dbf0b2b16336e99_plan_create, cutegen_7dbf0b2b16336e99_plan_workspace,
+    {"k09_128x64x64_1x2x1_s8_pp_tma", 0, cutegen_7dbf0b2b16336e99_plan_create, cutegen_7dbf0b2b16336e99_plan_workspace,
      cutegen_7dbf0b2b16336e99_plan_destroy, cutegen_7dbf0b2b16336e99_plan_run, cutegen_7dbf0b2b16336e99_plan_error},
-    {"k11_128x128x64_1x2x1_s6_pp_tma", 0, cutegen_bac0cfd7ea5f7a18_plan_create, cutegen_bac0cfd7ea5f7a18_plan_workspace,
+    {"k10_128x128x64_1x2x1_s6_pp_tma", 0, cutegen_bac0cfd7ea5f7a18_plan_create, cutegen_bac0cfd7ea5f7a18_plan_workspace,
      cutegen_bac0cfd7ea5f7a18_plan_destroy, cutegen_bac0cfd7ea5f7a18_plan_run, cutegen_bac0cfd7ea5f7a18_plan_error},
-    {"k12_128x256x64_1x8x1_s4_coop_tma", 0, cutegen_8c5d5d291b296e09_plan_create, cutegen_8c5d5d291b296e09_plan_workspace,
+    {"k11_128x256x64_1x8x1_s4_coop_tma", 0, cutegen_8c5d5d291b296e09_plan_create, cutegen_8c5d5d291b296e09_plan_workspace,
      cutegen_8c5d5d291b296e09_plan_destroy, cutegen_8c5d5d291b296e09_plan_run, cutegen_8c5d5d291b296e09_plan_error},
-    {"k13_192x64x64_1x2x1_s6_pp_tma", 0, cutegen_407c33b7f1cffd78_plan_create, cutegen_407c33b7f1cffd78_plan_workspace,
+    {"k12_192x64x64_1x2x1_s6_pp_tma", 0, cutegen_407c33b7f1cffd78_plan_create, cutegen_407c33b7f1cffd78_plan_workspace,
      cutegen_407c33b7f1cffd78_plan_destroy, cutegen_407c33b7f1cffd78_plan_run, cutegen_407c33b7f1cffd78_plan_error},
-    {"k14_128x192x64_1x1x1_s4_coop_tma", 0, cutegen_844d0b9e62755a06_plan_create, cutegen_844d0b9e62755a06_plan_workspace,
+    {"k13_128x192x64_1x1x1_s4_coop_tma", 0, cutegen_844d0b9e62755a06_plan_create, cutegen_844d0b9e62755a06_plan_workspace,
      cutegen_844d0b9e62755a06_plan_destroy, cutegen_844d0b9e62755a06_plan_run, cutegen_844d0b9e62755a06_plan_error},
-    {"k15_192x128x64_1x1x1_s5_pp_tma", 0, cutegen_efa23c6d12dbdd1b_plan_create, cutegen_efa23c6d12dbdd1b_plan_workspace,
-     cutegen_efa23c6d12dbdd1b_plan_destroy, cutegen_efa23c6d12dbdd1b_plan_run, cutegen_efa23c6d12dbdd1b_plan_error},
+    {"k14_192x128x64_1x8x1_s5_pp_tma", 0, cutegen_f42dce6a4def77de_plan_create, cutegen_f42dce6a4def77de_plan_workspace,
+     cutegen_f42dce6a4def77de_plan_destroy, cutegen_f42dce6a4def77de_plan_run, cutegen_f42dce6a4def77de_plan_error},
+    {"k15_64x96x128_2x1x1_s5_pp_tma", 0, cutegen_e2493642b12b779e_plan_create, cutegen_e2493642b12b779e_plan_workspace,
+     cutegen_e2493642b12b779e_plan_destroy, cutegen_e2493642b12b779e_plan_run, cutegen_e2493642b12b779e_plan_error},
 };
 
 struct ClassInfo {
@@ -181,7 +181,7 @@ const ClassInfo kClasses[1] = {
     "A-EPILOGUE-HANG; 2 element(s): SM90-TMA-ALIGNMENT, SM90-EPILOGUE-ALIGNMENT, SM90-STREAMK-TMA-EPI"
     "LOGUE-HANG; 1 element(s): SM90-TMA-ALIGNMENT, SM90-EPILOGUE-ALIGNMENT, SM90-STREAMK-TMA-EPILOGUE"
     "-HANG); TMA needs 16-byte strides and a cp.async mainloop (issue 10) is not in the search yet",
-     {7, 7, 7, 7, 7, 7, 10, 11, 11, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
+     {2, 2, 2, 2, 2, 2, 9, 10, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
 };
 
 struct Exact {
@@ -192,16 +192,16 @@ struct Exact {
 // 165 shapes in 512 slots; M == 0 marks an empty slot.
 const Exact kExact[512] = {
     {0, 0, 0, 0, -1, -1, ""},
-    {513, 4096, 4096, 1, 0, 3, "exact shape llama8b.o m513n4096k4096 of the pack's set: predicted 38.6 us, best known 38.6 us (+"
+    {513, 4096, 4096, 1, 0, 3, "exact shape llama8b.o m513n4096k4096 of the pack's set: predicted 38.7 us, best known 38.7 us (+"
     "0.0%)"},
-    {704, 6144, 4096, 1, 0, 3, "exact shape llama8b.qkv m704n6144k4096 of the pack's set: predicted 71.2 us, best known 71.2 us "
+    {704, 6144, 4096, 1, 0, 3, "exact shape llama8b.qkv m704n6144k4096 of the pack's set: predicted 71.3 us, best known 71.3 us "
     "(+0.0%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
-    {2, 10240, 8192, 1, 0, 8, "exact shape llama70b.qkv m2n10240k8192 of the pack's set: predicted 43.9 us, best known 43.9 us "
+    {2, 10240, 8192, 1, 0, 7, "exact shape llama70b.qkv m2n10240k8192 of the pack's set: predicted 56.7 us, best known 56.7 us "
     "(+0.0%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
@@ -212,10 +212,10 @@ const Exact kExact[512] = {
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
-    {32, 8192, 28672, 1, 0, 1, "exact shape llama70b.down m32n8192k28672 of the pack's set: predicted 114.4 us, best known 114.4"
+    {32, 8192, 28672, 1, 0, 1, "exact shape llama70b.down m32n8192k28672 of the pack's set: predicted 149.9 us, best known 149.9"
     " us (+0.0%)"},
     {0, 0, 0, 0, -1, -1, ""},
-    {2, 8192, 8192, 1, 0, 1, "exact shape llama70b.o m2n8192k8192 of the pack's set: predicted 37.5 us, best known 37.5 us (+0"
+    {2, 8192, 8192, 1, 0, 1, "exact shape llama70b.o m2n8192k8192 of the pack's set: predicted 46.6 us, best known 46.6 us (+0"
     ".0%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
@@ -227,97 +227,97 @@ const Exact kExact[512] = {
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
-    {2, 4096, 4096, 1, 0, 2, "exact shape llama8b.o m2n4096k4096 of the pack's set: predicted 15.6 us, best known 15.6 us (+0."
+    {2, 4096, 4096, 1, 0, 2, "exact shape llama8b.o m2n4096k4096 of the pack's set: predicted 16.7 us, best known 16.7 us (+0."
     "0%)"},
     {0, 0, 0, 0, -1, -1, ""},
-    {4096, 6144, 4096, 1, 0, 0, "exact shape llama8b.qkv m4096n6144k4096 of the pack's set: predicted 292.2 us, best known 292.1 "
-    "us (+0.0%)"},
-    {2049, 4096, 4096, 1, 0, 4, "exact shape llama8b.o m2049n4096k4096 of the pack's set: predicted 123.9 us, best known 123.8 us"
-    " (+0.0%)"},
+    {4096, 6144, 4096, 1, 0, 0, "exact shape llama8b.qkv m4096n6144k4096 of the pack's set: predicted 292.6 us, best known 292.2 "
+    "us (+0.1%)"},
+    {2049, 4096, 4096, 1, 0, 4, "exact shape llama8b.o m2049n4096k4096 of the pack's set: predicted 124.1 us, best known 123.9 us"
+    " (+0.1%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
-    {1024, 10240, 8192, 1, 0, 0, "exact shape llama70b.qkv m1024n10240k8192 of the pack's set: predicted 284.2 us, best known 278."
-    "5 us (+2.1%)"},
-    {0, 0, 0, 0, -1, -1, ""},
-    {0, 0, 0, 0, -1, -1, ""},
-    {0, 0, 0, 0, -1, -1, ""},
-    {256, 28672, 4096, 1, 0, 0, "exact shape llama8b.gate_up m256n28672k4096 of the pack's set: predicted 104.5 us, best known 10"
-    "4.5 us (+0.0%)"},
-    {384, 10240, 8192, 1, 0, 0, "exact shape llama70b.qkv m384n10240k8192 of the pack's set: predicted 99.2 us, best known 99.2 u"
-    "s (+0.0%)"},
-    {1024, 8192, 8192, 1, 0, 0, "exact shape llama70b.o m1024n8192k8192 of the pack's set: predicted 191.6 us, best known 191.5 u"
-    "s (+0.0%)"},
+    {1024, 10240, 8192, 1, 0, 0, "exact shape llama70b.qkv m1024n10240k8192 of the pack's set: predicted 284.6 us, best known 278."
+    "9 us (+2.1%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
-    {0, 0, 0, 0, -1, -1, ""},
-    {1024, 57344, 8192, 1, 0, 0, "exact shape llama70b.gate_up m1024n57344k8192 of the pack's set: predicted 1303.7 us, best known"
-    " 1303.6 us (+0.0%)"},
-    {0, 0, 0, 0, -1, -1, ""},
-    {1024, 4096, 14336, 1, 0, 0, "exact shape llama8b.down m1024n4096k14336 of the pack's set: predicted 166.3 us, best known 166."
-    "3 us (+0.0%)"},
-    {0, 0, 0, 0, -1, -1, ""},
-    {0, 0, 0, 0, -1, -1, ""},
-    {512, 28672, 4096, 1, 0, 0, "exact shape llama8b.gate_up m512n28672k4096 of the pack's set: predicted 197.3 us, best known 19"
-    "7.3 us (+0.0%)"},
-    {0, 0, 0, 0, -1, -1, ""},
-    {32, 57344, 8192, 1, 0, 5, "exact shape llama70b.gate_up m32n57344k8192 of the pack's set: predicted 219.9 us, best known 21"
-    "9.9 us (+0.0%)"},
-    {0, 0, 0, 0, -1, -1, ""},
-    {1, 4096, 14336, 1, 0, 2, "exact shape llama8b.down m1n4096k14336 of the pack's set: predicted 40.1 us, best known 40.1 us "
-    "(+0.0%)"},
-    {0, 0, 0, 0, -1, -1, ""},
-    {0, 0, 0, 0, -1, -1, ""},
-    {129, 8192, 28672, 1, 0, 13, "exact shape llama70b.down m129n8192k28672 of the pack's set: predicted 188.3 us, best known 188."
-    "3 us (+0.0%)"},
-    {64, 6144, 4096, 1, 0, 7, "exact shape llama8b.qkv m64n6144k4096 of the pack's set: predicted 19.1 us, best known 19.1 us ("
-    "+0.3%)"},
-    {8192, 4096, 4096, 1, 0, 0, "exact shape llama8b.o m8192n4096k4096 of the pack's set: predicted 388.5 us, best known 387.4 us"
-    " (+0.3%)"},
-    {0, 0, 0, 0, -1, -1, ""},
-    {0, 0, 0, 0, -1, -1, ""},
-    {0, 0, 0, 0, -1, -1, ""},
-    {0, 0, 0, 0, -1, -1, ""},
-    {0, 0, 0, 0, -1, -1, ""},
-    {0, 0, 0, 0, -1, -1, ""},
-    {320, 6144, 4096, 1, 0, 3, "exact shape llama8b.qkv m320n6144k4096 of the pack's set: predicted 38.7 us, best known 38.7 us "
-    "(+0.0%)"},
-    {0, 0, 0, 0, -1, -1, ""},
-    {0, 0, 0, 0, -1, -1, ""},
-    {0, 0, 0, 0, -1, -1, ""},
-    {1, 10240, 8192, 1, 0, 8, "exact shape llama70b.qkv m1n10240k8192 of the pack's set: predicted 43.9 us, best known 43.9 us "
-    "(+0.0%)"},
-    {16, 28672, 4096, 1, 0, 6, "exact shape llama8b.gate_up m16n28672k4096 of the pack's set: predicted 55.9 us, best known 55.9"
+    {256, 28672, 4096, 1, 0, 0, "exact shape llama8b.gate_up m256n28672k4096 of the pack's set: predicted 112.7 us, best known 11"
+    "2.7 us (+0.1%)"},
+    {384, 10240, 8192, 1, 0, 0, "exact shape llama70b.qkv m384n10240k8192 of the pack's set: predicted 101.1 us, best known 101.1"
     " us (+0.0%)"},
-    {512, 8192, 28672, 1, 0, 0, "exact shape llama70b.down m512n8192k28672 of the pack's set: predicted 324.7 us, best known 324."
+    {1024, 8192, 8192, 1, 0, 0, "exact shape llama70b.o m1024n8192k8192 of the pack's set: predicted 191.8 us, best known 191.8 u"
+    "s (+0.0%)"},
+    {0, 0, 0, 0, -1, -1, ""},
+    {0, 0, 0, 0, -1, -1, ""},
+    {0, 0, 0, 0, -1, -1, ""},
+    {0, 0, 0, 0, -1, -1, ""},
+    {1024, 57344, 8192, 1, 0, 0, "exact shape llama70b.gate_up m1024n57344k8192 of the pack's set: predicted 1305.7 us, best known"
+    " 1305.2 us (+0.0%)"},
+    {0, 0, 0, 0, -1, -1, ""},
+    {1024, 4096, 14336, 1, 0, 0, "exact shape llama8b.down m1024n4096k14336 of the pack's set: predicted 166.5 us, best known 166."
+    "5 us (+0.0%)"},
+    {0, 0, 0, 0, -1, -1, ""},
+    {0, 0, 0, 0, -1, -1, ""},
+    {512, 28672, 4096, 1, 0, 0, "exact shape llama8b.gate_up m512n28672k4096 of the pack's set: predicted 199.1 us, best known 19"
+    "8.8 us (+0.1%)"},
+    {0, 0, 0, 0, -1, -1, ""},
+    {32, 57344, 8192, 1, 0, 1, "exact shape llama70b.gate_up m32n57344k8192 of the pack's set: predicted 299.0 us, best known 29"
+    "3.0 us (+2.0%)"},
+    {0, 0, 0, 0, -1, -1, ""},
+    {1, 4096, 14336, 1, 0, 2, "exact shape llama8b.down m1n4096k14336 of the pack's set: predicted 45.3 us, best known 45.3 us "
+    "(+0.0%)"},
+    {0, 0, 0, 0, -1, -1, ""},
+    {0, 0, 0, 0, -1, -1, ""},
+    {129, 8192, 28672, 1, 0, 12, "exact shape llama70b.down m129n8192k28672 of the pack's set: predicted 200.0 us, best known 200."
+    "0 us (+0.0%)"},
+    {64, 6144, 4096, 1, 0, 6, "exact shape llama8b.qkv m64n6144k4096 of the pack's set: predicted 21.6 us, best known 21.5 us ("
+    "+0.2%)"},
+    {8192, 4096, 4096, 1, 0, 0, "exact shape llama8b.o m8192n4096k4096 of the pack's set: predicted 392.0 us, best known 387.6 us"
+    " (+1.1%)"},
+    {0, 0, 0, 0, -1, -1, ""},
+    {0, 0, 0, 0, -1, -1, ""},
+    {0, 0, 0, 0, -1, -1, ""},
+    {0, 0, 0, 0, -1, -1, ""},
+    {0, 0, 0, 0, -1, -1, ""},
+    {0, 0, 0, 0, -1, -1, ""},
+    {320, 6144, 4096, 1, 0, 3, "exact shape llama8b.qkv m320n6144k4096 of the pack's set: predicted 39.1 us, best known 39.1 us "
+    "(+0.0%)"},
+    {0, 0, 0, 0, -1, -1, ""},
+    {0, 0, 0, 0, -1, -1, ""},
+    {0, 0, 0, 0, -1, -1, ""},
+    {1, 10240, 8192, 1, 0, 7, "exact shape llama70b.qkv m1n10240k8192 of the pack's set: predicted 56.7 us, best known 56.7 us "
+    "(+0.0%)"},
+    {16, 28672, 4096, 1, 0, 5, "exact shape llama8b.gate_up m16n28672k4096 of the pack's set: predicted 75.4 us, best known 75.4"
+    " us (+0.0%)"},
+    {512, 8192, 28672, 1, 0, 0, "exact shape llama70b.down m512n8192k28672 of the pack's set: predicted 327.7 us, best known 327."
     "7 us (+0.0%)"},
-    {512, 10240, 8192, 1, 0, 4, "exact shape llama70b.qkv m512n10240k8192 of the pack's set: predicted 159.3 us, best known 159.2"
-    " us (+0.0%)"},
+    {512, 10240, 8192, 1, 0, 4, "exact shape llama70b.qkv m512n10240k8192 of the pack's set: predicted 160.4 us, best known 160.3"
+    " us (+0.1%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
-    {4, 57344, 8192, 1, 0, 5, "exact shape llama70b.gate_up m4n57344k8192 of the pack's set: predicted 219.5 us, best known 219"
-    ".5 us (+0.0%)"},
-    {257, 6144, 4096, 1, 0, 3, "exact shape llama8b.qkv m257n6144k4096 of the pack's set: predicted 38.7 us, best known 38.7 us "
+    {4, 57344, 8192, 1, 0, 1, "exact shape llama70b.gate_up m4n57344k8192 of the pack's set: predicted 299.0 us, best known 292"
+    ".4 us (+2.3%)"},
+    {257, 6144, 4096, 1, 0, 3, "exact shape llama8b.qkv m257n6144k4096 of the pack's set: predicted 39.0 us, best known 39.0 us "
     "(+0.0%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
-    {2, 6144, 4096, 1, 0, 7, "exact shape llama8b.qkv m2n6144k4096 of the pack's set: predicted 19.0 us, best known 19.0 us (+"
-    "0.3%)"},
+    {2, 6144, 4096, 1, 0, 6, "exact shape llama8b.qkv m2n6144k4096 of the pack's set: predicted 21.4 us, best known 21.4 us (+"
+    "0.2%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
-    {8, 57344, 8192, 1, 0, 5, "exact shape llama70b.gate_up m8n57344k8192 of the pack's set: predicted 219.5 us, best known 219"
-    ".5 us (+0.0%)"},
+    {8, 57344, 8192, 1, 0, 1, "exact shape llama70b.gate_up m8n57344k8192 of the pack's set: predicted 299.0 us, best known 292"
+    ".4 us (+2.3%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
-    {256, 8192, 8192, 1, 0, 11, "exact shape llama70b.o m256n8192k8192 of the pack's set: predicted 61.6 us, best known 61.6 us ("
+    {256, 8192, 8192, 1, 0, 10, "exact shape llama70b.o m256n8192k8192 of the pack's set: predicted 64.6 us, best known 64.6 us ("
     "+0.0%)"},
-    {512, 4096, 4096, 1, 0, 11, "exact shape llama8b.o m512n4096k4096 of the pack's set: predicted 33.5 us, best known 33.5 us (+"
+    {512, 4096, 4096, 1, 0, 10, "exact shape llama8b.o m512n4096k4096 of the pack's set: predicted 33.7 us, best known 33.7 us (+"
     "0.0%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
@@ -336,8 +336,8 @@ const Exact kExact[512] = {
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
-    {8192, 8192, 8192, 1, 0, 0, "exact shape llama70b.o m8192n8192k8192 of the pack's set: predicted 1493.3 us, best known 1488.6"
-    " us (+0.3%)"},
+    {8192, 8192, 8192, 1, 0, 0, "exact shape llama70b.o m8192n8192k8192 of the pack's set: predicted 1508.7 us, best known 1489.3"
+    " us (+1.3%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
@@ -345,44 +345,44 @@ const Exact kExact[512] = {
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
-    {1537, 10240, 8192, 1, 0, 0, "exact shape llama70b.qkv m1537n10240k8192 of the pack's set: predicted 376.8 us, best known 376."
-    "8 us (+0.0%)"},
+    {1537, 10240, 8192, 1, 0, 0, "exact shape llama70b.qkv m1537n10240k8192 of the pack's set: predicted 377.1 us, best known 377."
+    "1 us (+0.0%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
-    {8192, 8192, 28672, 1, 0, 0, "exact shape llama70b.down m8192n8192k28672 of the pack's set: predicted 5106.1 us, best known 50"
-    "88.7 us (+0.3%)"},
-    {257, 8192, 8192, 1, 0, 4, "exact shape llama70b.o m257n8192k8192 of the pack's set: predicted 82.9 us, best known 82.9 us ("
+    {8192, 8192, 28672, 1, 0, 0, "exact shape llama70b.down m8192n8192k28672 of the pack's set: predicted 5163.4 us, best known 50"
+    "91.3 us (+1.4%)"},
+    {257, 8192, 8192, 1, 0, 4, "exact shape llama70b.o m257n8192k8192 of the pack's set: predicted 84.2 us, best known 84.2 us ("
     "+0.0%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
-    {257, 10240, 8192, 1, 0, 0, "exact shape llama70b.qkv m257n10240k8192 of the pack's set: predicted 99.2 us, best known 99.2 u"
-    "s (+0.0%)"},
+    {257, 10240, 8192, 1, 0, 0, "exact shape llama70b.qkv m257n10240k8192 of the pack's set: predicted 100.9 us, best known 100.9"
+    " us (+0.0%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
-    {16, 6144, 4096, 1, 0, 7, "exact shape llama8b.qkv m16n6144k4096 of the pack's set: predicted 19.0 us, best known 19.0 us ("
-    "+0.3%)"},
+    {16, 6144, 4096, 1, 0, 6, "exact shape llama8b.qkv m16n6144k4096 of the pack's set: predicted 21.4 us, best known 21.4 us ("
+    "+0.2%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
-    {641, 6144, 4096, 1, 0, 3, "exact shape llama8b.qkv m641n6144k4096 of the pack's set: predicted 71.2 us, best known 71.2 us "
+    {641, 6144, 4096, 1, 0, 3, "exact shape llama8b.qkv m641n6144k4096 of the pack's set: predicted 71.3 us, best known 71.3 us "
     "(+0.0%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
-    {705, 6144, 4096, 1, 0, 3, "exact shape llama8b.qkv m705n6144k4096 of the pack's set: predicted 71.2 us, best known 71.2 us "
+    {705, 6144, 4096, 1, 0, 3, "exact shape llama8b.qkv m705n6144k4096 of the pack's set: predicted 71.3 us, best known 71.3 us "
     "(+0.0%)"},
-    {1024, 8192, 28672, 1, 0, 0, "exact shape llama70b.down m1024n8192k28672 of the pack's set: predicted 641.7 us, best known 641"
-    ".7 us (+0.0%)"},
-    {256, 4096, 14336, 1, 0, 10, "exact shape llama8b.down m256n4096k14336 of the pack's set: predicted 71.3 us, best known 71.3 u"
+    {1024, 8192, 28672, 1, 0, 0, "exact shape llama70b.down m1024n8192k28672 of the pack's set: predicted 642.7 us, best known 642"
+    ".5 us (+0.0%)"},
+    {256, 4096, 14336, 1, 0, 9, "exact shape llama8b.down m256n4096k14336 of the pack's set: predicted 72.5 us, best known 72.5 u"
     "s (+0.0%)"},
-    {4096, 4096, 4096, 1, 0, 0, "exact shape llama8b.o m4096n4096k4096 of the pack's set: predicted 196.9 us, best known 196.8 us"
-    " (+0.0%)"},
+    {4096, 4096, 4096, 1, 0, 0, "exact shape llama8b.o m4096n4096k4096 of the pack's set: predicted 197.1 us, best known 196.9 us"
+    " (+0.1%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
-    {4097, 4096, 14336, 1, 0, 0, "exact shape llama8b.down m4097n4096k14336 of the pack's set: predicted 646.9 us, best known 646."
-    "9 us (+0.0%)"},
+    {4097, 4096, 14336, 1, 0, 0, "exact shape llama8b.down m4097n4096k14336 of the pack's set: predicted 647.7 us, best known 647."
+    "7 us (+0.0%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
@@ -392,55 +392,55 @@ const Exact kExact[512] = {
     {1025, 4096, 4096, 1, 0, 3, "exact shape llama8b.o m1025n4096k4096 of the pack's set: predicted 71.2 us, best known 71.2 us ("
     "+0.0%)"},
     {0, 0, 0, 0, -1, -1, ""},
-    {1280, 6144, 4096, 1, 0, 0, "exact shape llama8b.qkv m1280n6144k4096 of the pack's set: predicted 101.5 us, best known 101.5 "
+    {1280, 6144, 4096, 1, 0, 0, "exact shape llama8b.qkv m1280n6144k4096 of the pack's set: predicted 101.6 us, best known 101.6 "
     "us (+0.0%)"},
-    {4096, 57344, 8192, 1, 0, 0, "exact shape llama70b.gate_up m4096n57344k8192 of the pack's set: predicted 5103.7 us, best known"
-    " 5102.1 us (+0.0%)"},
-    {2, 28672, 4096, 1, 0, 6, "exact shape llama8b.gate_up m2n28672k4096 of the pack's set: predicted 55.8 us, best known 55.8 "
+    {4096, 57344, 8192, 1, 0, 0, "exact shape llama70b.gate_up m4096n57344k8192 of the pack's set: predicted 5111.2 us, best known"
+    " 5104.5 us (+0.1%)"},
+    {2, 28672, 4096, 1, 0, 5, "exact shape llama8b.gate_up m2n28672k4096 of the pack's set: predicted 75.3 us, best known 75.3 "
     "us (+0.0%)"},
-    {128, 6144, 4096, 1, 0, 8, "exact shape llama8b.qkv m128n6144k4096 of the pack's set: predicted 23.6 us, best known 21.8 us "
-    "(+8.0%)"},
-    {257, 28672, 4096, 1, 0, 0, "exact shape llama8b.gate_up m257n28672k4096 of the pack's set: predicted 150.2 us, best known 15"
-    "0.2 us (+0.0%)"},
-    {16, 8192, 28672, 1, 0, 1, "exact shape llama70b.down m16n8192k28672 of the pack's set: predicted 114.4 us, best known 114.4"
+    {128, 6144, 4096, 1, 0, 15, "exact shape llama8b.qkv m128n6144k4096 of the pack's set: predicted 23.6 us, best known 23.6 us "
+    "(+0.0%)"},
+    {257, 28672, 4096, 1, 0, 0, "exact shape llama8b.gate_up m257n28672k4096 of the pack's set: predicted 153.3 us, best known 15"
+    "3.3 us (+0.0%)"},
+    {16, 8192, 28672, 1, 0, 1, "exact shape llama70b.down m16n8192k28672 of the pack's set: predicted 149.9 us, best known 149.9"
     " us (+0.0%)"},
     {0, 0, 0, 0, -1, -1, ""},
-    {4, 8192, 8192, 1, 0, 1, "exact shape llama70b.o m4n8192k8192 of the pack's set: predicted 37.5 us, best known 37.5 us (+0"
+    {4, 8192, 8192, 1, 0, 1, "exact shape llama70b.o m4n8192k8192 of the pack's set: predicted 46.6 us, best known 46.6 us (+0"
     ".0%)"},
-    {65, 10240, 8192, 1, 0, 9, "exact shape llama70b.qkv m65n10240k8192 of the pack's set: predicted 54.9 us, best known 54.9 us"
+    {65, 10240, 8192, 1, 0, 8, "exact shape llama70b.qkv m65n10240k8192 of the pack's set: predicted 62.9 us, best known 62.9 us"
     " (+0.0%)"},
-    {1, 57344, 8192, 1, 0, 5, "exact shape llama70b.gate_up m1n57344k8192 of the pack's set: predicted 219.5 us, best known 219"
-    ".5 us (+0.0%)"},
-    {2049, 4096, 14336, 1, 0, 4, "exact shape llama8b.down m2049n4096k14336 of the pack's set: predicted 402.9 us, best known 402."
-    "8 us (+0.0%)"},
+    {1, 57344, 8192, 1, 0, 1, "exact shape llama70b.gate_up m1n57344k8192 of the pack's set: predicted 299.0 us, best known 292"
+    ".4 us (+2.3%)"},
+    {2049, 4096, 14336, 1, 0, 4, "exact shape llama8b.down m2049n4096k14336 of the pack's set: predicted 403.7 us, best known 403."
+    "0 us (+0.2%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
-    {513, 4096, 14336, 1, 0, 3, "exact shape llama8b.down m513n4096k14336 of the pack's set: predicted 119.0 us, best known 119.0"
+    {513, 4096, 14336, 1, 0, 3, "exact shape llama8b.down m513n4096k14336 of the pack's set: predicted 119.4 us, best known 119.4"
     " us (+0.0%)"},
-    {1024, 6144, 4096, 1, 0, 4, "exact shape llama8b.qkv m1024n6144k4096 of the pack's set: predicted 84.6 us, best known 84.6 us"
+    {1024, 6144, 4096, 1, 0, 4, "exact shape llama8b.qkv m1024n6144k4096 of the pack's set: predicted 84.7 us, best known 84.7 us"
     " (+0.0%)"},
-    {1024, 4096, 4096, 1, 0, 0, "exact shape llama8b.o m1024n4096k4096 of the pack's set: predicted 53.8 us, best known 53.8 us ("
+    {1024, 4096, 4096, 1, 0, 0, "exact shape llama8b.o m1024n4096k4096 of the pack's set: predicted 53.9 us, best known 53.9 us ("
     "+0.0%)"},
-    {2816, 6144, 4096, 1, 0, 0, "exact shape llama8b.qkv m2816n6144k4096 of the pack's set: predicted 196.8 us, best known 196.8 "
+    {2816, 6144, 4096, 1, 0, 0, "exact shape llama8b.qkv m2816n6144k4096 of the pack's set: predicted 196.9 us, best known 196.9 "
     "us (+0.0%)"},
-    {8192, 57344, 8192, 1, 0, 0, "exact shape llama70b.gate_up m8192n57344k8192 of the pack's set: predicted 10137.2 us, best know"
-    "n 10105.3 us (+0.3%)"},
+    {8192, 57344, 8192, 1, 0, 0, "exact shape llama70b.gate_up m8192n57344k8192 of the pack's set: predicted 10242.3 us, best know"
+    "n 10110.1 us (+1.3%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
-    {8192, 4096, 14336, 1, 0, 0, "exact shape llama8b.down m8192n4096k14336 of the pack's set: predicted 1291.7 us, best known 128"
-    "7.4 us (+0.3%)"},
+    {8192, 4096, 14336, 1, 0, 0, "exact shape llama8b.down m8192n4096k14336 of the pack's set: predicted 1305.6 us, best known 128"
+    "8.1 us (+1.4%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
-    {65, 57344, 8192, 1, 0, 12, "exact shape llama70b.gate_up m65n57344k8192 of the pack's set: predicted 246.9 us, best known 24"
-    "6.9 us (+0.0%)"},
-    {129, 6144, 4096, 1, 0, 9, "exact shape llama8b.qkv m129n6144k4096 of the pack's set: predicted 29.1 us, best known 29.1 us "
+    {65, 57344, 8192, 1, 0, 11, "exact shape llama70b.gate_up m65n57344k8192 of the pack's set: predicted 318.7 us, best known 31"
+    "8.7 us (+0.0%)"},
+    {129, 6144, 4096, 1, 0, 8, "exact shape llama8b.qkv m129n6144k4096 of the pack's set: predicted 29.8 us, best known 29.8 us "
     "(+0.0%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
@@ -451,19 +451,19 @@ const Exact kExact[512] = {
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
-    {32, 10240, 8192, 1, 0, 8, "exact shape llama70b.qkv m32n10240k8192 of the pack's set: predicted 43.9 us, best known 43.9 us"
+    {32, 10240, 8192, 1, 0, 7, "exact shape llama70b.qkv m32n10240k8192 of the pack's set: predicted 56.7 us, best known 56.7 us"
     " (+0.0%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
-    {2048, 4096, 4096, 1, 0, 0, "exact shape llama8b.o m2048n4096k4096 of the pack's set: predicted 101.5 us, best known 101.5 us"
+    {2048, 4096, 4096, 1, 0, 0, "exact shape llama8b.o m2048n4096k4096 of the pack's set: predicted 101.6 us, best known 101.6 us"
     " (+0.0%)"},
-    {512, 6144, 4096, 1, 0, 4, "exact shape llama8b.qkv m512n6144k4096 of the pack's set: predicted 45.4 us, best known 45.4 us "
+    {512, 6144, 4096, 1, 0, 4, "exact shape llama8b.qkv m512n6144k4096 of the pack's set: predicted 45.6 us, best known 45.6 us "
     "(+0.0%)"},
-    {4096, 10240, 8192, 1, 0, 0, "exact shape llama70b.qkv m4096n10240k8192 of the pack's set: predicted 933.0 us, best known 932."
-    "7 us (+0.0%)"},
+    {4096, 10240, 8192, 1, 0, 0, "exact shape llama70b.qkv m4096n10240k8192 of the pack's set: predicted 934.4 us, best known 933."
+    "2 us (+0.1%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
@@ -476,10 +476,10 @@ const Exact kExact[512] = {
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
-    {512, 57344, 8192, 1, 0, 0, "exact shape llama70b.gate_up m512n57344k8192 of the pack's set: predicted 656.8 us, best known 6"
-    "56.6 us (+0.0%)"},
+    {512, 57344, 8192, 1, 0, 0, "exact shape llama70b.gate_up m512n57344k8192 of the pack's set: predicted 663.5 us, best known 6"
+    "62.6 us (+0.1%)"},
     {0, 0, 0, 0, -1, -1, ""},
-    {640, 6144, 4096, 1, 0, 0, "exact shape llama8b.qkv m640n6144k4096 of the pack's set: predicted 53.7 us, best known 53.7 us "
+    {640, 6144, 4096, 1, 0, 0, "exact shape llama8b.qkv m640n6144k4096 of the pack's set: predicted 53.9 us, best known 53.9 us "
     "(+0.0%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
@@ -490,56 +490,56 @@ const Exact kExact[512] = {
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
-    {1, 4096, 4096, 1, 0, 2, "exact shape llama8b.o m1n4096k4096 of the pack's set: predicted 15.6 us, best known 15.6 us (+0."
+    {1, 4096, 4096, 1, 0, 2, "exact shape llama8b.o m1n4096k4096 of the pack's set: predicted 16.7 us, best known 16.7 us (+0."
     "0%)"},
-    {513, 8192, 8192, 1, 0, 3, "exact shape llama70b.o m513n8192k8192 of the pack's set: predicted 135.5 us, best known 135.5 us"
+    {513, 8192, 8192, 1, 0, 3, "exact shape llama70b.o m513n8192k8192 of the pack's set: predicted 135.9 us, best known 135.9 us"
     " (+0.0%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
-    {128, 8192, 28672, 1, 0, 10, "exact shape llama70b.down m128n8192k28672 of the pack's set: predicted 145.4 us, best known 145."
-    "4 us (+0.0%)"},
+    {128, 8192, 28672, 1, 0, 9, "exact shape llama70b.down m128n8192k28672 of the pack's set: predicted 167.7 us, best known 167."
+    "7 us (+0.0%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
-    {1025, 8192, 8192, 1, 0, 4, "exact shape llama70b.o m1025n8192k8192 of the pack's set: predicted 235.4 us, best known 235.4 u"
+    {1025, 8192, 8192, 1, 0, 4, "exact shape llama70b.o m1025n8192k8192 of the pack's set: predicted 235.6 us, best known 235.6 u"
     "s (+0.0%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
-    {64, 8192, 28672, 1, 0, 1, "exact shape llama70b.down m64n8192k28672 of the pack's set: predicted 114.5 us, best known 114.5"
+    {64, 8192, 28672, 1, 0, 1, "exact shape llama70b.down m64n8192k28672 of the pack's set: predicted 150.1 us, best known 150.1"
     " us (+0.0%)"},
     {0, 0, 0, 0, -1, -1, ""},
-    {16, 10240, 8192, 1, 0, 8, "exact shape llama70b.qkv m16n10240k8192 of the pack's set: predicted 43.9 us, best known 43.9 us"
+    {16, 10240, 8192, 1, 0, 7, "exact shape llama70b.qkv m16n10240k8192 of the pack's set: predicted 56.7 us, best known 56.7 us"
     " (+0.0%)"},
     {0, 0, 0, 0, -1, -1, ""},
-    {64, 28672, 4096, 1, 0, 6, "exact shape llama8b.gate_up m64n28672k4096 of the pack's set: predicted 56.5 us, best known 56.5"
+    {64, 28672, 4096, 1, 0, 5, "exact shape llama8b.gate_up m64n28672k4096 of the pack's set: predicted 76.3 us, best known 76.3"
     " us (+0.0%)"},
-    {2048, 57344, 8192, 1, 0, 0, "exact shape llama70b.gate_up m2048n57344k8192 of the pack's set: predicted 2600.6 us, best known"
-    " 2600.5 us (+0.0%)"},
-    {512, 4096, 14336, 1, 0, 11, "exact shape llama8b.down m512n4096k14336 of the pack's set: predicted 101.3 us, best known 101.3"
+    {2048, 57344, 8192, 1, 0, 0, "exact shape llama70b.gate_up m2048n57344k8192 of the pack's set: predicted 2602.4 us, best known"
+    " 2601.9 us (+0.0%)"},
+    {512, 4096, 14336, 1, 0, 10, "exact shape llama8b.down m512n4096k14336 of the pack's set: predicted 101.9 us, best known 101.9"
     " us (+0.0%)"},
-    {1025, 8192, 28672, 1, 0, 4, "exact shape llama70b.down m1025n8192k28672 of the pack's set: predicted 793.4 us, best known 793"
-    ".4 us (+0.0%)"},
+    {1025, 8192, 28672, 1, 0, 4, "exact shape llama70b.down m1025n8192k28672 of the pack's set: predicted 794.2 us, best known 794"
+    ".2 us (+0.0%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
-    {2048, 8192, 8192, 1, 0, 0, "exact shape llama70b.o m2048n8192k8192 of the pack's set: predicted 376.8 us, best known 376.8 u"
+    {2048, 8192, 8192, 1, 0, 0, "exact shape llama70b.o m2048n8192k8192 of the pack's set: predicted 377.1 us, best known 377.0 u"
     "s (+0.0%)"},
-    {256, 8192, 28672, 1, 0, 11, "exact shape llama70b.down m256n8192k28672 of the pack's set: predicted 199.6 us, best known 199."
-    "4 us (+0.1%)"},
+    {256, 8192, 28672, 1, 0, 10, "exact shape llama70b.down m256n8192k28672 of the pack's set: predicted 210.3 us, best known 210."
+    "1 us (+0.1%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
-    {193, 10240, 8192, 1, 0, 14, "exact shape llama70b.qkv m193n10240k8192 of the pack's set: predicted 80.1 us, best known 80.1 u"
+    {193, 10240, 8192, 1, 0, 13, "exact shape llama70b.qkv m193n10240k8192 of the pack's set: predicted 83.1 us, best known 83.1 u"
     "s (+0.0%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
-    {192, 10240, 8192, 1, 0, 3, "exact shape llama70b.qkv m192n10240k8192 of the pack's set: predicted 72.1 us, best known 71.4 u"
-    "s (+1.0%)"},
+    {192, 10240, 8192, 1, 0, 3, "exact shape llama70b.qkv m192n10240k8192 of the pack's set: predicted 76.2 us, best known 75.6 u"
+    "s (+0.8%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
@@ -551,19 +551,19 @@ const Exact kExact[512] = {
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
-    {32, 28672, 4096, 1, 0, 6, "exact shape llama8b.gate_up m32n28672k4096 of the pack's set: predicted 56.1 us, best known 56.1"
+    {32, 28672, 4096, 1, 0, 5, "exact shape llama8b.gate_up m32n28672k4096 of the pack's set: predicted 75.7 us, best known 75.7"
     " us (+0.0%)"},
-    {8, 8192, 28672, 1, 0, 1, "exact shape llama70b.down m8n8192k28672 of the pack's set: predicted 114.4 us, best known 114.4 "
+    {8, 8192, 28672, 1, 0, 1, "exact shape llama70b.down m8n8192k28672 of the pack's set: predicted 149.9 us, best known 149.9 "
     "us (+0.0%)"},
-    {1, 8192, 8192, 1, 0, 1, "exact shape llama70b.o m1n8192k8192 of the pack's set: predicted 37.5 us, best known 37.5 us (+0"
+    {1, 8192, 8192, 1, 0, 1, "exact shape llama70b.o m1n8192k8192 of the pack's set: predicted 46.6 us, best known 46.6 us (+0"
     ".0%)"},
-    {129, 10240, 8192, 1, 0, 3, "exact shape llama70b.qkv m129n10240k8192 of the pack's set: predicted 72.0 us, best known 71.3 u"
-    "s (+1.0%)"},
+    {129, 10240, 8192, 1, 0, 3, "exact shape llama70b.qkv m129n10240k8192 of the pack's set: predicted 76.0 us, best known 75.3 u"
+    "s (+0.9%)"},
     {0, 0, 0, 0, -1, -1, ""},
-    {256, 57344, 8192, 1, 0, 0, "exact shape llama70b.gate_up m256n57344k8192 of the pack's set: predicted 390.5 us, best known 3"
-    "90.5 us (+0.0%)"},
+    {256, 57344, 8192, 1, 0, 4, "exact shape llama70b.gate_up m256n57344k8192 of the pack's set: predicted 426.2 us, best known 4"
+    "18.3 us (+1.9%)"},
     {0, 0, 0, 0, -1, -1, ""},
-    {4, 4096, 4096, 1, 0, 2, "exact shape llama8b.o m4n4096k4096 of the pack's set: predicted 15.6 us, best known 15.6 us (+0."
+    {4, 4096, 4096, 1, 0, 2, "exact shape llama8b.o m4n4096k4096 of the pack's set: predicted 16.7 us, best known 16.7 us (+0."
     "0%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
@@ -576,9 +576,9 @@ const Exact kExact[512] = {
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
-    {4, 4096, 14336, 1, 0, 2, "exact shape llama8b.down m4n4096k14336 of the pack's set: predicted 40.1 us, best known 40.1 us "
+    {4, 4096, 14336, 1, 0, 2, "exact shape llama8b.down m4n4096k14336 of the pack's set: predicted 45.3 us, best known 45.3 us "
     "(+0.0%)"},
-    {257, 4096, 14336, 1, 0, 9, "exact shape llama8b.down m257n4096k14336 of the pack's set: predicted 86.3 us, best known 86.3 u"
+    {257, 4096, 14336, 1, 0, 8, "exact shape llama8b.down m257n4096k14336 of the pack's set: predicted 87.1 us, best known 87.1 u"
     "s (+0.0%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
@@ -587,15 +587,15 @@ const Exact kExact[512] = {
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
-    {2048, 10240, 8192, 1, 0, 0, "exact shape llama70b.qkv m2048n10240k8192 of the pack's set: predicted 469.5 us, best known 469."
-    "5 us (+0.0%)"},
+    {2048, 10240, 8192, 1, 0, 0, "exact shape llama70b.qkv m2048n10240k8192 of the pack's set: predicted 469.8 us, best known 469."
+    "7 us (+0.0%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
-    {4096, 8192, 8192, 1, 0, 0, "exact shape llama70b.o m4096n8192k8192 of the pack's set: predicted 747.7 us, best known 747.4 u"
-    "s (+0.0%)"},
+    {4096, 8192, 8192, 1, 0, 0, "exact shape llama70b.o m4096n8192k8192 of the pack's set: predicted 748.7 us, best known 747.8 u"
+    "s (+0.1%)"},
     {0, 0, 0, 0, -1, -1, ""},
-    {1409, 6144, 4096, 1, 0, 4, "exact shape llama8b.qkv m1409n6144k4096 of the pack's set: predicted 123.8 us, best known 123.8 "
+    {1409, 6144, 4096, 1, 0, 4, "exact shape llama8b.qkv m1409n6144k4096 of the pack's set: predicted 123.9 us, best known 123.9 "
     "us (+0.0%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
@@ -606,16 +606,16 @@ const Exact kExact[512] = {
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
-    {16, 57344, 8192, 1, 0, 5, "exact shape llama70b.gate_up m16n57344k8192 of the pack's set: predicted 219.5 us, best known 21"
-    "9.5 us (+0.0%)"},
-    {1, 6144, 4096, 1, 0, 7, "exact shape llama8b.qkv m1n6144k4096 of the pack's set: predicted 19.0 us, best known 19.0 us (+"
-    "0.3%)"},
-    {8, 4096, 4096, 1, 0, 2, "exact shape llama8b.o m8n4096k4096 of the pack's set: predicted 15.6 us, best known 15.6 us (+0."
+    {16, 57344, 8192, 1, 0, 1, "exact shape llama70b.gate_up m16n57344k8192 of the pack's set: predicted 299.0 us, best known 29"
+    "2.4 us (+2.3%)"},
+    {1, 6144, 4096, 1, 0, 6, "exact shape llama8b.qkv m1n6144k4096 of the pack's set: predicted 21.4 us, best known 21.4 us (+"
+    "0.2%)"},
+    {8, 4096, 4096, 1, 0, 2, "exact shape llama8b.o m8n4096k4096 of the pack's set: predicted 16.7 us, best known 16.7 us (+0."
     "0%)"},
-    {129, 8192, 8192, 1, 0, 13, "exact shape llama70b.o m129n8192k8192 of the pack's set: predicted 58.2 us, best known 58.2 us ("
+    {129, 8192, 8192, 1, 0, 12, "exact shape llama70b.o m129n8192k8192 of the pack's set: predicted 61.4 us, best known 61.4 us ("
     "+0.0%)"},
-    {513, 28672, 4096, 1, 0, 3, "exact shape llama8b.gate_up m513n28672k4096 of the pack's set: predicted 234.3 us, best known 23"
-    "4.3 us (+0.0%)"},
+    {513, 28672, 4096, 1, 0, 3, "exact shape llama8b.gate_up m513n28672k4096 of the pack's set: predicted 235.0 us, best known 23"
+    "5.0 us (+0.0%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
@@ -632,230 +632,230 @@ const Exact kExact[512] = {
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
-    {257, 8192, 28672, 1, 0, 4, "exact shape llama70b.down m257n8192k28672 of the pack's set: predicted 270.1 us, best known 270."
-    "1 us (+0.0%)"},
+    {257, 8192, 28672, 1, 0, 4, "exact shape llama70b.down m257n8192k28672 of the pack's set: predicted 275.2 us, best known 275."
+    "2 us (+0.0%)"},
     {0, 0, 0, 0, -1, -1, ""},
-    {4, 10240, 8192, 1, 0, 8, "exact shape llama70b.qkv m4n10240k8192 of the pack's set: predicted 43.9 us, best known 43.9 us "
+    {4, 10240, 8192, 1, 0, 7, "exact shape llama70b.qkv m4n10240k8192 of the pack's set: predicted 56.7 us, best known 56.7 us "
     "(+0.0%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
-    {16, 8192, 8192, 1, 0, 1, "exact shape llama70b.o m16n8192k8192 of the pack's set: predicted 37.5 us, best known 37.5 us (+"
+    {16, 8192, 8192, 1, 0, 1, "exact shape llama70b.o m16n8192k8192 of the pack's set: predicted 46.6 us, best known 46.6 us (+"
     "0.0%)"},
-    {2049, 8192, 8192, 1, 0, 4, "exact shape llama70b.o m2049n8192k8192 of the pack's set: predicted 464.7 us, best known 464.7 u"
+    {2049, 8192, 8192, 1, 0, 4, "exact shape llama70b.o m2049n8192k8192 of the pack's set: predicted 465.0 us, best known 465.0 u"
     "s (+0.0%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
-    {129, 28672, 4096, 1, 0, 15, "exact shape llama8b.gate_up m129n28672k4096 of the pack's set: predicted 98.6 us, best known 98."
+    {129, 28672, 4096, 1, 0, 14, "exact shape llama8b.gate_up m129n28672k4096 of the pack's set: predicted 106.2 us, best known 10"
+    "6.2 us (+0.0%)"},
+    {0, 0, 0, 0, -1, -1, ""},
+    {64, 8192, 8192, 1, 0, 1, "exact shape llama70b.o m64n8192k8192 of the pack's set: predicted 46.8 us, best known 46.8 us (+"
+    "0.0%)"},
+    {0, 0, 0, 0, -1, -1, ""},
+    {0, 0, 0, 0, -1, -1, ""},
+    {128, 28672, 4096, 1, 0, 0, "exact shape llama8b.gate_up m128n28672k4096 of the pack's set: predicted 80.3 us, best known 80."
+    "1 us (+0.1%)"},
+    {0, 0, 0, 0, -1, -1, ""},
+    {0, 0, 0, 0, -1, -1, ""},
+    {0, 0, 0, 0, -1, -1, ""},
+    {0, 0, 0, 0, -1, -1, ""},
+    {0, 0, 0, 0, -1, -1, ""},
+    {0, 0, 0, 0, -1, -1, ""},
+    {0, 0, 0, 0, -1, -1, ""},
+    {0, 0, 0, 0, -1, -1, ""},
+    {4096, 8192, 28672, 1, 0, 0, "exact shape llama70b.down m4096n8192k28672 of the pack's set: predicted 2552.4 us, best known 25"
+    "48.7 us (+0.1%)"},
+    {0, 0, 0, 0, -1, -1, ""},
+    {128, 57344, 8192, 1, 0, 11, "exact shape llama70b.gate_up m128n57344k8192 of the pack's set: predicted 318.7 us, best known 3"
+    "18.7 us (+0.0%)"},
+    {4, 28672, 4096, 1, 0, 5, "exact shape llama8b.gate_up m4n28672k4096 of the pack's set: predicted 75.3 us, best known 75.3 "
+    "us (+0.0%)"},
+    {0, 0, 0, 0, -1, -1, ""},
+    {1536, 10240, 8192, 1, 0, 0, "exact shape llama70b.qkv m1536n10240k8192 of the pack's set: predicted 377.1 us, best known 377."
+    "0 us (+0.0%)"},
+    {0, 0, 0, 0, -1, -1, ""},
+    {1024, 28672, 4096, 1, 0, 0, "exact shape llama8b.gate_up m1024n28672k4096 of the pack's set: predicted 340.3 us, best known 3"
+    "40.2 us (+0.0%)"},
+    {0, 0, 0, 0, -1, -1, ""},
+    {2817, 6144, 4096, 1, 0, 4, "exact shape llama8b.qkv m2817n6144k4096 of the pack's set: predicted 243.3 us, best known 241.8 "
+    "us (+0.6%)"},
+    {0, 0, 0, 0, -1, -1, ""},
+    {256, 4096, 4096, 1, 0, 9, "exact shape llama8b.o m256n4096k4096 of the pack's set: predicted 25.1 us, best known 25.1 us (+"
+    "0.0%)"},
+    {0, 0, 0, 0, -1, -1, ""},
+    {0, 0, 0, 0, -1, -1, ""},
+    {8192, 10240, 8192, 1, 0, 0, "exact shape llama70b.qkv m8192n10240k8192 of the pack's set: predicted 1884.3 us, best known 186"
+    "0.1 us (+1.3%)"},
+    {0, 0, 0, 0, -1, -1, ""},
+    {0, 0, 0, 0, -1, -1, ""},
+    {0, 0, 0, 0, -1, -1, ""},
+    {4, 8192, 28672, 1, 0, 1, "exact shape llama70b.down m4n8192k28672 of the pack's set: predicted 149.9 us, best known 149.9 "
+    "us (+0.0%)"},
+    {2049, 8192, 28672, 1, 0, 4, "exact shape llama70b.down m2049n8192k28672 of the pack's set: predicted 1581.5 us, best known 15"
+    "59.1 us (+1.4%)"},
+    {0, 0, 0, 0, -1, -1, ""},
+    {8192, 6144, 4096, 1, 0, 0, "exact shape llama8b.qkv m8192n6144k4096 of the pack's set: predicted 584.9 us, best known 578.3 "
+    "us (+1.1%)"},
+    {0, 0, 0, 0, -1, -1, ""},
+    {4097, 4096, 4096, 1, 0, 0, "exact shape llama8b.o m4097n4096k4096 of the pack's set: predicted 197.0 us, best known 197.0 us"
+    " (+0.0%)"},
+    {0, 0, 0, 0, -1, -1, ""},
+    {385, 10240, 8192, 1, 0, 4, "exact shape llama70b.qkv m385n10240k8192 of the pack's set: predicted 160.4 us, best known 160.3"
+    " us (+0.1%)"},
+    {0, 0, 0, 0, -1, -1, ""},
+    {2, 8192, 28672, 1, 0, 1, "exact shape llama70b.down m2n8192k28672 of the pack's set: predicted 149.9 us, best known 149.9 "
+    "us (+0.0%)"},
+    {0, 0, 0, 0, -1, -1, ""},
+    {0, 0, 0, 0, -1, -1, ""},
+    {0, 0, 0, 0, -1, -1, ""},
+    {0, 0, 0, 0, -1, -1, ""},
+    {128, 8192, 8192, 1, 0, 9, "exact shape llama70b.o m128n8192k8192 of the pack's set: predicted 51.9 us, best known 51.9 us ("
+    "+0.0%)"},
+    {0, 0, 0, 0, -1, -1, ""},
+    {8, 10240, 8192, 1, 0, 7, "exact shape llama70b.qkv m8n10240k8192 of the pack's set: predicted 56.7 us, best known 56.7 us "
+    "(+0.0%)"},
+    {0, 0, 0, 0, -1, -1, ""},
+    {257, 4096, 4096, 1, 0, 8, "exact shape llama8b.o m257n4096k4096 of the pack's set: predicted 29.3 us, best known 29.3 us (+"
+    "0.0%)"},
+    {0, 0, 0, 0, -1, -1, ""},
+    {1, 28672, 4096, 1, 0, 5, "exact shape llama8b.gate_up m1n28672k4096 of the pack's set: predicted 75.3 us, best known 75.3 "
+    "us (+0.0%)"},
+    {0, 0, 0, 0, -1, -1, ""},
+    {0, 0, 0, 0, -1, -1, ""},
+    {0, 0, 0, 0, -1, -1, ""},
+    {0, 0, 0, 0, -1, -1, ""},
+    {0, 0, 0, 0, -1, -1, ""},
+    {4096, 4096, 14336, 1, 0, 0, "exact shape llama8b.down m4096n4096k14336 of the pack's set: predicted 648.0 us, best known 647."
+    "1 us (+0.1%)"},
+    {0, 0, 0, 0, -1, -1, ""},
+    {512, 8192, 8192, 1, 0, 0, "exact shape llama70b.o m512n8192k8192 of the pack's set: predicted 100.0 us, best known 100.0 us"
+    " (+0.0%)"},
+    {32, 4096, 14336, 1, 0, 2, "exact shape llama8b.down m32n4096k14336 of the pack's set: predicted 45.3 us, best known 45.3 us"
+    " (+0.0%)"},
+    {1408, 6144, 4096, 1, 0, 0, "exact shape llama8b.qkv m1408n6144k4096 of the pack's set: predicted 101.6 us, best known 101.6 "
+    "us (+0.0%)"},
+    {257, 57344, 8192, 1, 0, 4, "exact shape llama70b.gate_up m257n57344k8192 of the pack's set: predicted 554.0 us, best known 5"
+    "54.0 us (+0.0%)"},
+    {769, 10240, 8192, 1, 0, 4, "exact shape llama70b.qkv m769n10240k8192 of the pack's set: predicted 235.8 us, best known 235.8"
+    " us (+0.0%)"},
+    {0, 0, 0, 0, -1, -1, ""},
+    {0, 0, 0, 0, -1, -1, ""},
+    {0, 0, 0, 0, -1, -1, ""},
+    {0, 0, 0, 0, -1, -1, ""},
+    {0, 0, 0, 0, -1, -1, ""},
+    {0, 0, 0, 0, -1, -1, ""},
+    {0, 0, 0, 0, -1, -1, ""},
+    {0, 0, 0, 0, -1, -1, ""},
+    {32, 6144, 4096, 1, 0, 6, "exact shape llama8b.qkv m32n6144k4096 of the pack's set: predicted 21.4 us, best known 21.4 us ("
+    "+0.2%)"},
+    {0, 0, 0, 0, -1, -1, ""},
+    {0, 0, 0, 0, -1, -1, ""},
+    {2, 4096, 14336, 1, 0, 2, "exact shape llama8b.down m2n4096k14336 of the pack's set: predicted 45.3 us, best known 45.3 us "
+    "(+0.0%)"},
+    {32, 4096, 4096, 1, 0, 2, "exact shape llama8b.o m32n4096k4096 of the pack's set: predicted 16.7 us, best known 16.7 us (+0"
+    ".0%)"},
+    {128, 4096, 4096, 1, 0, 6, "exact shape llama8b.o m128n4096k4096 of the pack's set: predicted 20.0 us, best known 20.0 us (+"
+    "0.0%)"},
+    {32, 8192, 8192, 1, 0, 1, "exact shape llama70b.o m32n8192k8192 of the pack's set: predicted 46.6 us, best known 46.6 us (+"
+    "0.0%)"},
+    {768, 10240, 8192, 1, 0, 0, "exact shape llama70b.qkv m768n10240k8192 of the pack's set: predicted 192.1 us, best known 192.1"
+    " us (+0.0%)"},
+    {0, 0, 0, 0, -1, -1, ""},
+    {0, 0, 0, 0, -1, -1, ""},
+    {321, 6144, 4096, 1, 0, 3, "exact shape llama8b.qkv m321n6144k4096 of the pack's set: predicted 39.1 us, best known 39.1 us "
+    "(+0.0%)"},
+    {0, 0, 0, 0, -1, -1, ""},
+    {0, 0, 0, 0, -1, -1, ""},
+    {513, 6144, 4096, 1, 0, 0, "exact shape llama8b.qkv m513n6144k4096 of the pack's set: predicted 53.9 us, best known 53.9 us "
+    "(+0.0%)"},
+    {0, 0, 0, 0, -1, -1, ""},
+    {0, 0, 0, 0, -1, -1, ""},
+    {4, 6144, 4096, 1, 0, 6, "exact shape llama8b.qkv m4n6144k4096 of the pack's set: predicted 21.4 us, best known 21.4 us (+"
+    "0.2%)"},
+    {0, 0, 0, 0, -1, -1, ""},
+    {0, 0, 0, 0, -1, -1, ""},
+    {0, 0, 0, 0, -1, -1, ""},
+    {0, 0, 0, 0, -1, -1, ""},
+    {0, 0, 0, 0, -1, -1, ""},
+    {0, 0, 0, 0, -1, -1, ""},
+    {0, 0, 0, 0, -1, -1, ""},
+    {0, 0, 0, 0, -1, -1, ""},
+    {0, 0, 0, 0, -1, -1, ""},
+    {0, 0, 0, 0, -1, -1, ""},
+    {0, 0, 0, 0, -1, -1, ""},
+    {0, 0, 0, 0, -1, -1, ""},
+    {8192, 28672, 4096, 1, 0, 0, "exact shape llama8b.gate_up m8192n28672k4096 of the pack's set: predicted 2658.8 us, best known "
+    "2628.2 us (+1.2%)"},
+    {0, 0, 0, 0, -1, -1, ""},
+    {0, 0, 0, 0, -1, -1, ""},
+    {1281, 6144, 4096, 1, 0, 0, "exact shape llama8b.qkv m1281n6144k4096 of the pack's set: predicted 101.6 us, best known 101.6 "
+    "us (+0.0%)"},
+    {16, 4096, 14336, 1, 0, 2, "exact shape llama8b.down m16n4096k14336 of the pack's set: predicted 45.3 us, best known 45.3 us"
+    " (+0.0%)"},
+    {8, 4096, 14336, 1, 0, 2, "exact shape llama8b.down m8n4096k14336 of the pack's set: predicted 45.3 us, best known 45.3 us "
+    "(+0.0%)"},
+    {0, 0, 0, 0, -1, -1, ""},
+    {0, 0, 0, 0, -1, -1, ""},
+    {0, 0, 0, 0, -1, -1, ""},
+    {0, 0, 0, 0, -1, -1, ""},
+    {64, 4096, 4096, 1, 0, 2, "exact shape llama8b.o m64n4096k4096 of the pack's set: predicted 16.8 us, best known 16.8 us (+0"
+    ".0%)"},
+    {0, 0, 0, 0, -1, -1, ""},
+    {256, 6144, 4096, 1, 0, 8, "exact shape llama8b.qkv m256n6144k4096 of the pack's set: predicted 30.0 us, best known 30.0 us "
+    "(+0.0%)"},
+    {1025, 4096, 14336, 1, 0, 3, "exact shape llama8b.down m1025n4096k14336 of the pack's set: predicted 232.0 us, best known 232."
+    "0 us (+0.0%)"},
+    {0, 0, 0, 0, -1, -1, ""},
+    {64, 10240, 8192, 1, 0, 7, "exact shape llama70b.qkv m64n10240k8192 of the pack's set: predicted 56.7 us, best known 56.7 us"
+    " (+0.0%)"},
+    {0, 0, 0, 0, -1, -1, ""},
+    {0, 0, 0, 0, -1, -1, ""},
+    {129, 57344, 8192, 1, 0, 3, "exact shape llama70b.gate_up m129n57344k8192 of the pack's set: predicted 384.8 us, best known 3"
+    "84.6 us (+0.0%)"},
+    {0, 0, 0, 0, -1, -1, ""},
+    {2, 57344, 8192, 1, 0, 1, "exact shape llama70b.gate_up m2n57344k8192 of the pack's set: predicted 299.0 us, best known 292"
+    ".4 us (+2.3%)"},
+    {2048, 8192, 28672, 1, 0, 0, "exact shape llama70b.down m2048n8192k28672 of the pack's set: predicted 1277.8 us, best known 12"
+    "77.6 us (+0.0%)"},
+    {0, 0, 0, 0, -1, -1, ""},
+    {0, 0, 0, 0, -1, -1, ""},
+    {16, 4096, 4096, 1, 0, 2, "exact shape llama8b.o m16n4096k4096 of the pack's set: predicted 16.7 us, best known 16.7 us (+0"
+    ".0%)"},
+    {0, 0, 0, 0, -1, -1, ""},
+    {0, 0, 0, 0, -1, -1, ""},
+    {128, 4096, 14336, 1, 0, 1, "exact shape llama8b.down m128n4096k14336 of the pack's set: predicted 53.5 us, best known 53.2 u"
+    "s (+0.6%)"},
+    {64, 4096, 14336, 1, 0, 2, "exact shape llama8b.down m64n4096k14336 of the pack's set: predicted 45.4 us, best known 45.4 us"
+    " (+0.0%)"},
+    {0, 0, 0, 0, -1, -1, ""},
+    {128, 10240, 8192, 1, 0, 8, "exact shape llama70b.qkv m128n10240k8192 of the pack's set: predicted 63.0 us, best known 63.0 u"
+    "s (+0.0%)"},
+    {0, 0, 0, 0, -1, -1, ""},
+    {513, 8192, 28672, 1, 0, 3, "exact shape llama70b.down m513n8192k28672 of the pack's set: predicted 458.6 us, best known 458."
     "6 us (+0.0%)"},
     {0, 0, 0, 0, -1, -1, ""},
-    {64, 8192, 8192, 1, 0, 1, "exact shape llama70b.o m64n8192k8192 of the pack's set: predicted 37.6 us, best known 37.6 us (+"
-    "0.0%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
-    {128, 28672, 4096, 1, 0, 0, "exact shape llama8b.gate_up m128n28672k4096 of the pack's set: predicted 63.6 us, best known 63."
-    "3 us (+0.4%)"},
-    {0, 0, 0, 0, -1, -1, ""},
-    {0, 0, 0, 0, -1, -1, ""},
-    {0, 0, 0, 0, -1, -1, ""},
-    {0, 0, 0, 0, -1, -1, ""},
-    {0, 0, 0, 0, -1, -1, ""},
-    {0, 0, 0, 0, -1, -1, ""},
-    {0, 0, 0, 0, -1, -1, ""},
-    {0, 0, 0, 0, -1, -1, ""},
-    {4096, 8192, 28672, 1, 0, 0, "exact shape llama70b.down m4096n8192k28672 of the pack's set: predicted 2548.3 us, best known 25"
-    "47.4 us (+0.0%)"},
-    {0, 0, 0, 0, -1, -1, ""},
-    {128, 57344, 8192, 1, 0, 12, "exact shape llama70b.gate_up m128n57344k8192 of the pack's set: predicted 246.9 us, best known 2"
-    "46.9 us (+0.0%)"},
-    {4, 28672, 4096, 1, 0, 6, "exact shape llama8b.gate_up m4n28672k4096 of the pack's set: predicted 55.8 us, best known 55.8 "
-    "us (+0.0%)"},
-    {0, 0, 0, 0, -1, -1, ""},
-    {1536, 10240, 8192, 1, 0, 0, "exact shape llama70b.qkv m1536n10240k8192 of the pack's set: predicted 376.8 us, best known 376."
-    "8 us (+0.0%)"},
-    {0, 0, 0, 0, -1, -1, ""},
-    {1024, 28672, 4096, 1, 0, 0, "exact shape llama8b.gate_up m1024n28672k4096 of the pack's set: predicted 339.9 us, best known 3"
-    "39.8 us (+0.0%)"},
-    {0, 0, 0, 0, -1, -1, ""},
-    {2817, 6144, 4096, 1, 0, 4, "exact shape llama8b.qkv m2817n6144k4096 of the pack's set: predicted 241.9 us, best known 241.6 "
-    "us (+0.2%)"},
-    {0, 0, 0, 0, -1, -1, ""},
-    {256, 4096, 4096, 1, 0, 10, "exact shape llama8b.o m256n4096k4096 of the pack's set: predicted 24.7 us, best known 24.7 us (+"
-    "0.0%)"},
-    {0, 0, 0, 0, -1, -1, ""},
-    {0, 0, 0, 0, -1, -1, ""},
-    {8192, 10240, 8192, 1, 0, 0, "exact shape llama70b.qkv m8192n10240k8192 of the pack's set: predicted 1865.1 us, best known 185"
-    "9.2 us (+0.3%)"},
-    {0, 0, 0, 0, -1, -1, ""},
-    {0, 0, 0, 0, -1, -1, ""},
-    {0, 0, 0, 0, -1, -1, ""},
-    {4, 8192, 28672, 1, 0, 1, "exact shape llama70b.down m4n8192k28672 of the pack's set: predicted 114.4 us, best known 114.4 "
-    "us (+0.0%)"},
-    {2049, 8192, 28672, 1, 0, 4, "exact shape llama70b.down m2049n8192k28672 of the pack's set: predicted 1580.4 us, best known 15"
-    "42.3 us (+2.5%)"},
-    {0, 0, 0, 0, -1, -1, ""},
-    {8192, 6144, 4096, 1, 0, 0, "exact shape llama8b.qkv m8192n6144k4096 of the pack's set: predicted 579.6 us, best known 578.0 "
-    "us (+0.3%)"},
-    {0, 0, 0, 0, -1, -1, ""},
-    {4097, 4096, 4096, 1, 0, 0, "exact shape llama8b.o m4097n4096k4096 of the pack's set: predicted 196.8 us, best known 196.8 us"
-    " (+0.0%)"},
-    {0, 0, 0, 0, -1, -1, ""},
-    {385, 10240, 8192, 1, 0, 4, "exact shape llama70b.qkv m385n10240k8192 of the pack's set: predicted 159.3 us, best known 159.2"
-    " us (+0.0%)"},
-    {0, 0, 0, 0, -1, -1, ""},
-    {2, 8192, 28672, 1, 0, 1, "exact shape llama70b.down m2n8192k28672 of the pack's set: predicted 114.4 us, best known 114.4 "
-    "us (+0.0%)"},
-    {0, 0, 0, 0, -1, -1, ""},
-    {0, 0, 0, 0, -1, -1, ""},
-    {0, 0, 0, 0, -1, -1, ""},
-    {0, 0, 0, 0, -1, -1, ""},
-    {128, 8192, 8192, 1, 0, 10, "exact shape llama70b.o m128n8192k8192 of the pack's set: predicted 45.7 us, best known 45.7 us ("
-    "+0.0%)"},
-    {0, 0, 0, 0, -1, -1, ""},
-    {8, 10240, 8192, 1, 0, 8, "exact shape llama70b.qkv m8n10240k8192 of the pack's set: predicted 43.9 us, best known 43.9 us "
-    "(+0.0%)"},
-    {0, 0, 0, 0, -1, -1, ""},
-    {257, 4096, 4096, 1, 0, 9, "exact shape llama8b.o m257n4096k4096 of the pack's set: predicted 29.1 us, best known 29.1 us (+"
-    "0.0%)"},
-    {0, 0, 0, 0, -1, -1, ""},
-    {1, 28672, 4096, 1, 0, 6, "exact shape llama8b.gate_up m1n28672k4096 of the pack's set: predicted 55.8 us, best known 55.8 "
-    "us (+0.0%)"},
-    {0, 0, 0, 0, -1, -1, ""},
-    {0, 0, 0, 0, -1, -1, ""},
-    {0, 0, 0, 0, -1, -1, ""},
-    {0, 0, 0, 0, -1, -1, ""},
-    {0, 0, 0, 0, -1, -1, ""},
-    {4096, 4096, 14336, 1, 0, 0, "exact shape llama8b.down m4096n4096k14336 of the pack's set: predicted 647.0 us, best known 646."
-    "8 us (+0.0%)"},
-    {0, 0, 0, 0, -1, -1, ""},
-    {512, 8192, 8192, 1, 0, 0, "exact shape llama70b.o m512n8192k8192 of the pack's set: predicted 99.1 us, best known 99.1 us ("
-    "+0.0%)"},
-    {32, 4096, 14336, 1, 0, 2, "exact shape llama8b.down m32n4096k14336 of the pack's set: predicted 40.1 us, best known 40.1 us"
-    " (+0.0%)"},
-    {1408, 6144, 4096, 1, 0, 0, "exact shape llama8b.qkv m1408n6144k4096 of the pack's set: predicted 101.5 us, best known 101.5 "
-    "us (+0.0%)"},
-    {257, 57344, 8192, 1, 0, 4, "exact shape llama70b.gate_up m257n57344k8192 of the pack's set: predicted 544.2 us, best known 5"
-    "44.2 us (+0.0%)"},
-    {769, 10240, 8192, 1, 0, 4, "exact shape llama70b.qkv m769n10240k8192 of the pack's set: predicted 235.5 us, best known 235.5"
-    " us (+0.0%)"},
-    {0, 0, 0, 0, -1, -1, ""},
-    {0, 0, 0, 0, -1, -1, ""},
-    {0, 0, 0, 0, -1, -1, ""},
-    {0, 0, 0, 0, -1, -1, ""},
-    {0, 0, 0, 0, -1, -1, ""},
-    {0, 0, 0, 0, -1, -1, ""},
-    {0, 0, 0, 0, -1, -1, ""},
-    {0, 0, 0, 0, -1, -1, ""},
-    {32, 6144, 4096, 1, 0, 7, "exact shape llama8b.qkv m32n6144k4096 of the pack's set: predicted 19.1 us, best known 19.0 us ("
-    "+0.3%)"},
-    {0, 0, 0, 0, -1, -1, ""},
-    {0, 0, 0, 0, -1, -1, ""},
-    {2, 4096, 14336, 1, 0, 2, "exact shape llama8b.down m2n4096k14336 of the pack's set: predicted 40.1 us, best known 40.1 us "
-    "(+0.0%)"},
-    {32, 4096, 4096, 1, 0, 2, "exact shape llama8b.o m32n4096k4096 of the pack's set: predicted 15.6 us, best known 15.6 us (+0"
-    ".0%)"},
-    {128, 4096, 4096, 1, 0, 7, "exact shape llama8b.o m128n4096k4096 of the pack's set: predicted 19.4 us, best known 19.4 us (+"
-    "0.0%)"},
-    {32, 8192, 8192, 1, 0, 1, "exact shape llama70b.o m32n8192k8192 of the pack's set: predicted 37.5 us, best known 37.5 us (+"
-    "0.0%)"},
-    {768, 10240, 8192, 1, 0, 0, "exact shape llama70b.qkv m768n10240k8192 of the pack's set: predicted 191.6 us, best known 191.6"
-    " us (+0.0%)"},
-    {0, 0, 0, 0, -1, -1, ""},
-    {0, 0, 0, 0, -1, -1, ""},
-    {321, 6144, 4096, 1, 0, 3, "exact shape llama8b.qkv m321n6144k4096 of the pack's set: predicted 38.7 us, best known 38.7 us "
-    "(+0.0%)"},
-    {0, 0, 0, 0, -1, -1, ""},
-    {0, 0, 0, 0, -1, -1, ""},
-    {513, 6144, 4096, 1, 0, 0, "exact shape llama8b.qkv m513n6144k4096 of the pack's set: predicted 53.7 us, best known 53.7 us "
-    "(+0.0%)"},
-    {0, 0, 0, 0, -1, -1, ""},
-    {0, 0, 0, 0, -1, -1, ""},
-    {4, 6144, 4096, 1, 0, 7, "exact shape llama8b.qkv m4n6144k4096 of the pack's set: predicted 19.0 us, best known 19.0 us (+"
-    "0.3%)"},
-    {0, 0, 0, 0, -1, -1, ""},
-    {0, 0, 0, 0, -1, -1, ""},
-    {0, 0, 0, 0, -1, -1, ""},
-    {0, 0, 0, 0, -1, -1, ""},
-    {0, 0, 0, 0, -1, -1, ""},
-    {0, 0, 0, 0, -1, -1, ""},
-    {0, 0, 0, 0, -1, -1, ""},
-    {0, 0, 0, 0, -1, -1, ""},
-    {0, 0, 0, 0, -1, -1, ""},
-    {0, 0, 0, 0, -1, -1, ""},
-    {0, 0, 0, 0, -1, -1, ""},
-    {0, 0, 0, 0, -1, -1, ""},
-    {8192, 28672, 4096, 1, 0, 0, "exact shape llama8b.gate_up m8192n28672k4096 of the pack's set: predicted 2634.5 us, best known "
-    "2627.1 us (+0.3%)"},
-    {0, 0, 0, 0, -1, -1, ""},
-    {0, 0, 0, 0, -1, -1, ""},
-    {1281, 6144, 4096, 1, 0, 0, "exact shape llama8b.qkv m1281n6144k4096 of the pack's set: predicted 101.5 us, best known 101.5 "
-    "us (+0.0%)"},
-    {16, 4096, 14336, 1, 0, 2, "exact shape llama8b.down m16n4096k14336 of the pack's set: predicted 40.1 us, best known 40.1 us"
-    " (+0.0%)"},
-    {8, 4096, 14336, 1, 0, 2, "exact shape llama8b.down m8n4096k14336 of the pack's set: predicted 40.1 us, best known 40.1 us "
-    "(+0.0%)"},
-    {0, 0, 0, 0, -1, -1, ""},
-    {0, 0, 0, 0, -1, -1, ""},
-    {0, 0, 0, 0, -1, -1, ""},
-    {0, 0, 0, 0, -1, -1, ""},
-    {64, 4096, 4096, 1, 0, 2, "exact shape llama8b.o m64n4096k4096 of the pack's set: predicted 15.6 us, best known 15.6 us (+0"
+    {8, 8192, 8192, 1, 0, 1, "exact shape llama70b.o m8n8192k8192 of the pack's set: predicted 46.6 us, best known 46.6 us (+0"
     ".0%)"},
     {0, 0, 0, 0, -1, -1, ""},
-    {256, 6144, 4096, 1, 0, 9, "exact shape llama8b.qkv m256n6144k4096 of the pack's set: predicted 29.1 us, best known 29.1 us "
-    "(+0.0%)"},
-    {1025, 4096, 14336, 1, 0, 3, "exact shape llama8b.down m1025n4096k14336 of the pack's set: predicted 231.8 us, best known 231."
-    "8 us (+0.0%)"},
-    {0, 0, 0, 0, -1, -1, ""},
-    {64, 10240, 8192, 1, 0, 8, "exact shape llama70b.qkv m64n10240k8192 of the pack's set: predicted 43.9 us, best known 43.9 us"
-    " (+0.0%)"},
-    {0, 0, 0, 0, -1, -1, ""},
-    {0, 0, 0, 0, -1, -1, ""},
-    {129, 57344, 8192, 1, 0, 3, "exact shape llama70b.gate_up m129n57344k8192 of the pack's set: predicted 345.2 us, best known 3"
-    "45.2 us (+0.0%)"},
-    {0, 0, 0, 0, -1, -1, ""},
-    {2, 57344, 8192, 1, 0, 5, "exact shape llama70b.gate_up m2n57344k8192 of the pack's set: predicted 219.5 us, best known 219"
-    ".5 us (+0.0%)"},
-    {2048, 8192, 28672, 1, 0, 0, "exact shape llama70b.down m2048n8192k28672 of the pack's set: predicted 1276.9 us, best known 12"
-    "76.8 us (+0.0%)"},
-    {0, 0, 0, 0, -1, -1, ""},
-    {0, 0, 0, 0, -1, -1, ""},
-    {16, 4096, 4096, 1, 0, 2, "exact shape llama8b.o m16n4096k4096 of the pack's set: predicted 15.6 us, best known 15.6 us (+0"
-    ".0%)"},
-    {0, 0, 0, 0, -1, -1, ""},
-    {0, 0, 0, 0, -1, -1, ""},
-    {128, 4096, 14336, 1, 0, 1, "exact shape llama8b.down m128n4096k14336 of the pack's set: predicted 50.5 us, best known 50.1 u"
-    "s (+0.8%)"},
-    {64, 4096, 14336, 1, 0, 2, "exact shape llama8b.down m64n4096k14336 of the pack's set: predicted 40.1 us, best known 40.1 us"
-    " (+0.0%)"},
-    {0, 0, 0, 0, -1, -1, ""},
-    {128, 10240, 8192, 1, 0, 9, "exact shape llama70b.qkv m128n10240k8192 of the pack's set: predicted 54.9 us, best known 54.9 u"
+    {256, 10240, 8192, 1, 0, 13, "exact shape llama70b.qkv m256n10240k8192 of the pack's set: predicted 83.3 us, best known 83.3 u"
     "s (+0.0%)"},
     {0, 0, 0, 0, -1, -1, ""},
-    {513, 8192, 28672, 1, 0, 3, "exact shape llama70b.down m513n8192k28672 of the pack's set: predicted 457.1 us, best known 457."
-    "1 us (+0.0%)"},
-    {0, 0, 0, 0, -1, -1, ""},
-    {0, 0, 0, 0, -1, -1, ""},
-    {0, 0, 0, 0, -1, -1, ""},
-    {8, 8192, 8192, 1, 0, 1, "exact shape llama70b.o m8n8192k8192 of the pack's set: predicted 37.5 us, best known 37.5 us (+0"
-    ".0%)"},
-    {0, 0, 0, 0, -1, -1, ""},
-    {256, 10240, 8192, 1, 0, 14, "exact shape llama70b.qkv m256n10240k8192 of the pack's set: predicted 80.2 us, best known 80.2 u"
-    "s (+0.0%)"},
-    {0, 0, 0, 0, -1, -1, ""},
-    {65, 28672, 4096, 1, 0, 0, "exact shape llama8b.gate_up m65n28672k4096 of the pack's set: predicted 63.0 us, best known 62.8"
-    " us (+0.4%)"},
-    {8, 6144, 4096, 1, 0, 7, "exact shape llama8b.qkv m8n6144k4096 of the pack's set: predicted 19.0 us, best known 19.0 us (+"
-    "0.3%)"},
-    {2048, 28672, 4096, 1, 0, 0, "exact shape llama8b.gate_up m2048n28672k4096 of the pack's set: predicted 673.4 us, best known 6"
-    "73.3 us (+0.0%)"},
-    {1, 8192, 28672, 1, 0, 1, "exact shape llama70b.down m1n8192k28672 of the pack's set: predicted 114.4 us, best known 114.4 "
+    {65, 28672, 4096, 1, 0, 0, "exact shape llama8b.gate_up m65n28672k4096 of the pack's set: predicted 79.2 us, best known 79.1"
+    " us (+0.1%)"},
+    {8, 6144, 4096, 1, 0, 6, "exact shape llama8b.qkv m8n6144k4096 of the pack's set: predicted 21.4 us, best known 21.4 us (+"
+    "0.2%)"},
+    {2048, 28672, 4096, 1, 0, 0, "exact shape llama8b.gate_up m2048n28672k4096 of the pack's set: predicted 673.8 us, best known 6"
+    "73.7 us (+0.0%)"},
+    {1, 8192, 28672, 1, 0, 1, "exact shape llama70b.down m1n8192k28672 of the pack's set: predicted 149.9 us, best known 149.9 "
     "us (+0.0%)"},
-    {64, 57344, 8192, 1, 0, 5, "exact shape llama70b.gate_up m64n57344k8192 of the pack's set: predicted 220.5 us, best known 22"
-    "0.5 us (+0.0%)"},
-    {4096, 28672, 4096, 1, 0, 0, "exact shape llama8b.gate_up m4096n28672k4096 of the pack's set: predicted 1340.8 us, best known "
-    "1340.5 us (+0.0%)"},
+    {64, 57344, 8192, 1, 0, 1, "exact shape llama70b.gate_up m64n57344k8192 of the pack's set: predicted 299.3 us, best known 29"
+    "4.2 us (+1.7%)"},
+    {4096, 28672, 4096, 1, 0, 0, "exact shape llama8b.gate_up m4096n28672k4096 of the pack's set: predicted 1342.6 us, best known "
+    "1341.0 us (+0.1%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
@@ -863,10 +863,10 @@ const Exact kExact[512] = {
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
-    {8, 28672, 4096, 1, 0, 6, "exact shape llama8b.gate_up m8n28672k4096 of the pack's set: predicted 55.8 us, best known 55.8 "
+    {8, 28672, 4096, 1, 0, 5, "exact shape llama8b.gate_up m8n28672k4096 of the pack's set: predicted 75.3 us, best known 75.3 "
     "us (+0.0%)"},
-    {2048, 4096, 14336, 1, 0, 0, "exact shape llama8b.down m2048n4096k14336 of the pack's set: predicted 326.5 us, best known 326."
-    "5 us (+0.0%)"},
+    {2048, 4096, 14336, 1, 0, 0, "exact shape llama8b.down m2048n4096k14336 of the pack's set: predicted 326.7 us, best known 326."
+    "7 us (+0.0%)"},
     {0, 0, 0, 0, -1, -1, ""},
 };
 constexpr int kExactProbes = 4;
@@ -895,14 +895,14 @@ const NK kNK[16] = {
 };
 constexpr int kNKProbes = 1;
 const short kNKBuckets[8][kBuckets] = {
-    {2, 2, 2, 2, 2, 2, 7, 10, 11, 11, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {2, 2, 2, 2, 2, 2, 1, 10, 11, 11, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {7, 7, 7, 7, 7, 7, 8, 9, 9, 4, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {1, 1, 1, 1, 1, 1, 10, 11, 11, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {1, 1, 1, 1, 1, 1, 10, 11, 11, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {8, 8, 8, 8, 8, 8, 9, 14, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {6, 6, 6, 6, 6, 6, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {5, 5, 5, 5, 5, 5, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {2, 2, 2, 2, 2, 2, 6, 9, 10, 10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {2, 2, 2, 2, 2, 2, 1, 9, 10, 10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {6, 6, 6, 6, 6, 6, 15, 8, 8, 4, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {1, 1, 1, 1, 1, 1, 9, 10, 10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {1, 1, 1, 1, 1, 1, 9, 10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {7, 7, 7, 7, 7, 7, 8, 13, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {5, 5, 5, 5, 5, 5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {1, 1, 1, 1, 1, 1, 11, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
 };
 
 // The same function as cutegen/packs/dispatch.py's slot(): splitmix64's finalizer, chained.
