@@ -271,3 +271,63 @@ def test_epilogue_classes_render_their_plan_entry_points(tmp_path):
     assert "epilogue.thread.bias_ptr" not in plans[1] and "ptr_C" not in plans[1]
     header = files["include/cutegen_pack.h"]
     assert "#define CUTEGEN_PACK_CLASS_1 1" in header and "CUTEGEN_PACK_CLASS_2" not in header
+
+
+def test_generated_dispatcher_agrees_with_the_coverage_table(tmp_path):
+    """The C++ dispatcher of the committed h100-sxm language-model pack, compiled with g++ against stub kernels
+    (no nvcc, seconds): every one of its 165 exact shapes goes to the kernel the coverage table names (the
+    C++ hash and probing agree with cutegen/packs/dispatch.py), M between the samples goes to a rule, unknown
+    N and K to the class default, and an unaligned leading dimension to no kernel."""
+    import shutil
+    import subprocess
+    from pathlib import Path
+    from cutegen.build import find_nvcc
+    gxx = shutil.which("g++")
+    nvcc = find_nvcc()
+    assert gxx and nvcc, "g++ and the CUDA toolkit (cuda_runtime.h) are part of this project's CI"
+    cuda_inc = Path(nvcc).resolve().parent.parent / "include"
+    if not (cuda_inc / "cuda_runtime.h").is_file():
+        cuda_inc = Path("/usr/local/cuda/include")
+    pack = Path(__file__).resolve().parent.parent / "bench" / "packs" / "llm" / "h100-sxm"
+    meta = json.loads((pack / "pack.json").read_text())
+    stubs = ['#include "cutegen_pack.h"']
+    for k in meta["kernels"]:
+        h = k["hash"]
+        stubs.append(
+            f'extern "C" int cutegen_{h}_plan_create(const cutegen_pack_shape*, void** o) {{ *o = nullptr; return 0; }}\n'
+            f'extern "C" size_t cutegen_{h}_plan_workspace(const void*) {{ return 0; }}\n'
+            f'extern "C" void cutegen_{h}_plan_destroy(void*) {{}}\n'
+            f'extern "C" int cutegen_{h}_plan_run(void*, const void*, const void*, const void*, void*, const void*, '
+            f'void*, size_t, cudaStream_t) {{ return 0; }}\n'
+            f'extern "C" const char* cutegen_{h}_plan_error(void) {{ return ""; }}')
+    stubs.append("""#include <cstdio>
+int main() {
+  long long m, n, k, lda;
+  while (std::scanf("%lld %lld %lld %lld", &m, &n, &k, &lda) == 4) {
+    cutegen_pack_shape s = cutegen_pack_shape_packed(0, m, n, k, 1);
+    if (lda > 0) s.lda = lda;
+    std::printf("%d|%s\\n", cutegen_pack_select(0, &s), cutegen_pack_explain(0, &s));
+  }
+}""")
+    (tmp_path / "stubs.cpp").write_text("\n".join(stubs))
+    exe = tmp_path / "dispatch"
+    subprocess.run([gxx, "-std=c++17", "-O1", "-Wall", "-Werror", "-I", str(pack / "include"), "-I", str(cuda_inc),
+                    str(pack / "src" / "dispatch.cpp"), str(tmp_path / "stubs.cpp"), "-o", str(exe)], check=True)
+    names = [k["name"] for k in meta["kernels"]]
+    rows = meta["coverage"]["rows"]
+    queries = [(r["m"], r["n"], r["k"], 0) for r in rows]
+    samples = {(r["m"], r["n"], r["k"]) for r in rows}
+    off = [(m, 6144, 4096, 0) for m in (3, 5, 100, 777, 3000, 12345) if (m, 6144, 4096) not in samples]
+    queries += off + [(100, 5000, 4096, 0), (8, 4095, 4096, 0), (8, 4096, 4096, 4097)]
+    stdin = "".join(f"{m} {n} {k} {lda}\n" for m, n, k, lda in queries)
+    out = subprocess.run([str(exe)], input=stdin, capture_output=True, text=True, check=True).stdout.splitlines()
+    assert len(out) == len(queries)
+    for r, line in zip(rows, out):
+        idx, why = line.split("|", 1)
+        assert int(idx) == names.index(r["kernel"]) and why.startswith(f"{r['kernel']}: exact shape {r['shape']} ")
+    for line in out[len(rows):len(rows) + len(off)]:
+        idx, why = line.split("|", 1)
+        assert 0 <= int(idx) < len(names) and ": rule: N=6144 K=4096 are in the pack's set" in why
+    assert ": class default: N=5000 K=4096" in out[-3] and int(out[-3].split("|")[0]) >= 0
+    assert out[-2].startswith("-1|no kernel: not covered: N (D's contiguous extent) = 4095")
+    assert out[-1].startswith("-1|no kernel: not covered: lda = 4097")
