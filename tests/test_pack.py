@@ -331,3 +331,18 @@ int main() {
     assert ": class default: N=5000 K=4096" in out[-3] and int(out[-3].split("|")[0]) >= 0
     assert out[-2].startswith("-1|no kernel: not covered: N (D's contiguous extent) = 4095")
     assert out[-1].startswith("-1|no kernel: not covered: lda = 4097")
+
+
+def test_swap_ab_kernels_are_priced_on_the_transposed_problem_and_planned_swapped(tmp_path):
+    """At M = 16 the search's best is a swap-AB kernel (branch smallm): the pack must price it as the search
+    does (on the N x M problem its kernel runs), pick it at tolerance 0, and plan it with A and B exchanged."""
+    from cutegen.search import search
+    f = _write(tmp_path, '[[shape]]\nname="decode"\ndtype="bf16"\nlayout="tn"\nm=16\nn=4096\nk=4096\n')
+    pts = shapes.expand(shapes.load(f), 132)
+    best = search(pts[0].problem, 1).ranked[0]
+    sel = select.select(pts, targets.target("h100-sxm"), max_kernels=1, tolerance=0.0)
+    assert sel.rows[0].time_us == pytest.approx(best.cost, rel=1e-6)
+    if best.config.swap_ab:                        # the search's choice today; the plan must follow it
+        files = packs.make_pack(f, "h100-sxm", max_kernels=1, tolerance=0.0)
+        plan = next(t for p, t in files.items() if p.endswith("plan.cu"))
+        assert "std::swap(A, B);" in plan and "std::swap(lda, ldb);" in plan

@@ -10,6 +10,7 @@ import re
 
 from .. import __version__
 from ..search import cost as costmod
+from ..swap_ab import kernel_problem
 from .dispatch import Fallback, find_fallback, tables
 from .select import Kernel, Selection, class_key, geomean
 from .shapes import SAMPLING_NOTE
@@ -94,7 +95,8 @@ def pack_files(sel: Selection, fallbacks: dict[str, Fallback], name: str, shapes
     kernels_ctx = []
     cls_index = {c: i for i, c in enumerate(sel.classes)}
     for j, k in enumerate(sel.kernels):
-        t, bd = costmod.config_cost(k.problem, k.config, k.config.stages, device=sel.target.rates)
+        t, bd = costmod.config_cost(kernel_problem(k.problem, k.config), k.config, k.config.stages,
+                                    device=sel.target.rates)
         cost = {"model": "cutegen.search.cost", "target": sel.target.kind, "predicted_us": t, "breakdown": bd}
         rk = render_kernel(k.problem, k.config, "cutlass", cost=cost)
         kdir = f"k{j:02d}_{rk.kernel_hash}"

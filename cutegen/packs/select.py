@@ -79,10 +79,12 @@ def predicted_time(problem: GemmProblem, config: KernelConfig, rates=None) -> fl
     None for the model's own), or None when a rule forbids the pair."""
     from ..legality import check_config
     from ..search import cost
+    from ..swap_ab import kernel_problem
     rep = check_config(problem, config)
     if not rep.legal:
         return None
-    return cost.config_cost(problem, rep.config, rep.stages, device=rates)[0]
+    # a swap-AB kernel runs the transposed problem (N x M): price that one, as the search does
+    return cost.config_cost(kernel_problem(problem, rep.config), rep.config, rep.stages, device=rates)[0]
 
 
 def _measured(db: Any, target: Target, problem: GemmProblem) -> dict[str, KernelConfig]:
