@@ -22,54 +22,48 @@ extern "C" void cutegen_9320de4afe1a77d1_plan_destroy(void*);
 extern "C" int cutegen_9320de4afe1a77d1_plan_run(void*, const void*, const void*, const void*, void*, const void*, void*,
                                        size_t, cudaStream_t);
 extern "C" const char* cutegen_9320de4afe1a77d1_plan_error(void);
-extern "C" int cutegen_f520dfc5baa17e36_plan_create(const cutegen_pack_shape*, void**);
-extern "C" size_t cutegen_f520dfc5baa17e36_plan_workspace(const void*);
-extern "C" void cutegen_f520dfc5baa17e36_plan_destroy(void*);
-extern "C" int cutegen_f520dfc5baa17e36_plan_run(void*, const void*, const void*, const void*, void*, const void*, void*,
+extern "C" int cutegen_e947094f64024747_plan_create(const cutegen_pack_shape*, void**);
+extern "C" size_t cutegen_e947094f64024747_plan_workspace(const void*);
+extern "C" void cutegen_e947094f64024747_plan_destroy(void*);
+extern "C" int cutegen_e947094f64024747_plan_run(void*, const void*, const void*, const void*, void*, const void*, void*,
                                        size_t, cudaStream_t);
-extern "C" const char* cutegen_f520dfc5baa17e36_plan_error(void);
-extern "C" int cutegen_318571221d45c4c9_plan_create(const cutegen_pack_shape*, void**);
-extern "C" size_t cutegen_318571221d45c4c9_plan_workspace(const void*);
-extern "C" void cutegen_318571221d45c4c9_plan_destroy(void*);
-extern "C" int cutegen_318571221d45c4c9_plan_run(void*, const void*, const void*, const void*, void*, const void*, void*,
+extern "C" const char* cutegen_e947094f64024747_plan_error(void);
+extern "C" int cutegen_ebe5539328f51509_plan_create(const cutegen_pack_shape*, void**);
+extern "C" size_t cutegen_ebe5539328f51509_plan_workspace(const void*);
+extern "C" void cutegen_ebe5539328f51509_plan_destroy(void*);
+extern "C" int cutegen_ebe5539328f51509_plan_run(void*, const void*, const void*, const void*, void*, const void*, void*,
                                        size_t, cudaStream_t);
-extern "C" const char* cutegen_318571221d45c4c9_plan_error(void);
-extern "C" int cutegen_408ed66cd530f346_plan_create(const cutegen_pack_shape*, void**);
-extern "C" size_t cutegen_408ed66cd530f346_plan_workspace(const void*);
-extern "C" void cutegen_408ed66cd530f346_plan_destroy(void*);
-extern "C" int cutegen_408ed66cd530f346_plan_run(void*, const void*, const void*, const void*, void*, const void*, void*,
+extern "C" const char* cutegen_ebe5539328f51509_plan_error(void);
+extern "C" int cutegen_1a298b13491de269_plan_create(const cutegen_pack_shape*, void**);
+extern "C" size_t cutegen_1a298b13491de269_plan_workspace(const void*);
+extern "C" void cutegen_1a298b13491de269_plan_destroy(void*);
+extern "C" int cutegen_1a298b13491de269_plan_run(void*, const void*, const void*, const void*, void*, const void*, void*,
                                        size_t, cudaStream_t);
-extern "C" const char* cutegen_408ed66cd530f346_plan_error(void);
+extern "C" const char* cutegen_1a298b13491de269_plan_error(void);
 extern "C" int cutegen_92644242b8444692_plan_create(const cutegen_pack_shape*, void**);
 extern "C" size_t cutegen_92644242b8444692_plan_workspace(const void*);
 extern "C" void cutegen_92644242b8444692_plan_destroy(void*);
 extern "C" int cutegen_92644242b8444692_plan_run(void*, const void*, const void*, const void*, void*, const void*, void*,
                                        size_t, cudaStream_t);
 extern "C" const char* cutegen_92644242b8444692_plan_error(void);
-extern "C" int cutegen_61e327ef67ddde44_plan_create(const cutegen_pack_shape*, void**);
-extern "C" size_t cutegen_61e327ef67ddde44_plan_workspace(const void*);
-extern "C" void cutegen_61e327ef67ddde44_plan_destroy(void*);
-extern "C" int cutegen_61e327ef67ddde44_plan_run(void*, const void*, const void*, const void*, void*, const void*, void*,
+extern "C" int cutegen_845c71e80c35f5c8_plan_create(const cutegen_pack_shape*, void**);
+extern "C" size_t cutegen_845c71e80c35f5c8_plan_workspace(const void*);
+extern "C" void cutegen_845c71e80c35f5c8_plan_destroy(void*);
+extern "C" int cutegen_845c71e80c35f5c8_plan_run(void*, const void*, const void*, const void*, void*, const void*, void*,
                                        size_t, cudaStream_t);
-extern "C" const char* cutegen_61e327ef67ddde44_plan_error(void);
-extern "C" int cutegen_fd5d95b5091242f4_plan_create(const cutegen_pack_shape*, void**);
-extern "C" size_t cutegen_fd5d95b5091242f4_plan_workspace(const void*);
-extern "C" void cutegen_fd5d95b5091242f4_plan_destroy(void*);
-extern "C" int cutegen_fd5d95b5091242f4_plan_run(void*, const void*, const void*, const void*, void*, const void*, void*,
+extern "C" const char* cutegen_845c71e80c35f5c8_plan_error(void);
+extern "C" int cutegen_c7277937c5787c06_plan_create(const cutegen_pack_shape*, void**);
+extern "C" size_t cutegen_c7277937c5787c06_plan_workspace(const void*);
+extern "C" void cutegen_c7277937c5787c06_plan_destroy(void*);
+extern "C" int cutegen_c7277937c5787c06_plan_run(void*, const void*, const void*, const void*, void*, const void*, void*,
                                        size_t, cudaStream_t);
-extern "C" const char* cutegen_fd5d95b5091242f4_plan_error(void);
-extern "C" int cutegen_76f006160300e1f8_plan_create(const cutegen_pack_shape*, void**);
-extern "C" size_t cutegen_76f006160300e1f8_plan_workspace(const void*);
-extern "C" void cutegen_76f006160300e1f8_plan_destroy(void*);
-extern "C" int cutegen_76f006160300e1f8_plan_run(void*, const void*, const void*, const void*, void*, const void*, void*,
+extern "C" const char* cutegen_c7277937c5787c06_plan_error(void);
+extern "C" int cutegen_e9d3ec5469d207f6_plan_create(const cutegen_pack_shape*, void**);
+extern "C" size_t cutegen_e9d3ec5469d207f6_plan_workspace(const void*);
+extern "C" void cutegen_e9d3ec5469d207f6_plan_destroy(void*);
+extern "C" int cutegen_e9d3ec5469d207f6_plan_run(void*, const void*, const void*, const void*, void*, const void*, void*,
                                        size_t, cudaStream_t);
-extern "C" const char* cutegen_76f006160300e1f8_plan_error(void);
-extern "C" int cutegen_98d6b655fe3ade84_plan_create(const cutegen_pack_shape*, void**);
-extern "C" size_t cutegen_98d6b655fe3ade84_plan_workspace(const void*);
-extern "C" void cutegen_98d6b655fe3ade84_plan_destroy(void*);
-extern "C" int cutegen_98d6b655fe3ade84_plan_run(void*, const void*, const void*, const void*, void*, const void*, void*,
-                                       size_t, cudaStream_t);
-extern "C" const char* cutegen_98d6b655fe3ade84_plan_error(void);
+extern "C" const char* cutegen_e9d3ec5469d207f6_plan_error(void);
 extern "C" int cutegen_7dbf0b2b16336e99_plan_create(const cutegen_pack_shape*, void**);
 extern "C" size_t cutegen_7dbf0b2b16336e99_plan_workspace(const void*);
 extern "C" void cutegen_7dbf0b2b16336e99_plan_destroy(void*);
@@ -88,30 +82,36 @@ extern "C" void cutegen_8c5d5d291b296e09_plan_destroy(void*);
 extern "C" int cutegen_8c5d5d291b296e09_plan_run(void*, const void*, const void*, const void*, void*, const void*, void*,
                                        size_t, cudaStream_t);
 extern "C" const char* cutegen_8c5d5d291b296e09_plan_error(void);
-extern "C" int cutegen_407c33b7f1cffd78_plan_create(const cutegen_pack_shape*, void**);
-extern "C" size_t cutegen_407c33b7f1cffd78_plan_workspace(const void*);
-extern "C" void cutegen_407c33b7f1cffd78_plan_destroy(void*);
-extern "C" int cutegen_407c33b7f1cffd78_plan_run(void*, const void*, const void*, const void*, void*, const void*, void*,
+extern "C" int cutegen_98d6b655fe3ade84_plan_create(const cutegen_pack_shape*, void**);
+extern "C" size_t cutegen_98d6b655fe3ade84_plan_workspace(const void*);
+extern "C" void cutegen_98d6b655fe3ade84_plan_destroy(void*);
+extern "C" int cutegen_98d6b655fe3ade84_plan_run(void*, const void*, const void*, const void*, void*, const void*, void*,
                                        size_t, cudaStream_t);
-extern "C" const char* cutegen_407c33b7f1cffd78_plan_error(void);
+extern "C" const char* cutegen_98d6b655fe3ade84_plan_error(void);
+extern "C" int cutegen_318571221d45c4c9_plan_create(const cutegen_pack_shape*, void**);
+extern "C" size_t cutegen_318571221d45c4c9_plan_workspace(const void*);
+extern "C" void cutegen_318571221d45c4c9_plan_destroy(void*);
+extern "C" int cutegen_318571221d45c4c9_plan_run(void*, const void*, const void*, const void*, void*, const void*, void*,
+                                       size_t, cudaStream_t);
+extern "C" const char* cutegen_318571221d45c4c9_plan_error(void);
+extern "C" int cutegen_fd5d95b5091242f4_plan_create(const cutegen_pack_shape*, void**);
+extern "C" size_t cutegen_fd5d95b5091242f4_plan_workspace(const void*);
+extern "C" void cutegen_fd5d95b5091242f4_plan_destroy(void*);
+extern "C" int cutegen_fd5d95b5091242f4_plan_run(void*, const void*, const void*, const void*, void*, const void*, void*,
+                                       size_t, cudaStream_t);
+extern "C" const char* cutegen_fd5d95b5091242f4_plan_error(void);
 extern "C" int cutegen_844d0b9e62755a06_plan_create(const cutegen_pack_shape*, void**);
 extern "C" size_t cutegen_844d0b9e62755a06_plan_workspace(const void*);
 extern "C" void cutegen_844d0b9e62755a06_plan_destroy(void*);
 extern "C" int cutegen_844d0b9e62755a06_plan_run(void*, const void*, const void*, const void*, void*, const void*, void*,
                                        size_t, cudaStream_t);
 extern "C" const char* cutegen_844d0b9e62755a06_plan_error(void);
-extern "C" int cutegen_f42dce6a4def77de_plan_create(const cutegen_pack_shape*, void**);
-extern "C" size_t cutegen_f42dce6a4def77de_plan_workspace(const void*);
-extern "C" void cutegen_f42dce6a4def77de_plan_destroy(void*);
-extern "C" int cutegen_f42dce6a4def77de_plan_run(void*, const void*, const void*, const void*, void*, const void*, void*,
+extern "C" int cutegen_3fdb2ea9799f976f_plan_create(const cutegen_pack_shape*, void**);
+extern "C" size_t cutegen_3fdb2ea9799f976f_plan_workspace(const void*);
+extern "C" void cutegen_3fdb2ea9799f976f_plan_destroy(void*);
+extern "C" int cutegen_3fdb2ea9799f976f_plan_run(void*, const void*, const void*, const void*, void*, const void*, void*,
                                        size_t, cudaStream_t);
-extern "C" const char* cutegen_f42dce6a4def77de_plan_error(void);
-extern "C" int cutegen_e2493642b12b779e_plan_create(const cutegen_pack_shape*, void**);
-extern "C" size_t cutegen_e2493642b12b779e_plan_workspace(const void*);
-extern "C" void cutegen_e2493642b12b779e_plan_destroy(void*);
-extern "C" int cutegen_e2493642b12b779e_plan_run(void*, const void*, const void*, const void*, void*, const void*, void*,
-                                       size_t, cudaStream_t);
-extern "C" const char* cutegen_e2493642b12b779e_plan_error(void);
+extern "C" const char* cutegen_3fdb2ea9799f976f_plan_error(void);
 
 struct KernelOps {
   const char* name;
@@ -126,36 +126,36 @@ struct KernelOps {
 const KernelOps kKernels[16] = {
     {"k00_128x256x64_1x2x1_s4_coop_tma", 0, cutegen_9320de4afe1a77d1_plan_create, cutegen_9320de4afe1a77d1_plan_workspace,
      cutegen_9320de4afe1a77d1_plan_destroy, cutegen_9320de4afe1a77d1_plan_run, cutegen_9320de4afe1a77d1_plan_error},
-    {"k01_64x64x128_1x4x1_s7_pp_nosmem", 0, cutegen_f520dfc5baa17e36_plan_create, cutegen_f520dfc5baa17e36_plan_workspace,
-     cutegen_f520dfc5baa17e36_plan_destroy, cutegen_f520dfc5baa17e36_plan_run, cutegen_f520dfc5baa17e36_plan_error},
-    {"k02_64x32x128_1x4x1_s9_pp_tma", 0, cutegen_318571221d45c4c9_plan_create, cutegen_318571221d45c4c9_plan_workspace,
-     cutegen_318571221d45c4c9_plan_destroy, cutegen_318571221d45c4c9_plan_run, cutegen_318571221d45c4c9_plan_error},
-    {"k03_192x96x64_1x2x1_s5_pp_tma", 0, cutegen_408ed66cd530f346_plan_create, cutegen_408ed66cd530f346_plan_workspace,
-     cutegen_408ed66cd530f346_plan_destroy, cutegen_408ed66cd530f346_plan_run, cutegen_408ed66cd530f346_plan_error},
+    {"k01_64x16x128_1x1x1_s11_pp_tma_swapab", 0, cutegen_e947094f64024747_plan_create, cutegen_e947094f64024747_plan_workspace,
+     cutegen_e947094f64024747_plan_destroy, cutegen_e947094f64024747_plan_run, cutegen_e947094f64024747_plan_error},
+    {"k02_192x96x64_2x1x1_s5_pp_tma_swapab", 0, cutegen_ebe5539328f51509_plan_create, cutegen_ebe5539328f51509_plan_workspace,
+     cutegen_ebe5539328f51509_plan_destroy, cutegen_ebe5539328f51509_plan_run, cutegen_ebe5539328f51509_plan_error},
+    {"k03_64x224x64_1x4x1_s5_pp_tma", 0, cutegen_1a298b13491de269_plan_create, cutegen_1a298b13491de269_plan_workspace,
+     cutegen_1a298b13491de269_plan_destroy, cutegen_1a298b13491de269_plan_run, cutegen_1a298b13491de269_plan_error},
     {"k04_128x192x64_1x2x1_s4_coop_tma", 0, cutegen_92644242b8444692_plan_create, cutegen_92644242b8444692_plan_workspace,
      cutegen_92644242b8444692_plan_destroy, cutegen_92644242b8444692_plan_run, cutegen_92644242b8444692_plan_error},
-    {"k05_64x256x64_1x4x1_s5_pp_tma", 0, cutegen_61e327ef67ddde44_plan_create, cutegen_61e327ef67ddde44_plan_workspace,
-     cutegen_61e327ef67ddde44_plan_destroy, cutegen_61e327ef67ddde44_plan_run, cutegen_61e327ef67ddde44_plan_error},
-    {"k06_64x64x128_1x2x1_s6_pp_tma", 0, cutegen_fd5d95b5091242f4_plan_create, cutegen_fd5d95b5091242f4_plan_workspace,
-     cutegen_fd5d95b5091242f4_plan_destroy, cutegen_fd5d95b5091242f4_plan_run, cutegen_fd5d95b5091242f4_plan_error},
-    {"k07_64x96x128_1x2x1_s5_pp_tma", 0, cutegen_76f006160300e1f8_plan_create, cutegen_76f006160300e1f8_plan_workspace,
-     cutegen_76f006160300e1f8_plan_destroy, cutegen_76f006160300e1f8_plan_run, cutegen_76f006160300e1f8_plan_error},
-    {"k08_128x96x64_1x2x1_s7_pp_tma", 0, cutegen_98d6b655fe3ade84_plan_create, cutegen_98d6b655fe3ade84_plan_workspace,
-     cutegen_98d6b655fe3ade84_plan_destroy, cutegen_98d6b655fe3ade84_plan_run, cutegen_98d6b655fe3ade84_plan_error},
-    {"k09_128x64x64_1x2x1_s8_pp_tma", 0, cutegen_7dbf0b2b16336e99_plan_create, cutegen_7dbf0b2b16336e99_plan_workspace,
+    {"k05_64x96x128_1x1x1_s5_pp_tma", 0, cutegen_845c71e80c35f5c8_plan_create, cutegen_845c71e80c35f5c8_plan_workspace,
+     cutegen_845c71e80c35f5c8_plan_destroy, cutegen_845c71e80c35f5c8_plan_run, cutegen_845c71e80c35f5c8_plan_error},
+    {"k06_128x96x64_1x2x1_s7_pp_tma_swapab", 0, cutegen_c7277937c5787c06_plan_create, cutegen_c7277937c5787c06_plan_workspace,
+     cutegen_c7277937c5787c06_plan_destroy, cutegen_c7277937c5787c06_plan_run, cutegen_c7277937c5787c06_plan_error},
+    {"k07_64x32x128_2x1x1_s9_pp_tma_swapab", 0, cutegen_e9d3ec5469d207f6_plan_create, cutegen_e9d3ec5469d207f6_plan_workspace,
+     cutegen_e9d3ec5469d207f6_plan_destroy, cutegen_e9d3ec5469d207f6_plan_run, cutegen_e9d3ec5469d207f6_plan_error},
+    {"k08_128x64x64_1x2x1_s8_pp_tma", 0, cutegen_7dbf0b2b16336e99_plan_create, cutegen_7dbf0b2b16336e99_plan_workspace,
      cutegen_7dbf0b2b16336e99_plan_destroy, cutegen_7dbf0b2b16336e99_plan_run, cutegen_7dbf0b2b16336e99_plan_error},
-    {"k10_128x128x64_1x2x1_s6_pp_tma", 0, cutegen_bac0cfd7ea5f7a18_plan_create, cutegen_bac0cfd7ea5f7a18_plan_workspace,
+    {"k09_128x128x64_1x2x1_s6_pp_tma", 0, cutegen_bac0cfd7ea5f7a18_plan_create, cutegen_bac0cfd7ea5f7a18_plan_workspace,
      cutegen_bac0cfd7ea5f7a18_plan_destroy, cutegen_bac0cfd7ea5f7a18_plan_run, cutegen_bac0cfd7ea5f7a18_plan_error},
-    {"k11_128x256x64_1x8x1_s4_coop_tma", 0, cutegen_8c5d5d291b296e09_plan_create, cutegen_8c5d5d291b296e09_plan_workspace,
+    {"k10_128x256x64_1x8x1_s4_coop_tma", 0, cutegen_8c5d5d291b296e09_plan_create, cutegen_8c5d5d291b296e09_plan_workspace,
      cutegen_8c5d5d291b296e09_plan_destroy, cutegen_8c5d5d291b296e09_plan_run, cutegen_8c5d5d291b296e09_plan_error},
-    {"k12_192x64x64_1x2x1_s6_pp_tma", 0, cutegen_407c33b7f1cffd78_plan_create, cutegen_407c33b7f1cffd78_plan_workspace,
-     cutegen_407c33b7f1cffd78_plan_destroy, cutegen_407c33b7f1cffd78_plan_run, cutegen_407c33b7f1cffd78_plan_error},
-    {"k13_128x192x64_1x1x1_s4_coop_tma", 0, cutegen_844d0b9e62755a06_plan_create, cutegen_844d0b9e62755a06_plan_workspace,
+    {"k11_128x96x64_1x2x1_s7_pp_tma", 0, cutegen_98d6b655fe3ade84_plan_create, cutegen_98d6b655fe3ade84_plan_workspace,
+     cutegen_98d6b655fe3ade84_plan_destroy, cutegen_98d6b655fe3ade84_plan_run, cutegen_98d6b655fe3ade84_plan_error},
+    {"k12_64x32x128_1x4x1_s9_pp_tma", 0, cutegen_318571221d45c4c9_plan_create, cutegen_318571221d45c4c9_plan_workspace,
+     cutegen_318571221d45c4c9_plan_destroy, cutegen_318571221d45c4c9_plan_run, cutegen_318571221d45c4c9_plan_error},
+    {"k13_64x64x128_1x2x1_s6_pp_tma", 0, cutegen_fd5d95b5091242f4_plan_create, cutegen_fd5d95b5091242f4_plan_workspace,
+     cutegen_fd5d95b5091242f4_plan_destroy, cutegen_fd5d95b5091242f4_plan_run, cutegen_fd5d95b5091242f4_plan_error},
+    {"k14_128x192x64_1x1x1_s4_coop_tma", 0, cutegen_844d0b9e62755a06_plan_create, cutegen_844d0b9e62755a06_plan_workspace,
      cutegen_844d0b9e62755a06_plan_destroy, cutegen_844d0b9e62755a06_plan_run, cutegen_844d0b9e62755a06_plan_error},
-    {"k14_192x128x64_1x8x1_s5_pp_tma", 0, cutegen_f42dce6a4def77de_plan_create, cutegen_f42dce6a4def77de_plan_workspace,
-     cutegen_f42dce6a4def77de_plan_destroy, cutegen_f42dce6a4def77de_plan_run, cutegen_f42dce6a4def77de_plan_error},
-    {"k15_64x96x128_2x1x1_s5_pp_tma", 0, cutegen_e2493642b12b779e_plan_create, cutegen_e2493642b12b779e_plan_workspace,
-     cutegen_e2493642b12b779e_plan_destroy, cutegen_e2493642b12b779e_plan_run, cutegen_e2493642b12b779e_plan_error},
+    {"k15_256x192x64_1x1x1_s3_coop_tma_swapab", 0, cutegen_3fdb2ea9799f976f_plan_create, cutegen_3fdb2ea9799f976f_plan_workspace,
+     cutegen_3fdb2ea9799f976f_plan_destroy, cutegen_3fdb2ea9799f976f_plan_run, cutegen_3fdb2ea9799f976f_plan_error},
 };
 
 struct ClassInfo {
@@ -177,11 +177,11 @@ const ClassInfo kClasses[1] = {
      "col", "row", 0, "none", true, true, true,
      8, 8, 8, -1, 8, 8, 8,
      "this pack has no kernel for operands below 16-byte alignment: the search found no legal kernel a"
-    "t smaller alignments (4 element(s): SM90-TMA-ALIGNMENT, SM90-EPILOGUE-ALIGNMENT, SM90-STREAMK-TM"
-    "A-EPILOGUE-HANG; 2 element(s): SM90-TMA-ALIGNMENT, SM90-EPILOGUE-ALIGNMENT, SM90-STREAMK-TMA-EPI"
-    "LOGUE-HANG; 1 element(s): SM90-TMA-ALIGNMENT, SM90-EPILOGUE-ALIGNMENT, SM90-STREAMK-TMA-EPILOGUE"
-    "-HANG); TMA needs 16-byte strides and a cp.async mainloop (issue 10) is not in the search yet",
-     {2, 2, 2, 2, 2, 2, 9, 10, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
+    "t smaller alignments (4 element(s): SM90-TMA-ALIGNMENT, SM90-EPILOGUE-ALIGNMENT, SM90-STREAMK-CO"
+    "OPERATIVE; 2 element(s): SM90-TMA-ALIGNMENT, SM90-EPILOGUE-ALIGNMENT, SM90-STREAMK-COOPERATIVE; "
+    "1 element(s): SM90-TMA-ALIGNMENT, SM90-EPILOGUE-ALIGNMENT, SM90-STREAMK-COOPERATIVE); TMA needs "
+    "16-byte strides and a cp.async mainloop (issue 10) is not in the search yet",
+     {1, 1, 1, 1, 7, 5, 8, 9, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
 };
 
 struct Exact {
@@ -192,31 +192,17 @@ struct Exact {
 // 165 shapes in 512 slots; M == 0 marks an empty slot.
 const Exact kExact[512] = {
     {0, 0, 0, 0, -1, -1, ""},
-    {513, 4096, 4096, 1, 0, 3, "exact shape llama8b.o m513n4096k4096 of the pack's set: predicted 38.7 us, best known 38.7 us (+"
-    "0.0%)"},
-    {704, 6144, 4096, 1, 0, 3, "exact shape llama8b.qkv m704n6144k4096 of the pack's set: predicted 71.3 us, best known 71.3 us "
-    "(+0.0%)"},
+    {513, 4096, 4096, 1, 0, 2, "exact shape llama8b.o m513n4096k4096 of the pack's set: predicted 39.0 us, best known 38.7 us (+"
+    "0.8%)"},
+    {704, 6144, 4096, 1, 0, 2, "exact shape llama8b.qkv m704n6144k4096 of the pack's set: predicted 71.9 us, best known 71.3 us "
+    "(+0.9%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
-    {2, 10240, 8192, 1, 0, 7, "exact shape llama70b.qkv m2n10240k8192 of the pack's set: predicted 56.7 us, best known 56.7 us "
-    "(+0.0%)"},
-    {0, 0, 0, 0, -1, -1, ""},
-    {0, 0, 0, 0, -1, -1, ""},
-    {0, 0, 0, 0, -1, -1, ""},
-    {0, 0, 0, 0, -1, -1, ""},
-    {0, 0, 0, 0, -1, -1, ""},
-    {0, 0, 0, 0, -1, -1, ""},
-    {0, 0, 0, 0, -1, -1, ""},
-    {0, 0, 0, 0, -1, -1, ""},
-    {0, 0, 0, 0, -1, -1, ""},
-    {32, 8192, 28672, 1, 0, 1, "exact shape llama70b.down m32n8192k28672 of the pack's set: predicted 149.9 us, best known 149.9"
-    " us (+0.0%)"},
-    {0, 0, 0, 0, -1, -1, ""},
-    {2, 8192, 8192, 1, 0, 1, "exact shape llama70b.o m2n8192k8192 of the pack's set: predicted 46.6 us, best known 46.6 us (+0"
-    ".0%)"},
+    {2, 10240, 8192, 1, 0, 5, "exact shape llama70b.qkv m2n10240k8192 of the pack's set: predicted 55.5 us, best known 54.8 us "
+    "(+1.3%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
@@ -226,13 +212,27 @@ const Exact kExact[512] = {
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
+    {32, 8192, 28672, 1, 0, 7, "exact shape llama70b.down m32n8192k28672 of the pack's set: predicted 148.4 us, best known 147.5"
+    " us (+0.6%)"},
     {0, 0, 0, 0, -1, -1, ""},
-    {2, 4096, 4096, 1, 0, 2, "exact shape llama8b.o m2n4096k4096 of the pack's set: predicted 16.7 us, best known 16.7 us (+0."
-    "0%)"},
+    {2, 8192, 8192, 1, 0, 1, "exact shape llama70b.o m2n8192k8192 of the pack's set: predicted 44.8 us, best known 44.6 us (+0"
+    ".4%)"},
+    {0, 0, 0, 0, -1, -1, ""},
+    {0, 0, 0, 0, -1, -1, ""},
+    {0, 0, 0, 0, -1, -1, ""},
+    {0, 0, 0, 0, -1, -1, ""},
+    {0, 0, 0, 0, -1, -1, ""},
+    {0, 0, 0, 0, -1, -1, ""},
+    {0, 0, 0, 0, -1, -1, ""},
+    {0, 0, 0, 0, -1, -1, ""},
+    {0, 0, 0, 0, -1, -1, ""},
+    {0, 0, 0, 0, -1, -1, ""},
+    {2, 4096, 4096, 1, 0, 1, "exact shape llama8b.o m2n4096k4096 of the pack's set: predicted 15.1 us, best known 14.8 us (+1."
+    "7%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {4096, 6144, 4096, 1, 0, 0, "exact shape llama8b.qkv m4096n6144k4096 of the pack's set: predicted 292.6 us, best known 292.2 "
     "us (+0.1%)"},
-    {2049, 4096, 4096, 1, 0, 4, "exact shape llama8b.o m2049n4096k4096 of the pack's set: predicted 124.1 us, best known 123.9 us"
+    {2049, 4096, 4096, 1, 0, 4, "exact shape llama8b.o m2049n4096k4096 of the pack's set: predicted 124.0 us, best known 123.8 us"
     " (+0.1%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
@@ -245,14 +245,14 @@ const Exact kExact[512] = {
     "2.7 us (+0.1%)"},
     {384, 10240, 8192, 1, 0, 0, "exact shape llama70b.qkv m384n10240k8192 of the pack's set: predicted 101.1 us, best known 101.1"
     " us (+0.0%)"},
-    {1024, 8192, 8192, 1, 0, 0, "exact shape llama70b.o m1024n8192k8192 of the pack's set: predicted 191.8 us, best known 191.8 u"
+    {1024, 8192, 8192, 1, 0, 0, "exact shape llama70b.o m1024n8192k8192 of the pack's set: predicted 191.8 us, best known 191.7 u"
     "s (+0.0%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {1024, 57344, 8192, 1, 0, 0, "exact shape llama70b.gate_up m1024n57344k8192 of the pack's set: predicted 1305.7 us, best known"
-    " 1305.2 us (+0.0%)"},
+    " 1305.0 us (+0.0%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {1024, 4096, 14336, 1, 0, 0, "exact shape llama8b.down m1024n4096k14336 of the pack's set: predicted 166.5 us, best known 166."
     "5 us (+0.0%)"},
@@ -261,16 +261,16 @@ const Exact kExact[512] = {
     {512, 28672, 4096, 1, 0, 0, "exact shape llama8b.gate_up m512n28672k4096 of the pack's set: predicted 199.1 us, best known 19"
     "8.8 us (+0.1%)"},
     {0, 0, 0, 0, -1, -1, ""},
-    {32, 57344, 8192, 1, 0, 1, "exact shape llama70b.gate_up m32n57344k8192 of the pack's set: predicted 299.0 us, best known 29"
-    "3.0 us (+2.0%)"},
+    {32, 57344, 8192, 1, 0, 3, "exact shape llama70b.gate_up m32n57344k8192 of the pack's set: predicted 293.0 us, best known 29"
+    "0.9 us (+0.7%)"},
     {0, 0, 0, 0, -1, -1, ""},
-    {1, 4096, 14336, 1, 0, 2, "exact shape llama8b.down m1n4096k14336 of the pack's set: predicted 45.3 us, best known 45.3 us "
-    "(+0.0%)"},
+    {1, 4096, 14336, 1, 0, 1, "exact shape llama8b.down m1n4096k14336 of the pack's set: predicted 41.0 us, best known 40.3 us "
+    "(+1.6%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
-    {129, 8192, 28672, 1, 0, 12, "exact shape llama70b.down m129n8192k28672 of the pack's set: predicted 200.0 us, best known 200."
-    "0 us (+0.0%)"},
-    {64, 6144, 4096, 1, 0, 6, "exact shape llama8b.qkv m64n6144k4096 of the pack's set: predicted 21.6 us, best known 21.5 us ("
+    {129, 8192, 28672, 1, 0, 6, "exact shape llama70b.down m129n8192k28672 of the pack's set: predicted 185.4 us, best known 180."
+    "9 us (+2.5%)"},
+    {64, 6144, 4096, 1, 0, 13, "exact shape llama8b.qkv m64n6144k4096 of the pack's set: predicted 21.6 us, best known 21.5 us ("
     "+0.2%)"},
     {8192, 4096, 4096, 1, 0, 0, "exact shape llama8b.o m8192n4096k4096 of the pack's set: predicted 392.0 us, best known 387.6 us"
     " (+1.1%)"},
@@ -280,44 +280,44 @@ const Exact kExact[512] = {
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
-    {320, 6144, 4096, 1, 0, 3, "exact shape llama8b.qkv m320n6144k4096 of the pack's set: predicted 39.1 us, best known 39.1 us "
+    {320, 6144, 4096, 1, 0, 2, "exact shape llama8b.qkv m320n6144k4096 of the pack's set: predicted 39.1 us, best known 39.1 us "
     "(+0.0%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
-    {1, 10240, 8192, 1, 0, 7, "exact shape llama70b.qkv m1n10240k8192 of the pack's set: predicted 56.7 us, best known 56.7 us "
-    "(+0.0%)"},
-    {16, 28672, 4096, 1, 0, 5, "exact shape llama8b.gate_up m16n28672k4096 of the pack's set: predicted 75.4 us, best known 75.4"
-    " us (+0.0%)"},
+    {1, 10240, 8192, 1, 0, 5, "exact shape llama70b.qkv m1n10240k8192 of the pack's set: predicted 55.5 us, best known 54.8 us "
+    "(+1.3%)"},
+    {16, 28672, 4096, 1, 0, 3, "exact shape llama8b.gate_up m16n28672k4096 of the pack's set: predicted 76.6 us, best known 75.2"
+    " us (+1.8%)"},
     {512, 8192, 28672, 1, 0, 0, "exact shape llama70b.down m512n8192k28672 of the pack's set: predicted 327.7 us, best known 327."
     "7 us (+0.0%)"},
-    {512, 10240, 8192, 1, 0, 4, "exact shape llama70b.qkv m512n10240k8192 of the pack's set: predicted 160.4 us, best known 160.3"
-    " us (+0.1%)"},
+    {512, 10240, 8192, 1, 0, 4, "exact shape llama70b.qkv m512n10240k8192 of the pack's set: predicted 160.4 us, best known 159.8"
+    " us (+0.4%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
-    {4, 57344, 8192, 1, 0, 1, "exact shape llama70b.gate_up m4n57344k8192 of the pack's set: predicted 299.0 us, best known 292"
-    ".4 us (+2.3%)"},
-    {257, 6144, 4096, 1, 0, 3, "exact shape llama8b.qkv m257n6144k4096 of the pack's set: predicted 39.0 us, best known 39.0 us "
-    "(+0.0%)"},
+    {4, 57344, 8192, 1, 0, 3, "exact shape llama70b.gate_up m4n57344k8192 of the pack's set: predicted 292.0 us, best known 287"
+    ".3 us (+1.6%)"},
+    {257, 6144, 4096, 1, 0, 2, "exact shape llama8b.qkv m257n6144k4096 of the pack's set: predicted 39.0 us, best known 38.6 us "
+    "(+1.0%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
-    {2, 6144, 4096, 1, 0, 6, "exact shape llama8b.qkv m2n6144k4096 of the pack's set: predicted 21.4 us, best known 21.4 us (+"
-    "0.2%)"},
+    {2, 6144, 4096, 1, 0, 1, "exact shape llama8b.qkv m2n6144k4096 of the pack's set: predicted 19.6 us, best known 19.4 us (+"
+    "0.6%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
-    {8, 57344, 8192, 1, 0, 1, "exact shape llama70b.gate_up m8n57344k8192 of the pack's set: predicted 299.0 us, best known 292"
-    ".4 us (+2.3%)"},
+    {8, 57344, 8192, 1, 0, 3, "exact shape llama70b.gate_up m8n57344k8192 of the pack's set: predicted 292.1 us, best known 287"
+    ".6 us (+1.6%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
-    {256, 8192, 8192, 1, 0, 10, "exact shape llama70b.o m256n8192k8192 of the pack's set: predicted 64.6 us, best known 64.6 us ("
+    {256, 8192, 8192, 1, 0, 9, "exact shape llama70b.o m256n8192k8192 of the pack's set: predicted 64.6 us, best known 64.6 us ("
     "+0.0%)"},
-    {512, 4096, 4096, 1, 0, 10, "exact shape llama8b.o m512n4096k4096 of the pack's set: predicted 33.7 us, best known 33.7 us (+"
+    {512, 4096, 4096, 1, 0, 9, "exact shape llama8b.o m512n4096k4096 of the pack's set: predicted 33.7 us, best known 33.7 us (+"
     "0.0%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
@@ -351,76 +351,76 @@ const Exact kExact[512] = {
     {0, 0, 0, 0, -1, -1, ""},
     {8192, 8192, 28672, 1, 0, 0, "exact shape llama70b.down m8192n8192k28672 of the pack's set: predicted 5163.4 us, best known 50"
     "91.3 us (+1.4%)"},
-    {257, 8192, 8192, 1, 0, 4, "exact shape llama70b.o m257n8192k8192 of the pack's set: predicted 84.2 us, best known 84.2 us ("
+    {257, 8192, 8192, 1, 0, 2, "exact shape llama70b.o m257n8192k8192 of the pack's set: predicted 73.8 us, best known 73.8 us ("
     "+0.0%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
-    {257, 10240, 8192, 1, 0, 0, "exact shape llama70b.qkv m257n10240k8192 of the pack's set: predicted 100.9 us, best known 100.9"
-    " us (+0.0%)"},
+    {257, 10240, 8192, 1, 0, 0, "exact shape llama70b.qkv m257n10240k8192 of the pack's set: predicted 100.9 us, best known 94.1 "
+    "us (+7.2%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
-    {16, 6144, 4096, 1, 0, 6, "exact shape llama8b.qkv m16n6144k4096 of the pack's set: predicted 21.4 us, best known 21.4 us ("
-    "+0.2%)"},
+    {16, 6144, 4096, 1, 0, 7, "exact shape llama8b.qkv m16n6144k4096 of the pack's set: predicted 19.8 us, best known 19.7 us ("
+    "+0.9%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
-    {641, 6144, 4096, 1, 0, 3, "exact shape llama8b.qkv m641n6144k4096 of the pack's set: predicted 71.3 us, best known 71.3 us "
-    "(+0.0%)"},
+    {641, 6144, 4096, 1, 0, 2, "exact shape llama8b.qkv m641n6144k4096 of the pack's set: predicted 71.9 us, best known 71.3 us "
+    "(+0.9%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
-    {705, 6144, 4096, 1, 0, 3, "exact shape llama8b.qkv m705n6144k4096 of the pack's set: predicted 71.3 us, best known 71.3 us "
-    "(+0.0%)"},
+    {705, 6144, 4096, 1, 0, 2, "exact shape llama8b.qkv m705n6144k4096 of the pack's set: predicted 71.9 us, best known 71.3 us "
+    "(+0.9%)"},
     {1024, 8192, 28672, 1, 0, 0, "exact shape llama70b.down m1024n8192k28672 of the pack's set: predicted 642.7 us, best known 642"
-    ".5 us (+0.0%)"},
-    {256, 4096, 14336, 1, 0, 9, "exact shape llama8b.down m256n4096k14336 of the pack's set: predicted 72.5 us, best known 72.5 u"
+    ".4 us (+0.1%)"},
+    {256, 4096, 14336, 1, 0, 8, "exact shape llama8b.down m256n4096k14336 of the pack's set: predicted 72.5 us, best known 72.5 u"
     "s (+0.0%)"},
     {4096, 4096, 4096, 1, 0, 0, "exact shape llama8b.o m4096n4096k4096 of the pack's set: predicted 197.1 us, best known 196.9 us"
     " (+0.1%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
-    {4097, 4096, 14336, 1, 0, 0, "exact shape llama8b.down m4097n4096k14336 of the pack's set: predicted 647.7 us, best known 647."
-    "7 us (+0.0%)"},
+    {4097, 4096, 14336, 1, 0, 0, "exact shape llama8b.down m4097n4096k14336 of the pack's set: predicted 647.6 us, best known 647."
+    "6 us (+0.0%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
-    {1025, 4096, 4096, 1, 0, 3, "exact shape llama8b.o m1025n4096k4096 of the pack's set: predicted 71.2 us, best known 71.2 us ("
-    "+0.0%)"},
+    {1025, 4096, 4096, 1, 0, 2, "exact shape llama8b.o m1025n4096k4096 of the pack's set: predicted 71.8 us, best known 71.2 us ("
+    "+0.9%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {1280, 6144, 4096, 1, 0, 0, "exact shape llama8b.qkv m1280n6144k4096 of the pack's set: predicted 101.6 us, best known 101.6 "
     "us (+0.0%)"},
     {4096, 57344, 8192, 1, 0, 0, "exact shape llama70b.gate_up m4096n57344k8192 of the pack's set: predicted 5111.2 us, best known"
     " 5104.5 us (+0.1%)"},
-    {2, 28672, 4096, 1, 0, 5, "exact shape llama8b.gate_up m2n28672k4096 of the pack's set: predicted 75.3 us, best known 75.3 "
-    "us (+0.0%)"},
-    {128, 6144, 4096, 1, 0, 15, "exact shape llama8b.qkv m128n6144k4096 of the pack's set: predicted 23.6 us, best known 23.6 us "
-    "(+0.0%)"},
-    {257, 28672, 4096, 1, 0, 0, "exact shape llama8b.gate_up m257n28672k4096 of the pack's set: predicted 153.3 us, best known 15"
-    "3.3 us (+0.0%)"},
-    {16, 8192, 28672, 1, 0, 1, "exact shape llama70b.down m16n8192k28672 of the pack's set: predicted 149.9 us, best known 149.9"
-    " us (+0.0%)"},
+    {2, 28672, 4096, 1, 0, 3, "exact shape llama8b.gate_up m2n28672k4096 of the pack's set: predicted 76.3 us, best known 74.9 "
+    "us (+1.9%)"},
+    {128, 6144, 4096, 1, 0, 8, "exact shape llama8b.qkv m128n6144k4096 of the pack's set: predicted 25.9 us, best known 23.6 us "
+    "(+9.6%)"},
+    {257, 28672, 4096, 1, 0, 2, "exact shape llama8b.gate_up m257n28672k4096 of the pack's set: predicted 142.7 us, best known 14"
+    "2.3 us (+0.3%)"},
+    {16, 8192, 28672, 1, 0, 7, "exact shape llama70b.down m16n8192k28672 of the pack's set: predicted 147.1 us, best known 146.2"
+    " us (+0.6%)"},
     {0, 0, 0, 0, -1, -1, ""},
-    {4, 8192, 8192, 1, 0, 1, "exact shape llama70b.o m4n8192k8192 of the pack's set: predicted 46.6 us, best known 46.6 us (+0"
-    ".0%)"},
-    {65, 10240, 8192, 1, 0, 8, "exact shape llama70b.qkv m65n10240k8192 of the pack's set: predicted 62.9 us, best known 62.9 us"
-    " (+0.0%)"},
-    {1, 57344, 8192, 1, 0, 1, "exact shape llama70b.gate_up m1n57344k8192 of the pack's set: predicted 299.0 us, best known 292"
-    ".4 us (+2.3%)"},
-    {2049, 4096, 14336, 1, 0, 4, "exact shape llama8b.down m2049n4096k14336 of the pack's set: predicted 403.7 us, best known 403."
-    "0 us (+0.2%)"},
-    {0, 0, 0, 0, -1, -1, ""},
-    {0, 0, 0, 0, -1, -1, ""},
+    {4, 8192, 8192, 1, 0, 7, "exact shape llama70b.o m4n8192k8192 of the pack's set: predicted 44.8 us, best known 44.6 us (+0"
+    ".4%)"},
+    {65, 10240, 8192, 1, 0, 11, "exact shape llama70b.qkv m65n10240k8192 of the pack's set: predicted 62.5 us, best known 62.1 us"
+    " (+0.7%)"},
+    {1, 57344, 8192, 1, 0, 3, "exact shape llama70b.gate_up m1n57344k8192 of the pack's set: predicted 291.9 us, best known 287"
+    ".1 us (+1.7%)"},
+    {2049, 4096, 14336, 1, 0, 4, "exact shape llama8b.down m2049n4096k14336 of the pack's set: predicted 403.6 us, best known 402."
+    "9 us (+0.2%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
-    {513, 4096, 14336, 1, 0, 3, "exact shape llama8b.down m513n4096k14336 of the pack's set: predicted 119.4 us, best known 119.4"
-    " us (+0.0%)"},
+    {0, 0, 0, 0, -1, -1, ""},
+    {0, 0, 0, 0, -1, -1, ""},
+    {513, 4096, 14336, 1, 0, 2, "exact shape llama8b.down m513n4096k14336 of the pack's set: predicted 120.4 us, best known 119.3"
+    " us (+0.9%)"},
     {1024, 6144, 4096, 1, 0, 4, "exact shape llama8b.qkv m1024n6144k4096 of the pack's set: predicted 84.7 us, best known 84.7 us"
     " (+0.0%)"},
     {1024, 4096, 4096, 1, 0, 0, "exact shape llama8b.o m1024n4096k4096 of the pack's set: predicted 53.9 us, best known 53.9 us ("
@@ -438,9 +438,9 @@ const Exact kExact[512] = {
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
-    {65, 57344, 8192, 1, 0, 11, "exact shape llama70b.gate_up m65n57344k8192 of the pack's set: predicted 318.7 us, best known 31"
-    "8.7 us (+0.0%)"},
-    {129, 6144, 4096, 1, 0, 8, "exact shape llama8b.qkv m129n6144k4096 of the pack's set: predicted 29.8 us, best known 29.8 us "
+    {65, 57344, 8192, 1, 0, 10, "exact shape llama70b.gate_up m65n57344k8192 of the pack's set: predicted 318.1 us, best known 31"
+    "2.0 us (+2.0%)"},
+    {129, 6144, 4096, 1, 0, 6, "exact shape llama8b.qkv m129n6144k4096 of the pack's set: predicted 29.8 us, best known 29.8 us "
     "(+0.0%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
@@ -451,14 +451,14 @@ const Exact kExact[512] = {
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
-    {32, 10240, 8192, 1, 0, 7, "exact shape llama70b.qkv m32n10240k8192 of the pack's set: predicted 56.7 us, best known 56.7 us"
+    {32, 10240, 8192, 1, 0, 5, "exact shape llama70b.qkv m32n10240k8192 of the pack's set: predicted 56.0 us, best known 56.0 us"
     " (+0.0%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
-    {2048, 4096, 4096, 1, 0, 0, "exact shape llama8b.o m2048n4096k4096 of the pack's set: predicted 101.6 us, best known 101.6 us"
+    {2048, 4096, 4096, 1, 0, 0, "exact shape llama8b.o m2048n4096k4096 of the pack's set: predicted 101.6 us, best known 101.5 us"
     " (+0.0%)"},
     {512, 6144, 4096, 1, 0, 4, "exact shape llama8b.qkv m512n6144k4096 of the pack's set: predicted 45.6 us, best known 45.6 us "
     "(+0.0%)"},
@@ -490,55 +490,55 @@ const Exact kExact[512] = {
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
-    {1, 4096, 4096, 1, 0, 2, "exact shape llama8b.o m1n4096k4096 of the pack's set: predicted 16.7 us, best known 16.7 us (+0."
-    "0%)"},
-    {513, 8192, 8192, 1, 0, 3, "exact shape llama70b.o m513n8192k8192 of the pack's set: predicted 135.9 us, best known 135.9 us"
-    " (+0.0%)"},
+    {1, 4096, 4096, 1, 0, 1, "exact shape llama8b.o m1n4096k4096 of the pack's set: predicted 15.1 us, best known 14.8 us (+1."
+    "8%)"},
+    {513, 8192, 8192, 1, 0, 2, "exact shape llama70b.o m513n8192k8192 of the pack's set: predicted 137.1 us, best known 135.9 us"
+    " (+0.9%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
-    {128, 8192, 28672, 1, 0, 9, "exact shape llama70b.down m128n8192k28672 of the pack's set: predicted 167.7 us, best known 167."
+    {128, 8192, 28672, 1, 0, 8, "exact shape llama70b.down m128n8192k28672 of the pack's set: predicted 167.7 us, best known 167."
     "7 us (+0.0%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
-    {1025, 8192, 8192, 1, 0, 4, "exact shape llama70b.o m1025n8192k8192 of the pack's set: predicted 235.6 us, best known 235.6 u"
+    {1025, 8192, 8192, 1, 0, 4, "exact shape llama70b.o m1025n8192k8192 of the pack's set: predicted 235.6 us, best known 235.5 u"
     "s (+0.0%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
-    {64, 8192, 28672, 1, 0, 1, "exact shape llama70b.down m64n8192k28672 of the pack's set: predicted 150.1 us, best known 150.1"
-    " us (+0.0%)"},
+    {64, 8192, 28672, 1, 0, 13, "exact shape llama70b.down m64n8192k28672 of the pack's set: predicted 151.8 us, best known 150.1"
+    " us (+1.1%)"},
     {0, 0, 0, 0, -1, -1, ""},
-    {16, 10240, 8192, 1, 0, 7, "exact shape llama70b.qkv m16n10240k8192 of the pack's set: predicted 56.7 us, best known 56.7 us"
-    " (+0.0%)"},
+    {16, 10240, 8192, 1, 0, 5, "exact shape llama70b.qkv m16n10240k8192 of the pack's set: predicted 55.7 us, best known 55.1 us"
+    " (+1.0%)"},
     {0, 0, 0, 0, -1, -1, ""},
-    {64, 28672, 4096, 1, 0, 5, "exact shape llama8b.gate_up m64n28672k4096 of the pack's set: predicted 76.3 us, best known 76.3"
-    " us (+0.0%)"},
+    {64, 28672, 4096, 1, 0, 3, "exact shape llama8b.gate_up m64n28672k4096 of the pack's set: predicted 77.4 us, best known 76.3"
+    " us (+1.5%)"},
     {2048, 57344, 8192, 1, 0, 0, "exact shape llama70b.gate_up m2048n57344k8192 of the pack's set: predicted 2602.4 us, best known"
-    " 2601.9 us (+0.0%)"},
-    {512, 4096, 14336, 1, 0, 10, "exact shape llama8b.down m512n4096k14336 of the pack's set: predicted 101.9 us, best known 101.9"
+    " 2601.7 us (+0.0%)"},
+    {512, 4096, 14336, 1, 0, 9, "exact shape llama8b.down m512n4096k14336 of the pack's set: predicted 101.9 us, best known 101.9"
     " us (+0.0%)"},
-    {1025, 8192, 28672, 1, 0, 4, "exact shape llama70b.down m1025n8192k28672 of the pack's set: predicted 794.2 us, best known 794"
-    ".2 us (+0.0%)"},
+    {1025, 8192, 28672, 1, 0, 4, "exact shape llama70b.down m1025n8192k28672 of the pack's set: predicted 794.1 us, best known 793"
+    ".9 us (+0.0%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {2048, 8192, 8192, 1, 0, 0, "exact shape llama70b.o m2048n8192k8192 of the pack's set: predicted 377.1 us, best known 377.0 u"
     "s (+0.0%)"},
-    {256, 8192, 28672, 1, 0, 10, "exact shape llama70b.down m256n8192k28672 of the pack's set: predicted 210.3 us, best known 210."
+    {256, 8192, 28672, 1, 0, 9, "exact shape llama70b.down m256n8192k28672 of the pack's set: predicted 210.3 us, best known 210."
     "1 us (+0.1%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
-    {193, 10240, 8192, 1, 0, 13, "exact shape llama70b.qkv m193n10240k8192 of the pack's set: predicted 83.1 us, best known 83.1 u"
+    {193, 10240, 8192, 1, 0, 14, "exact shape llama70b.qkv m193n10240k8192 of the pack's set: predicted 83.1 us, best known 83.1 u"
     "s (+0.0%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
-    {192, 10240, 8192, 1, 0, 3, "exact shape llama70b.qkv m192n10240k8192 of the pack's set: predicted 76.2 us, best known 75.6 u"
+    {192, 10240, 8192, 1, 0, 2, "exact shape llama70b.qkv m192n10240k8192 of the pack's set: predicted 76.2 us, best known 75.6 u"
     "s (+0.8%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
@@ -551,20 +551,20 @@ const Exact kExact[512] = {
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
-    {32, 28672, 4096, 1, 0, 5, "exact shape llama8b.gate_up m32n28672k4096 of the pack's set: predicted 75.7 us, best known 75.7"
-    " us (+0.0%)"},
-    {8, 8192, 28672, 1, 0, 1, "exact shape llama70b.down m8n8192k28672 of the pack's set: predicted 149.9 us, best known 149.9 "
-    "us (+0.0%)"},
-    {1, 8192, 8192, 1, 0, 1, "exact shape llama70b.o m1n8192k8192 of the pack's set: predicted 46.6 us, best known 46.6 us (+0"
-    ".0%)"},
-    {129, 10240, 8192, 1, 0, 3, "exact shape llama70b.qkv m129n10240k8192 of the pack's set: predicted 76.0 us, best known 75.3 u"
-    "s (+0.9%)"},
+    {32, 28672, 4096, 1, 0, 3, "exact shape llama8b.gate_up m32n28672k4096 of the pack's set: predicted 76.9 us, best known 75.6"
+    " us (+1.6%)"},
+    {8, 8192, 28672, 1, 0, 7, "exact shape llama70b.down m8n8192k28672 of the pack's set: predicted 146.5 us, best known 145.9 "
+    "us (+0.5%)"},
+    {1, 8192, 8192, 1, 0, 1, "exact shape llama70b.o m1n8192k8192 of the pack's set: predicted 44.7 us, best known 44.6 us (+0"
+    ".4%)"},
+    {129, 10240, 8192, 1, 0, 2, "exact shape llama70b.qkv m129n10240k8192 of the pack's set: predicted 75.9 us, best known 75.3 u"
+    "s (+0.8%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {256, 57344, 8192, 1, 0, 4, "exact shape llama70b.gate_up m256n57344k8192 of the pack's set: predicted 426.2 us, best known 4"
     "18.3 us (+1.9%)"},
     {0, 0, 0, 0, -1, -1, ""},
-    {4, 4096, 4096, 1, 0, 2, "exact shape llama8b.o m4n4096k4096 of the pack's set: predicted 16.7 us, best known 16.7 us (+0."
-    "0%)"},
+    {4, 4096, 4096, 1, 0, 1, "exact shape llama8b.o m4n4096k4096 of the pack's set: predicted 15.1 us, best known 14.8 us (+1."
+    "7%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
@@ -576,9 +576,9 @@ const Exact kExact[512] = {
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
-    {4, 4096, 14336, 1, 0, 2, "exact shape llama8b.down m4n4096k14336 of the pack's set: predicted 45.3 us, best known 45.3 us "
-    "(+0.0%)"},
-    {257, 4096, 14336, 1, 0, 8, "exact shape llama8b.down m257n4096k14336 of the pack's set: predicted 87.1 us, best known 87.1 u"
+    {4, 4096, 14336, 1, 0, 1, "exact shape llama8b.down m4n4096k14336 of the pack's set: predicted 41.0 us, best known 40.3 us "
+    "(+1.6%)"},
+    {257, 4096, 14336, 1, 0, 6, "exact shape llama8b.down m257n4096k14336 of the pack's set: predicted 86.3 us, best known 86.3 u"
     "s (+0.0%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
@@ -606,16 +606,16 @@ const Exact kExact[512] = {
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
-    {16, 57344, 8192, 1, 0, 1, "exact shape llama70b.gate_up m16n57344k8192 of the pack's set: predicted 299.0 us, best known 29"
-    "2.4 us (+2.3%)"},
-    {1, 6144, 4096, 1, 0, 6, "exact shape llama8b.qkv m1n6144k4096 of the pack's set: predicted 21.4 us, best known 21.4 us (+"
-    "0.2%)"},
-    {8, 4096, 4096, 1, 0, 2, "exact shape llama8b.o m8n4096k4096 of the pack's set: predicted 16.7 us, best known 16.7 us (+0."
-    "0%)"},
-    {129, 8192, 8192, 1, 0, 12, "exact shape llama70b.o m129n8192k8192 of the pack's set: predicted 61.4 us, best known 61.4 us ("
+    {16, 57344, 8192, 1, 0, 3, "exact shape llama70b.gate_up m16n57344k8192 of the pack's set: predicted 292.4 us, best known 28"
+    "8.2 us (+1.4%)"},
+    {1, 6144, 4096, 1, 0, 1, "exact shape llama8b.qkv m1n6144k4096 of the pack's set: predicted 19.5 us, best known 19.4 us (+"
+    "0.6%)"},
+    {8, 4096, 4096, 1, 0, 1, "exact shape llama8b.o m8n4096k4096 of the pack's set: predicted 15.1 us, best known 14.8 us (+1."
+    "7%)"},
+    {129, 8192, 8192, 1, 0, 6, "exact shape llama70b.o m129n8192k8192 of the pack's set: predicted 57.2 us, best known 57.2 us ("
     "+0.0%)"},
-    {513, 28672, 4096, 1, 0, 3, "exact shape llama8b.gate_up m513n28672k4096 of the pack's set: predicted 235.0 us, best known 23"
-    "5.0 us (+0.0%)"},
+    {513, 28672, 4096, 1, 0, 2, "exact shape llama8b.gate_up m513n28672k4096 of the pack's set: predicted 237.0 us, best known 23"
+    "4.9 us (+0.9%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
@@ -632,26 +632,26 @@ const Exact kExact[512] = {
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
-    {257, 8192, 28672, 1, 0, 4, "exact shape llama70b.down m257n8192k28672 of the pack's set: predicted 275.2 us, best known 275."
-    "2 us (+0.0%)"},
+    {257, 8192, 28672, 1, 0, 2, "exact shape llama70b.down m257n8192k28672 of the pack's set: predicted 242.3 us, best known 242."
+    "3 us (+0.0%)"},
     {0, 0, 0, 0, -1, -1, ""},
-    {4, 10240, 8192, 1, 0, 7, "exact shape llama70b.qkv m4n10240k8192 of the pack's set: predicted 56.7 us, best known 56.7 us "
-    "(+0.0%)"},
-    {0, 0, 0, 0, -1, -1, ""},
-    {0, 0, 0, 0, -1, -1, ""},
+    {4, 10240, 8192, 1, 0, 5, "exact shape llama70b.qkv m4n10240k8192 of the pack's set: predicted 55.6 us, best known 54.8 us "
+    "(+1.3%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
-    {16, 8192, 8192, 1, 0, 1, "exact shape llama70b.o m16n8192k8192 of the pack's set: predicted 46.6 us, best known 46.6 us (+"
-    "0.0%)"},
-    {2049, 8192, 8192, 1, 0, 4, "exact shape llama70b.o m2049n8192k8192 of the pack's set: predicted 465.0 us, best known 465.0 u"
+    {0, 0, 0, 0, -1, -1, ""},
+    {0, 0, 0, 0, -1, -1, ""},
+    {16, 8192, 8192, 1, 0, 7, "exact shape llama70b.o m16n8192k8192 of the pack's set: predicted 45.2 us, best known 44.9 us (+"
+    "0.7%)"},
+    {2049, 8192, 8192, 1, 0, 4, "exact shape llama70b.o m2049n8192k8192 of the pack's set: predicted 464.9 us, best known 464.9 u"
     "s (+0.0%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
-    {129, 28672, 4096, 1, 0, 14, "exact shape llama8b.gate_up m129n28672k4096 of the pack's set: predicted 106.2 us, best known 10"
-    "6.2 us (+0.0%)"},
+    {129, 28672, 4096, 1, 0, 15, "exact shape llama8b.gate_up m129n28672k4096 of the pack's set: predicted 98.0 us, best known 98."
+    "0 us (+0.0%)"},
     {0, 0, 0, 0, -1, -1, ""},
-    {64, 8192, 8192, 1, 0, 1, "exact shape llama70b.o m64n8192k8192 of the pack's set: predicted 46.8 us, best known 46.8 us (+"
+    {64, 8192, 8192, 1, 0, 13, "exact shape llama70b.o m64n8192k8192 of the pack's set: predicted 46.8 us, best known 46.8 us (+"
     "0.0%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
@@ -668,10 +668,10 @@ const Exact kExact[512] = {
     {4096, 8192, 28672, 1, 0, 0, "exact shape llama70b.down m4096n8192k28672 of the pack's set: predicted 2552.4 us, best known 25"
     "48.7 us (+0.1%)"},
     {0, 0, 0, 0, -1, -1, ""},
-    {128, 57344, 8192, 1, 0, 11, "exact shape llama70b.gate_up m128n57344k8192 of the pack's set: predicted 318.7 us, best known 3"
+    {128, 57344, 8192, 1, 0, 10, "exact shape llama70b.gate_up m128n57344k8192 of the pack's set: predicted 318.7 us, best known 3"
     "18.7 us (+0.0%)"},
-    {4, 28672, 4096, 1, 0, 5, "exact shape llama8b.gate_up m4n28672k4096 of the pack's set: predicted 75.3 us, best known 75.3 "
-    "us (+0.0%)"},
+    {4, 28672, 4096, 1, 0, 3, "exact shape llama8b.gate_up m4n28672k4096 of the pack's set: predicted 76.4 us, best known 74.9 "
+    "us (+1.9%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {1536, 10240, 8192, 1, 0, 0, "exact shape llama70b.qkv m1536n10240k8192 of the pack's set: predicted 377.1 us, best known 377."
     "0 us (+0.0%)"},
@@ -679,10 +679,10 @@ const Exact kExact[512] = {
     {1024, 28672, 4096, 1, 0, 0, "exact shape llama8b.gate_up m1024n28672k4096 of the pack's set: predicted 340.3 us, best known 3"
     "40.2 us (+0.0%)"},
     {0, 0, 0, 0, -1, -1, ""},
-    {2817, 6144, 4096, 1, 0, 4, "exact shape llama8b.qkv m2817n6144k4096 of the pack's set: predicted 243.3 us, best known 241.8 "
-    "us (+0.6%)"},
+    {2817, 6144, 4096, 1, 0, 4, "exact shape llama8b.qkv m2817n6144k4096 of the pack's set: predicted 243.3 us, best known 241.7 "
+    "us (+0.7%)"},
     {0, 0, 0, 0, -1, -1, ""},
-    {256, 4096, 4096, 1, 0, 9, "exact shape llama8b.o m256n4096k4096 of the pack's set: predicted 25.1 us, best known 25.1 us (+"
+    {256, 4096, 4096, 1, 0, 8, "exact shape llama8b.o m256n4096k4096 of the pack's set: predicted 25.1 us, best known 25.1 us (+"
     "0.0%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
@@ -691,9 +691,9 @@ const Exact kExact[512] = {
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
-    {4, 8192, 28672, 1, 0, 1, "exact shape llama70b.down m4n8192k28672 of the pack's set: predicted 149.9 us, best known 149.9 "
-    "us (+0.0%)"},
-    {2049, 8192, 28672, 1, 0, 4, "exact shape llama70b.down m2049n8192k28672 of the pack's set: predicted 1581.5 us, best known 15"
+    {4, 8192, 28672, 1, 0, 7, "exact shape llama70b.down m4n8192k28672 of the pack's set: predicted 146.3 us, best known 145.7 "
+    "us (+0.4%)"},
+    {2049, 8192, 28672, 1, 0, 4, "exact shape llama70b.down m2049n8192k28672 of the pack's set: predicted 1581.3 us, best known 15"
     "59.1 us (+1.4%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {8192, 6144, 4096, 1, 0, 0, "exact shape llama8b.qkv m8192n6144k4096 of the pack's set: predicted 584.9 us, best known 578.3 "
@@ -702,26 +702,26 @@ const Exact kExact[512] = {
     {4097, 4096, 4096, 1, 0, 0, "exact shape llama8b.o m4097n4096k4096 of the pack's set: predicted 197.0 us, best known 197.0 us"
     " (+0.0%)"},
     {0, 0, 0, 0, -1, -1, ""},
-    {385, 10240, 8192, 1, 0, 4, "exact shape llama70b.qkv m385n10240k8192 of the pack's set: predicted 160.4 us, best known 160.3"
-    " us (+0.1%)"},
+    {385, 10240, 8192, 1, 0, 4, "exact shape llama70b.qkv m385n10240k8192 of the pack's set: predicted 160.3 us, best known 159.7"
+    " us (+0.4%)"},
     {0, 0, 0, 0, -1, -1, ""},
-    {2, 8192, 28672, 1, 0, 1, "exact shape llama70b.down m2n8192k28672 of the pack's set: predicted 149.9 us, best known 149.9 "
-    "us (+0.0%)"},
-    {0, 0, 0, 0, -1, -1, ""},
-    {0, 0, 0, 0, -1, -1, ""},
+    {2, 8192, 28672, 1, 0, 1, "exact shape llama70b.down m2n8192k28672 of the pack's set: predicted 146.1 us, best known 145.6 "
+    "us (+0.4%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
-    {128, 8192, 8192, 1, 0, 9, "exact shape llama70b.o m128n8192k8192 of the pack's set: predicted 51.9 us, best known 51.9 us ("
+    {0, 0, 0, 0, -1, -1, ""},
+    {0, 0, 0, 0, -1, -1, ""},
+    {128, 8192, 8192, 1, 0, 8, "exact shape llama70b.o m128n8192k8192 of the pack's set: predicted 51.9 us, best known 51.9 us ("
     "+0.0%)"},
     {0, 0, 0, 0, -1, -1, ""},
-    {8, 10240, 8192, 1, 0, 7, "exact shape llama70b.qkv m8n10240k8192 of the pack's set: predicted 56.7 us, best known 56.7 us "
-    "(+0.0%)"},
+    {8, 10240, 8192, 1, 0, 5, "exact shape llama70b.qkv m8n10240k8192 of the pack's set: predicted 55.6 us, best known 54.9 us "
+    "(+1.2%)"},
     {0, 0, 0, 0, -1, -1, ""},
-    {257, 4096, 4096, 1, 0, 8, "exact shape llama8b.o m257n4096k4096 of the pack's set: predicted 29.3 us, best known 29.3 us (+"
+    {257, 4096, 4096, 1, 0, 6, "exact shape llama8b.o m257n4096k4096 of the pack's set: predicted 29.1 us, best known 29.1 us (+"
     "0.0%)"},
     {0, 0, 0, 0, -1, -1, ""},
-    {1, 28672, 4096, 1, 0, 5, "exact shape llama8b.gate_up m1n28672k4096 of the pack's set: predicted 75.3 us, best known 75.3 "
-    "us (+0.0%)"},
+    {1, 28672, 4096, 1, 0, 3, "exact shape llama8b.gate_up m1n28672k4096 of the pack's set: predicted 76.3 us, best known 74.9 "
+    "us (+1.9%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
@@ -732,12 +732,12 @@ const Exact kExact[512] = {
     {0, 0, 0, 0, -1, -1, ""},
     {512, 8192, 8192, 1, 0, 0, "exact shape llama70b.o m512n8192k8192 of the pack's set: predicted 100.0 us, best known 100.0 us"
     " (+0.0%)"},
-    {32, 4096, 14336, 1, 0, 2, "exact shape llama8b.down m32n4096k14336 of the pack's set: predicted 45.3 us, best known 45.3 us"
-    " (+0.0%)"},
+    {32, 4096, 14336, 1, 0, 7, "exact shape llama8b.down m32n4096k14336 of the pack's set: predicted 43.4 us, best known 42.2 us"
+    " (+2.9%)"},
     {1408, 6144, 4096, 1, 0, 0, "exact shape llama8b.qkv m1408n6144k4096 of the pack's set: predicted 101.6 us, best known 101.6 "
     "us (+0.0%)"},
-    {257, 57344, 8192, 1, 0, 4, "exact shape llama70b.gate_up m257n57344k8192 of the pack's set: predicted 554.0 us, best known 5"
-    "54.0 us (+0.0%)"},
+    {257, 57344, 8192, 1, 0, 2, "exact shape llama70b.gate_up m257n57344k8192 of the pack's set: predicted 482.2 us, best known 4"
+    "82.2 us (+0.0%)"},
     {769, 10240, 8192, 1, 0, 4, "exact shape llama70b.qkv m769n10240k8192 of the pack's set: predicted 235.8 us, best known 235.8"
     " us (+0.0%)"},
     {0, 0, 0, 0, -1, -1, ""},
@@ -748,23 +748,23 @@ const Exact kExact[512] = {
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
-    {32, 6144, 4096, 1, 0, 6, "exact shape llama8b.qkv m32n6144k4096 of the pack's set: predicted 21.4 us, best known 21.4 us ("
-    "+0.2%)"},
+    {32, 6144, 4096, 1, 0, 7, "exact shape llama8b.qkv m32n6144k4096 of the pack's set: predicted 20.1 us, best known 20.1 us ("
+    "+0.0%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
-    {2, 4096, 14336, 1, 0, 2, "exact shape llama8b.down m2n4096k14336 of the pack's set: predicted 45.3 us, best known 45.3 us "
-    "(+0.0%)"},
-    {32, 4096, 4096, 1, 0, 2, "exact shape llama8b.o m32n4096k4096 of the pack's set: predicted 16.7 us, best known 16.7 us (+0"
-    ".0%)"},
-    {128, 4096, 4096, 1, 0, 6, "exact shape llama8b.o m128n4096k4096 of the pack's set: predicted 20.0 us, best known 20.0 us (+"
+    {2, 4096, 14336, 1, 0, 1, "exact shape llama8b.down m2n4096k14336 of the pack's set: predicted 41.0 us, best known 40.3 us "
+    "(+1.6%)"},
+    {32, 4096, 4096, 1, 0, 7, "exact shape llama8b.o m32n4096k4096 of the pack's set: predicted 16.1 us, best known 15.7 us (+2"
+    ".6%)"},
+    {128, 4096, 4096, 1, 0, 13, "exact shape llama8b.o m128n4096k4096 of the pack's set: predicted 20.0 us, best known 20.0 us (+"
     "0.0%)"},
-    {32, 8192, 8192, 1, 0, 1, "exact shape llama70b.o m32n8192k8192 of the pack's set: predicted 46.6 us, best known 46.6 us (+"
-    "0.0%)"},
+    {32, 8192, 8192, 1, 0, 7, "exact shape llama70b.o m32n8192k8192 of the pack's set: predicted 45.7 us, best known 45.4 us (+"
+    "0.6%)"},
     {768, 10240, 8192, 1, 0, 0, "exact shape llama70b.qkv m768n10240k8192 of the pack's set: predicted 192.1 us, best known 192.1"
     " us (+0.0%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
-    {321, 6144, 4096, 1, 0, 3, "exact shape llama8b.qkv m321n6144k4096 of the pack's set: predicted 39.1 us, best known 39.1 us "
+    {321, 6144, 4096, 1, 0, 2, "exact shape llama8b.qkv m321n6144k4096 of the pack's set: predicted 39.1 us, best known 39.1 us "
     "(+0.0%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
@@ -772,8 +772,8 @@ const Exact kExact[512] = {
     "(+0.0%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
-    {4, 6144, 4096, 1, 0, 6, "exact shape llama8b.qkv m4n6144k4096 of the pack's set: predicted 21.4 us, best known 21.4 us (+"
-    "0.2%)"},
+    {4, 6144, 4096, 1, 0, 1, "exact shape llama8b.qkv m4n6144k4096 of the pack's set: predicted 19.6 us, best known 19.5 us (+"
+    "0.7%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
@@ -792,68 +792,68 @@ const Exact kExact[512] = {
     {0, 0, 0, 0, -1, -1, ""},
     {1281, 6144, 4096, 1, 0, 0, "exact shape llama8b.qkv m1281n6144k4096 of the pack's set: predicted 101.6 us, best known 101.6 "
     "us (+0.0%)"},
-    {16, 4096, 14336, 1, 0, 2, "exact shape llama8b.down m16n4096k14336 of the pack's set: predicted 45.3 us, best known 45.3 us"
-    " (+0.0%)"},
-    {8, 4096, 14336, 1, 0, 2, "exact shape llama8b.down m8n4096k14336 of the pack's set: predicted 45.3 us, best known 45.3 us "
-    "(+0.0%)"},
+    {16, 4096, 14336, 1, 0, 1, "exact shape llama8b.down m16n4096k14336 of the pack's set: predicted 41.1 us, best known 40.7 us"
+    " (+0.9%)"},
+    {8, 4096, 14336, 1, 0, 1, "exact shape llama8b.down m8n4096k14336 of the pack's set: predicted 41.0 us, best known 40.4 us "
+    "(+1.6%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
-    {64, 4096, 4096, 1, 0, 2, "exact shape llama8b.o m64n4096k4096 of the pack's set: predicted 16.8 us, best known 16.8 us (+0"
+    {64, 4096, 4096, 1, 0, 12, "exact shape llama8b.o m64n4096k4096 of the pack's set: predicted 16.8 us, best known 16.8 us (+0"
     ".0%)"},
     {0, 0, 0, 0, -1, -1, ""},
-    {256, 6144, 4096, 1, 0, 8, "exact shape llama8b.qkv m256n6144k4096 of the pack's set: predicted 30.0 us, best known 30.0 us "
+    {256, 6144, 4096, 1, 0, 11, "exact shape llama8b.qkv m256n6144k4096 of the pack's set: predicted 30.0 us, best known 30.0 us "
     "(+0.0%)"},
-    {1025, 4096, 14336, 1, 0, 3, "exact shape llama8b.down m1025n4096k14336 of the pack's set: predicted 232.0 us, best known 232."
-    "0 us (+0.0%)"},
+    {1025, 4096, 14336, 1, 0, 2, "exact shape llama8b.down m1025n4096k14336 of the pack's set: predicted 234.1 us, best known 231."
+    "9 us (+0.9%)"},
     {0, 0, 0, 0, -1, -1, ""},
-    {64, 10240, 8192, 1, 0, 7, "exact shape llama70b.qkv m64n10240k8192 of the pack's set: predicted 56.7 us, best known 56.7 us"
-    " (+0.0%)"},
+    {64, 10240, 8192, 1, 0, 5, "exact shape llama70b.qkv m64n10240k8192 of the pack's set: predicted 57.9 us, best known 56.5 us"
+    " (+2.6%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
-    {129, 57344, 8192, 1, 0, 3, "exact shape llama70b.gate_up m129n57344k8192 of the pack's set: predicted 384.8 us, best known 3"
-    "84.6 us (+0.0%)"},
+    {129, 57344, 8192, 1, 0, 6, "exact shape llama70b.gate_up m129n57344k8192 of the pack's set: predicted 372.5 us, best known 3"
+    "72.5 us (+0.0%)"},
     {0, 0, 0, 0, -1, -1, ""},
-    {2, 57344, 8192, 1, 0, 1, "exact shape llama70b.gate_up m2n57344k8192 of the pack's set: predicted 299.0 us, best known 292"
-    ".4 us (+2.3%)"},
+    {2, 57344, 8192, 1, 0, 3, "exact shape llama70b.gate_up m2n57344k8192 of the pack's set: predicted 291.9 us, best known 287"
+    ".2 us (+1.6%)"},
     {2048, 8192, 28672, 1, 0, 0, "exact shape llama70b.down m2048n8192k28672 of the pack's set: predicted 1277.8 us, best known 12"
-    "77.6 us (+0.0%)"},
+    "77.5 us (+0.0%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
-    {16, 4096, 4096, 1, 0, 2, "exact shape llama8b.o m16n4096k4096 of the pack's set: predicted 16.7 us, best known 16.7 us (+0"
-    ".0%)"},
+    {16, 4096, 4096, 1, 0, 1, "exact shape llama8b.o m16n4096k4096 of the pack's set: predicted 15.1 us, best known 15.0 us (+0"
+    ".8%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
-    {128, 4096, 14336, 1, 0, 1, "exact shape llama8b.down m128n4096k14336 of the pack's set: predicted 53.5 us, best known 53.2 u"
-    "s (+0.6%)"},
-    {64, 4096, 14336, 1, 0, 2, "exact shape llama8b.down m64n4096k14336 of the pack's set: predicted 45.4 us, best known 45.4 us"
+    {128, 4096, 14336, 1, 0, 13, "exact shape llama8b.down m128n4096k14336 of the pack's set: predicted 55.3 us, best known 53.2 u"
+    "s (+3.9%)"},
+    {64, 4096, 14336, 1, 0, 12, "exact shape llama8b.down m64n4096k14336 of the pack's set: predicted 45.4 us, best known 45.4 us"
     " (+0.0%)"},
     {0, 0, 0, 0, -1, -1, ""},
-    {128, 10240, 8192, 1, 0, 8, "exact shape llama70b.qkv m128n10240k8192 of the pack's set: predicted 63.0 us, best known 63.0 u"
+    {128, 10240, 8192, 1, 0, 11, "exact shape llama70b.qkv m128n10240k8192 of the pack's set: predicted 63.0 us, best known 63.0 u"
     "s (+0.0%)"},
     {0, 0, 0, 0, -1, -1, ""},
-    {513, 8192, 28672, 1, 0, 3, "exact shape llama70b.down m513n8192k28672 of the pack's set: predicted 458.6 us, best known 458."
-    "6 us (+0.0%)"},
+    {513, 8192, 28672, 1, 0, 2, "exact shape llama70b.down m513n8192k28672 of the pack's set: predicted 462.6 us, best known 458."
+    "5 us (+0.9%)"},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
-    {8, 8192, 8192, 1, 0, 1, "exact shape llama70b.o m8n8192k8192 of the pack's set: predicted 46.6 us, best known 46.6 us (+0"
-    ".0%)"},
+    {8, 8192, 8192, 1, 0, 7, "exact shape llama70b.o m8n8192k8192 of the pack's set: predicted 44.9 us, best known 44.7 us (+0"
+    ".5%)"},
     {0, 0, 0, 0, -1, -1, ""},
-    {256, 10240, 8192, 1, 0, 13, "exact shape llama70b.qkv m256n10240k8192 of the pack's set: predicted 83.3 us, best known 83.3 u"
+    {256, 10240, 8192, 1, 0, 14, "exact shape llama70b.qkv m256n10240k8192 of the pack's set: predicted 83.3 us, best known 83.3 u"
     "s (+0.0%)"},
     {0, 0, 0, 0, -1, -1, ""},
-    {65, 28672, 4096, 1, 0, 0, "exact shape llama8b.gate_up m65n28672k4096 of the pack's set: predicted 79.2 us, best known 79.1"
-    " us (+0.1%)"},
-    {8, 6144, 4096, 1, 0, 6, "exact shape llama8b.qkv m8n6144k4096 of the pack's set: predicted 21.4 us, best known 21.4 us (+"
-    "0.2%)"},
+    {65, 28672, 4096, 1, 0, 0, "exact shape llama8b.gate_up m65n28672k4096 of the pack's set: predicted 79.2 us, best known 78.1"
+    " us (+1.4%)"},
+    {8, 6144, 4096, 1, 0, 1, "exact shape llama8b.qkv m8n6144k4096 of the pack's set: predicted 19.7 us, best known 19.5 us (+"
+    "1.0%)"},
     {2048, 28672, 4096, 1, 0, 0, "exact shape llama8b.gate_up m2048n28672k4096 of the pack's set: predicted 673.8 us, best known 6"
-    "73.7 us (+0.0%)"},
-    {1, 8192, 28672, 1, 0, 1, "exact shape llama70b.down m1n8192k28672 of the pack's set: predicted 149.9 us, best known 149.9 "
-    "us (+0.0%)"},
-    {64, 57344, 8192, 1, 0, 1, "exact shape llama70b.gate_up m64n57344k8192 of the pack's set: predicted 299.3 us, best known 29"
-    "4.2 us (+1.7%)"},
+    "73.6 us (+0.0%)"},
+    {1, 8192, 28672, 1, 0, 1, "exact shape llama70b.down m1n8192k28672 of the pack's set: predicted 146.0 us, best known 145.5 "
+    "us (+0.3%)"},
+    {64, 57344, 8192, 1, 0, 3, "exact shape llama70b.gate_up m64n57344k8192 of the pack's set: predicted 294.2 us, best known 29"
+    "4.2 us (+0.0%)"},
     {4096, 28672, 4096, 1, 0, 0, "exact shape llama8b.gate_up m4096n28672k4096 of the pack's set: predicted 1342.6 us, best known "
     "1341.0 us (+0.1%)"},
     {0, 0, 0, 0, -1, -1, ""},
@@ -863,8 +863,8 @@ const Exact kExact[512] = {
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
     {0, 0, 0, 0, -1, -1, ""},
-    {8, 28672, 4096, 1, 0, 5, "exact shape llama8b.gate_up m8n28672k4096 of the pack's set: predicted 75.3 us, best known 75.3 "
-    "us (+0.0%)"},
+    {8, 28672, 4096, 1, 0, 3, "exact shape llama8b.gate_up m8n28672k4096 of the pack's set: predicted 76.4 us, best known 75.1 "
+    "us (+1.8%)"},
     {2048, 4096, 14336, 1, 0, 0, "exact shape llama8b.down m2048n4096k14336 of the pack's set: predicted 326.7 us, best known 326."
     "7 us (+0.0%)"},
     {0, 0, 0, 0, -1, -1, ""},
@@ -895,14 +895,14 @@ const NK kNK[16] = {
 };
 constexpr int kNKProbes = 1;
 const short kNKBuckets[8][kBuckets] = {
-    {2, 2, 2, 2, 2, 2, 6, 9, 10, 10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {2, 2, 2, 2, 2, 2, 1, 9, 10, 10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {6, 6, 6, 6, 6, 6, 15, 8, 8, 4, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {1, 1, 1, 1, 1, 1, 9, 10, 10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {1, 1, 1, 1, 1, 1, 9, 10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {7, 7, 7, 7, 7, 7, 8, 13, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {5, 5, 5, 5, 5, 5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {1, 1, 1, 1, 1, 1, 11, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {1, 1, 1, 1, 7, 12, 13, 8, 9, 9, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {1, 1, 1, 1, 7, 12, 13, 8, 9, 9, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {1, 1, 1, 7, 7, 13, 8, 11, 11, 4, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {1, 1, 7, 7, 7, 13, 8, 9, 9, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {1, 1, 7, 7, 7, 13, 8, 9, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {5, 5, 5, 5, 5, 5, 11, 14, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {3, 3, 3, 3, 3, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {3, 3, 3, 3, 3, 3, 10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
 };
 
 // The same function as cutegen/packs/dispatch.py's slot(): splitmix64's finalizer, chained.

@@ -66,25 +66,26 @@ int plan_create(const cutegen_pack_shape* s, void** out) {
   constexpr bool b_k = cutlass::detail::is_major<1, StrideB>();
   constexpr bool c_n = cutlass::detail::is_major<1, StrideC>();
   constexpr bool d_n = cutlass::detail::is_major<1, StrideD>();
-  const int64_t M = s->M, N = s->N, K = s->K, batch = s->batch;
+  int64_t M = s->M, N = s->N, K = s->K, batch = s->batch;
+  int64_t lda = s->lda, ldb = s->ldb;
+  int64_t bsa = s->batch_stride_a, bsb = s->batch_stride_b, bsc = s->batch_stride_c, bsd = s->batch_stride_d;
   const int64_t int_max = 2147483647;
   if (M < 1 || N < 1 || K < 1 || batch < 1 || M > int_max || N > int_max || K > int_max || batch > int_max) {
     return fail(1, "ABI-EXTENT: M, N, K and batch must be in [1, 2^31-1]; got M=" + str(M) + " N=" + str(N) +
                    " K=" + str(K) + " batch=" + str(batch));
   }
-  int64_t bsa = s->batch_stride_a, bsb = s->batch_stride_b, bsc = s->batch_stride_c, bsd = s->batch_stride_d;
   int64_t ldc = s->ldc;
   if (batch == 1) {
-    bsa = s->lda * (a_k ? M : K);
-    bsb = s->ldb * (b_k ? N : K);
+    bsa = lda * (a_k ? M : K);
+    bsb = ldb * (b_k ? N : K);
     bsc = ldc * (c_n ? M : N);
     bsd = s->ldd * (d_n ? M : N);
   }
   // The checks of gemm() that do not need the pointers; a run checks the pointers' alignment.
   const void* aligned = reinterpret_cast<const void*>(uintptr_t(256));
   std::string why;
-  if (!check_operand<ElementA, AlignmentA>("A", "E15", aligned, M, K, a_k, s->lda, batch, bsa, why) ||
-      !check_operand<ElementB, AlignmentB>("B", "E15", aligned, N, K, b_k, s->ldb, batch, bsb, why) ||
+  if (!check_operand<ElementA, AlignmentA>("A", "E15", aligned, M, K, a_k, lda, batch, bsa, why) ||
+      !check_operand<ElementB, AlignmentB>("B", "E15", aligned, N, K, b_k, ldb, batch, bsb, why) ||
       !check_operand<ElementD, AlignmentD>("D", "E16", aligned, M, N, d_n, s->ldd, batch, bsd, why)) {
     return fail(1, why);
   }
@@ -109,7 +110,7 @@ int plan_create(const cutegen_pack_shape* s, void** out) {
     delete plan;
     return status;
   }
-  plan->args = make_arguments(aligned, aligned, aligned, const_cast<void*>(aligned), M, N, K, batch, s->lda, s->ldb,
+  plan->args = make_arguments(aligned, aligned, aligned, const_cast<void*>(aligned), M, N, K, batch, lda, ldb,
                               ldc, s->ldd, bsa, bsb, bsc, bsd, s->alpha, s->beta, aligned, plan->device);
   cutlass::Status status = Gemm::can_implement(plan->args);
   if (status != cutlass::Status::kSuccess) {
