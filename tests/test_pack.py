@@ -147,13 +147,16 @@ def test_pack_files_are_deterministic_and_complete(tiny_pack):
     again = packs.make_pack(f, "h100-sxm", max_kernels=1, tolerance=0.03)
     assert again == files
     kernel_dirs = {p.split("/")[1] for p in files if p.startswith("kernels/")}
-    assert len(kernel_dirs) == 1
+    assert len(kernel_dirs) == 2                 # the chosen kernel and the class's unaligned fallback
     for need in ("CMakeLists.txt", "include/cutegen_pack.h", "src/dispatch.cpp", "cmake/cutegen_packConfig.cmake.in",
                  "torch/cutegen_pack_torch.cpp", "torch/cutegen_pack_torch.py", "COVERAGE.md", "pack.json"):
         assert need in files
     meta = json.loads(files["pack.json"])
-    assert meta["coverage"]["shapes"] == 3 and len(meta["kernels"]) == 1
-    assert meta["classes"][0]["uncovered"].startswith("this pack has no kernel for operands below 16-byte")
+    assert meta["coverage"]["shapes"] == 3 and len(meta["kernels"]) == 2
+    # the fallback: the smallest alignment the search accepts (1 element, a cp.async mainloop; issue 10)
+    fb = meta["kernels"][1]
+    assert meta["classes"][0]["fallback"] == fb["name"] and fb["name"].endswith("_fallback")
+    assert fb["problem"]["alignment_a"] == fb["problem"]["alignment_b"] == fb["problem"]["alignment_c"] == 1
     # the kernel's own bytes are those cutegen renders for it (its C ABI unchanged)
     plan = next(t for p, t in files.items() if p.endswith("plan.cu"))
     assert '#include "kernel.cu"' in plan and "#define cutegen_gemm cutegen_" in plan
@@ -245,7 +248,7 @@ def test_committed_llm_packs_match_their_manifests_and_dispatch():
     assert kinds == ["h100-sxm", "h200"]
     for kind in kinds:
         meta = json.loads((root / kind / "pack.json").read_text())
-        assert meta["target"]["kind"] == kind and len(meta["kernels"]) <= 16
+        assert meta["target"]["kind"] == kind and len(meta["kernels"]) <= 16 + 1   # + the unaligned fallback
         for k in meta["kernels"]:
             d = root / kind / "kernels" / k["dir"]
             rk = render_manifest(d / "manifest.json")
@@ -329,8 +332,10 @@ int main() {
         idx, why = line.split("|", 1)
         assert 0 <= int(idx) < len(names) and ": rule: N=6144 K=4096 are in the pack's set" in why
     assert ": class default: N=5000 K=4096" in out[-3] and int(out[-3].split("|")[0]) >= 0
-    assert out[-2].startswith("-1|no kernel: not covered: N (D's contiguous extent) = 4095")
-    assert out[-1].startswith("-1|no kernel: not covered: lda = 4097")
+    fallback = next(i for i, k in enumerate(meta["kernels"]) if k["name"].endswith("_fallback"))
+    assert out[-2].startswith(f"{fallback}|{names[fallback]}: fallback for unaligned operands (N (D's contiguous "
+                              "extent) = 4095 is not a multiple of 8 elements)")
+    assert out[-1].startswith(f"{fallback}|{names[fallback]}: fallback for unaligned operands (lda = 4097")
 
 
 def test_swap_ab_kernels_are_priced_on_the_transposed_problem_and_planned_swapped(tmp_path):

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..dtypes import DTYPES
+from ..errors import FieldError
 from ..problem import GemmProblem
 from .select import Selection, class_key, predicted_time
 
@@ -142,21 +143,27 @@ def describe_class(p: GemmProblem) -> str:
 
 
 def find_fallback(p: GemmProblem, device: str | None = None, say=lambda msg: None):
-    """The legal kernel with the smallest alignment the search accepts for ``p``'s class, below the
-    class's own: (alignment, config, problem) or (None, None, reason)."""
+    """The legal kernel with the smallest alignment the search accepts for ``p``'s class (below the class's
+    own; with cp.async mainloops, issue 10, down to 1 element): (alignment, config, problem), or
+    (None, None, reason) when no smaller alignment has a legal kernel."""
     from ..search import search
     tried = []
-    a = min(p.alignment_a, p.alignment_b, p.alignment_c) // 2
-    while a >= 1:
-        q = p.replace(alignment_a=a, alignment_b=a, alignment_c=a)
+    top = min(p.alignment_a, p.alignment_b, p.alignment_c)
+    a = 1
+    while a < top:
+        try:
+            q = p.replace(alignment_a=a, alignment_b=a, alignment_c=a)
+        except FieldError as e:        # the problem model refuses it (a fused epilogue needs 16 bytes)
+            tried.append(f"{a} element(s): {e}")
+            a *= 2
+            continue
         result = search(q, 1, device=device)
         if result.ranked:
             return (a, a, a), result.ranked[0].config, q
         rules = sorted(result.pruned_by_rule, key=lambda r: -result.pruned_by_rule[r])[:3]
         tried.append(f"{a} element(s): {', '.join(rules) or 'no candidate'}")
-        a //= 2
+        a *= 2
     bytes_ = min(p.alignment_a * DTYPES[p.dtype_a].bits, p.alignment_b * DTYPES[p.dtype_b].bits,
                  p.alignment_c * DTYPES[p.dtype_d].bits) // 8
     return None, None, (f"this pack has no kernel for operands below {bytes_}-byte alignment: the search found "
-                        f"no legal kernel at smaller alignments ({'; '.join(tried) or 'none tried'}); "
-                        "TMA needs 16-byte strides and a cp.async mainloop (issue 10) is not in the search yet")
+                        f"no legal kernel at smaller alignments ({'; '.join(tried) or 'none tried'})")

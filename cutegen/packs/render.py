@@ -39,7 +39,9 @@ def add_fallbacks(sel: Selection, say=lambda msg: None) -> dict[str, Fallback]:
             say(f"  {served[0].problem.kernel_class_name}: {problem}")
             continue
         sel.kernels.append(Kernel("fallback:" + cls, config, problem))
-        out[cls] = Fallback(alignment, len(sel.kernels) - 1, "")
+        out[cls] = Fallback(alignment, len(sel.kernels) - 1,
+                            "no kernel covers this shape" if alignment[0] == 1 else
+                            f"the fallback kernel needs strides that are multiples of {alignment[0]} elements")
     return out
 
 

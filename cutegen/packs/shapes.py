@@ -107,8 +107,9 @@ def load(path: str | Path) -> list[Entry]:
             raise FieldError(f"{where}.weight", f"expected a positive number, got {weight!r}")
         name = str(t.pop("name", "") or "")
         t.pop("note", None)
-        # Validate the template now, with placeholder sizes, so a bad field names its table.
-        probe = GemmProblem.from_dict({**t, "m": 1, "n": 1, "k": 1}, where=where)
+        # Validate the template now, with aligned placeholder sizes (alignments derive from the packed
+        # leading dimensions), so a bad field names its table.
+        probe = GemmProblem.from_dict({**t, "m": 256, "n": 256, "k": 256}, where=where)
         name = name or f"{probe.kernel_class_name}.n{'-'.join(map(str, n[:2]))}k{'-'.join(map(str, k[:2]))}"
         if name in names:
             raise FieldError(f"{where}.name", f"{name!r} is used by an earlier shape")
