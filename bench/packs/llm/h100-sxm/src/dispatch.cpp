@@ -112,6 +112,12 @@ extern "C" void cutegen_3fdb2ea9799f976f_plan_destroy(void*);
 extern "C" int cutegen_3fdb2ea9799f976f_plan_run(void*, const void*, const void*, const void*, void*, const void*, void*,
                                        size_t, cudaStream_t);
 extern "C" const char* cutegen_3fdb2ea9799f976f_plan_error(void);
+extern "C" int cutegen_7caa16c5e3f5aab9_plan_create(const cutegen_pack_shape*, void**);
+extern "C" size_t cutegen_7caa16c5e3f5aab9_plan_workspace(const void*);
+extern "C" void cutegen_7caa16c5e3f5aab9_plan_destroy(void*);
+extern "C" int cutegen_7caa16c5e3f5aab9_plan_run(void*, const void*, const void*, const void*, void*, const void*, void*,
+                                       size_t, cudaStream_t);
+extern "C" const char* cutegen_7caa16c5e3f5aab9_plan_error(void);
 
 struct KernelOps {
   const char* name;
@@ -123,7 +129,7 @@ struct KernelOps {
   const char* (*error)(void);
 };
 
-const KernelOps kKernels[16] = {
+const KernelOps kKernels[17] = {
     {"k00_128x256x64_1x2x1_s4_coop_tma", 0, cutegen_9320de4afe1a77d1_plan_create, cutegen_9320de4afe1a77d1_plan_workspace,
      cutegen_9320de4afe1a77d1_plan_destroy, cutegen_9320de4afe1a77d1_plan_run, cutegen_9320de4afe1a77d1_plan_error},
     {"k01_64x16x128_1x1x1_s11_pp_tma_swapab", 0, cutegen_e947094f64024747_plan_create, cutegen_e947094f64024747_plan_workspace,
@@ -156,6 +162,8 @@ const KernelOps kKernels[16] = {
      cutegen_844d0b9e62755a06_plan_destroy, cutegen_844d0b9e62755a06_plan_run, cutegen_844d0b9e62755a06_plan_error},
     {"k15_256x192x64_1x1x1_s3_coop_tma_swapab", 0, cutegen_3fdb2ea9799f976f_plan_create, cutegen_3fdb2ea9799f976f_plan_workspace,
      cutegen_3fdb2ea9799f976f_plan_destroy, cutegen_3fdb2ea9799f976f_plan_run, cutegen_3fdb2ea9799f976f_plan_error},
+    {"k16_128x224x64_1x1x1_s5_coop_nosmem_cpasync_fallback", 0, cutegen_7caa16c5e3f5aab9_plan_create, cutegen_7caa16c5e3f5aab9_plan_workspace,
+     cutegen_7caa16c5e3f5aab9_plan_destroy, cutegen_7caa16c5e3f5aab9_plan_run, cutegen_7caa16c5e3f5aab9_plan_error},
 };
 
 struct ClassInfo {
@@ -175,12 +183,8 @@ struct ClassInfo {
 const ClassInfo kClasses[1] = {
     {"bf16_tn_cbf16dbf16", "bf16", "bf16", "bf16", "bf16", "row",
      "col", "row", 0, "none", true, true, true,
-     8, 8, 8, -1, 8, 8, 8,
-     "this pack has no kernel for operands below 16-byte alignment: the search found no legal kernel a"
-    "t smaller alignments (4 element(s): SM90-TMA-ALIGNMENT, SM90-EPILOGUE-ALIGNMENT, SM90-STREAMK-CO"
-    "OPERATIVE; 2 element(s): SM90-TMA-ALIGNMENT, SM90-EPILOGUE-ALIGNMENT, SM90-STREAMK-COOPERATIVE; "
-    "1 element(s): SM90-TMA-ALIGNMENT, SM90-EPILOGUE-ALIGNMENT, SM90-STREAMK-COOPERATIVE); TMA needs "
-    "16-byte strides and a cp.async mainloop (issue 10) is not in the search yet",
+     8, 8, 8, 16, 1, 1, 1,
+     "no kernel covers this shape",
      {1, 1, 1, 1, 7, 5, 8, 9, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
 };
 
@@ -1104,10 +1108,10 @@ int cutegen_pack_gemm(int cls, const cutegen_pack_shape* shape, const void* A, c
   return status;
 }
 
-int cutegen_pack_kernel_count(void) { return 16; }
+int cutegen_pack_kernel_count(void) { return 17; }
 
 const char* cutegen_pack_kernel_name(int kernel) {
-  return kernel >= 0 && kernel < 16 ? kKernels[kernel].name : nullptr;
+  return kernel >= 0 && kernel < 17 ? kKernels[kernel].name : nullptr;
 }
 
 const char* cutegen_pack_last_error(void) { return g_error.c_str(); }

@@ -144,10 +144,14 @@ int plan_run(void* p, const void* A, const void* B, const void* C, void* D, cons
   if (plan.use_c && C == nullptr) {
     return fail(1, "ABI-NULL: C is NULL but beta is not 0");
   }
-  const uintptr_t misaligned = (reinterpret_cast<uintptr_t>(A) | reinterpret_cast<uintptr_t>(B) |
-                                reinterpret_cast<uintptr_t>(c) | reinterpret_cast<uintptr_t>(D)) & 15;
-  if (misaligned != 0) {
-    return fail(1, "E18: an operand pointer is not 16-byte aligned; TMA descriptors need 16-byte aligned bases");
+  // Each base aligned to one vector of its operand (16 bytes for TMA, less for cp.async), as gemm() checks.
+  constexpr uintptr_t kA = uintptr_t(AlignmentA) * cutlass::sizeof_bits<ElementA>::value / 8;
+  constexpr uintptr_t kB = uintptr_t(AlignmentB) * cutlass::sizeof_bits<ElementB>::value / 8;
+  constexpr uintptr_t kC = uintptr_t(AlignmentC) * cutlass::sizeof_bits<ElementD>::value / 8;
+  if (reinterpret_cast<uintptr_t>(A) % kA != 0 || reinterpret_cast<uintptr_t>(B) % kB != 0 ||
+      reinterpret_cast<uintptr_t>(c) % kC != 0 || reinterpret_cast<uintptr_t>(D) % kC != 0) {
+    return fail(1, "E18: an operand pointer is not aligned to one vector of its operand (" + str(int64_t(kA)) + ", " +
+                   str(int64_t(kB)) + ", " + str(int64_t(kC)) + " bytes for A, B, C/D of this kernel)");
   }
   if (plan.workspace_bytes > workspace_bytes || (plan.workspace_bytes > 0 && workspace == nullptr)) {
     return fail(2, "workspace of " + std::to_string(workspace_bytes) + " bytes is smaller than the " +
