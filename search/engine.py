@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from . import cost as costmod
+from .decomposition import best_plan, min_plan_cost
 from .egg import Egg
 from .extraction import extract_ranked
 from .legality_analysis import Judge
@@ -58,11 +59,14 @@ class Ranked:
     breakdown: dict
     chain: list[str] = field(default_factory=list)
     prediction: Any = None      # learned.Prediction when a predictor ranked it: measured, learned or prior
+    plan: Any = None            # LaunchPlan of a stream-K kernel (cutegen/launch_plan.py); None otherwise
 
     def to_dict(self) -> dict:
         out = {"config": self.config.to_dict(), "cost": round(self.cost, 4), "breakdown": self.breakdown}
         if self.prediction is not None:
             out["prediction"] = self.prediction.to_dict()
+        if self.plan is not None:
+            out["launch_plan"] = self.plan.to_dict()
         return out
 
 
@@ -211,8 +215,9 @@ def rank_space(space: SearchSpace, rates=None):
                             for fam in ("coop", "other", "no_smem")] for t in tiles], dtype=np.int64)
     fam = np.where(pols[:, 1] == 2, 2, np.where(pols[:, 0] == 1, 0, 1))
     stages = fam_stages[ti, fam[pi]]
-    total, _ = costmod.cost_arrays(p, tiles[ti, 0], tiles[ti, 1], tiles[ti, 2], clusters[ci, 0], clusters[ci, 1],
-                                   pols[pi, 0], pols[pi, 1], pols[pi, 2], np.maximum(stages, 1), device=rates)
+    # a stream-K row costs its cheapest launch plan (search/decomposition.py)
+    total, _ = min_plan_cost(p, tiles[ti, 0], tiles[ti, 1], tiles[ti, 2], clusters[ci, 0], clusters[ci, 1],
+                             pols[pi, 0], pols[pi, 1], pols[pi, 2], np.maximum(stages, 1))
     # a configuration that cannot hold two stages costs nothing to rank: the rules will reject it
     order = np.lexsort((pi, ci, ti, np.round(total, 6)))
     return tiles, clusters, pols, ti, ci, pi, total, order
@@ -224,10 +229,10 @@ def _exact_costs(problem, rows: list, rates=None) -> list[tuple[float, tuple]]:
         return []
     cfgs = [row[6].config for row in rows]
     codes = np.array([costmod.config_codes(c) for c in cfgs])
-    total, _ = costmod.cost_arrays(
+    total, _ = min_plan_cost(
         problem, [c.tile_shape[0] for c in cfgs], [c.tile_shape[1] for c in cfgs], [c.tile_shape[2] for c in cfgs],
         [c.cluster_shape[0] for c in cfgs], [c.cluster_shape[1] for c in cfgs], codes[:, 0], codes[:, 1], codes[:, 2],
-        [row[6].stages for row in rows], [row[3] for row in rows], [row[4] for row in rows], device=rates)
+        [row[6].stages for row in rows], [row[3] for row in rows], [row[4] for row in rows])
     return [(float(t), row) for t, row in zip(total, rows)]
 
 
@@ -400,10 +405,14 @@ def _search(space: SearchSpace, problem, top_k: int, explain: bool, t0: float,
     ranked = []
     for key in picked:
         _, _, v = costs[key]
-        c, bd = costmod.config_cost(problem, v.config, v.stages, device=rates)
         pred = predictions.get(key)
+        plan = None
+        if v.config.tile_scheduler == "stream_k":
+            plan, c, bd = best_plan(problem, v.config, v.stages)
+        else:
+            c, bd = costmod.config_cost(problem, v.config, v.stages, device=rates)
         ranked.append(Ranked(v.config, pred.us if pred is not None else c, bd,
-                             space.tile_forms(key[0]) if explain else [], pred))
+                             space.tile_forms(key[0]) if explain else [], pred, plan))
     nodes, classes = egg.sizes()
     rejected = [{"config": row[5].to_dict(), "rules": row[6].rules, "reasons": row[6].reasons}
                 for row in expanded[:50] if not row[6].legal] if explain else []
