@@ -22,25 +22,20 @@ PLANS = ((costmod.DECOMP_DATA_PARALLEL, 1), (costmod.DECOMP_STREAM_K, 1)) + tupl
 
 def min_plan_cost(problem, tm, tn, tk, cm, cn, sched, epi, scheduler, stages, raster=0, swizzle=1):
     """(cost, plan index into PLANS) per row: the cheapest plan of each stream-K row; persistent rows
-    cost as ``cost_arrays`` prices them (plan index 0)."""
-    tk_arr = np.asarray(tk, dtype=np.float64)
-    k_tiles = np.ceil(problem.k / tk_arr)
-    best = None
-    best_i = None
-    for i, (decomp, splits) in enumerate(PLANS):
-        total, _ = costmod.cost_arrays(problem, tm, tn, tk, cm, cn, sched, epi, scheduler, stages, raster, swizzle,
-                                       decomposition=decomp, splits=splits)
-        total = np.asarray(total, dtype=np.float64)
-        # SM90-SPLITK-SPLITS-KTILES: no more pieces than k-blocks; persistent rows see one plan only
-        usable = (splits <= k_tiles) & ((np.asarray(scheduler) == 1) | (i == 0))
-        total = np.where(usable, total, np.inf)
-        if best is None:
-            best, best_i = total, np.zeros(total.shape, dtype=np.int64)
-        else:
-            better = total < best
-            best = np.where(better, total, best)
-            best_i = np.where(better, i, best_i)
-    return best, best_i
+    cost as ``cost_arrays`` prices them (plan index 0).
+
+    One ``cost_arrays`` call: the plans broadcast as a leading axis, so only the plan-dependent terms
+    are computed once per plan (the search ranks ~10^5 rows in well under a second)."""
+    decomp = np.array([d for d, _ in PLANS])[:, None]
+    splits = np.array([s for _, s in PLANS])[:, None]
+    total, _ = costmod.cost_arrays(problem, tm, tn, tk, cm, cn, sched, epi, scheduler, stages, raster, swizzle,
+                                   decomposition=decomp, splits=splits)
+    k_tiles = np.ceil(problem.k / np.asarray(tk, dtype=np.float64))
+    # SM90-SPLITK-SPLITS-KTILES: no more pieces than k-blocks; persistent rows see one plan only
+    usable = (splits <= k_tiles) & ((np.asarray(scheduler) == 1) | (np.arange(len(PLANS))[:, None] == 0))
+    total = np.where(usable, np.broadcast_to(total, usable.shape), np.inf)
+    best_i = np.argmin(total, axis=0)          # first minimum: data-parallel wins a tie
+    return np.take_along_axis(total, best_i[None, :], axis=0)[0], best_i
 
 
 def plan_of(index: int):
