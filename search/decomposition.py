@@ -6,6 +6,15 @@ k-loop in s pieces summed through the workspace (split-K: ``Loop(k) = Reduce(Loo
 k-blocks of all tiles spread evenly over the CTAs (stream-K). They compute the same D; the plan with
 the smallest predicted time wins. Split counts are bounded by the legality rules of
 ``cutegen.legality.stream_k`` (at most the k-blocks of one tile).
+
+In the e-graph (``PLAN_SORTS`` / ``PLAN_RULES``) a launch is ``Run(kernel, plan)``; the rewrites
+
+    Run(x, DataParallel) = Run(x, StreamKPlan)          the k-blocks respread over the CTAs
+    Run(x, DataParallel) = Run(x, SplitK(s))            the k-loop in s pieces plus a reduction
+
+fire for every plan the rules allow (``PlanFact`` facts carry the legal plans and their predicted
+cost into egglog's cost table of ``Run``), and egglog's extractor picks the cheapest launch of the
+e-class (``extract_plan``). Ranking the whole space uses the same costs vectorised (``min_plan_cost``).
 """
 from __future__ import annotations
 
@@ -24,18 +33,29 @@ def min_plan_cost(problem, tm, tn, tk, cm, cn, sched, epi, scheduler, stages, ra
     """(cost, plan index into PLANS) per row: the cheapest plan of each stream-K row; persistent rows
     cost as ``cost_arrays`` prices them (plan index 0).
 
-    One ``cost_arrays`` call: the plans broadcast as a leading axis, so only the plan-dependent terms
-    are computed once per plan (the search ranks ~10^5 rows in well under a second)."""
-    decomp = np.array([d for d, _ in PLANS])[:, None]
-    splits = np.array([s for _, s in PLANS])[:, None]
-    total, _ = costmod.cost_arrays(problem, tm, tn, tk, cm, cn, sched, epi, scheduler, stages, raster, swizzle,
-                                   decomposition=decomp, splits=splits)
-    k_tiles = np.ceil(problem.k / np.asarray(tk, dtype=np.float64))
-    # SM90-SPLITK-SPLITS-KTILES: no more pieces than k-blocks; persistent rows see one plan only
-    usable = (splits <= k_tiles) & ((np.asarray(scheduler) == 1) | (np.arange(len(PLANS))[:, None] == 0))
-    total = np.where(usable, np.broadcast_to(total, usable.shape), np.inf)
-    best_i = np.argmin(total, axis=0)          # first minimum: data-parallel wins a tie
-    return np.take_along_axis(total, best_i[None, :], axis=0)[0], best_i
+    The plans of the stream-K rows broadcast as a leading axis of one ``cost_arrays`` call, so the
+    plan-independent terms are computed once (the search ranks ~10^5 rows in a fraction of a second)."""
+    n = len(np.atleast_1d(np.asarray(tm)))
+    cols = [np.broadcast_to(np.asarray(x), (n,)) for x in (tm, tn, tk, cm, cn, sched, epi, scheduler, stages,
+                                                             raster, swizzle)]
+    best, _ = costmod.cost_arrays(problem, *cols, decomposition=costmod.DECOMP_DATA_PARALLEL)
+    best = np.array(best, dtype=np.float64)
+    best_i = np.zeros(n, dtype=np.int64)
+    # only cooperative stream-K rows: the other schedules cannot take the stream-K scheduler
+    # (SM90-STREAMK-COOPERATIVE judges them illegal), so pricing their plans would be wasted work
+    sk = np.flatnonzero((cols[7] == 1) & (cols[5] == costmod.SCHEDULES.index("cooperative")))
+    if sk.size:
+        sub = [c[sk] for c in cols]
+        decomp = np.array([d for d, _ in PLANS])[:, None]
+        splits = np.array([s for _, s in PLANS])[:, None]
+        total, _ = costmod.cost_arrays(problem, *sub, decomposition=decomp, splits=splits)
+        k_tiles = np.ceil(problem.k / sub[2].astype(np.float64))
+        # SM90-SPLITK-SPLITS-KTILES: no more pieces than k-blocks
+        total = np.where(splits <= k_tiles, np.broadcast_to(total, (len(PLANS), sk.size)), np.inf)
+        i = np.argmin(total, axis=0)          # first minimum: data-parallel wins a tie
+        best[sk] = np.take_along_axis(total, i[None, :], axis=0)[0]
+        best_i[sk] = i
+    return best, best_i
 
 
 def plan_of(index: int):
@@ -46,22 +66,117 @@ def plan_of(index: int):
 
 
 def best_plan(problem, config, stages: int):
-    """(plan, cost, breakdown) of the cheapest legal plan for one stream-K configuration; for a
-    persistent configuration the default plan and its cost."""
+    """(plan, cost, breakdown) of the cheapest legal plan for one stream-K configuration, without the
+    e-graph (``cutegen check``-style callers); for a persistent configuration the default plan."""
     from cutegen.launch_plan import LaunchPlan
-    from cutegen.legality.stream_k import check_plan
 
     if config.tile_scheduler != "stream_k":
         cost, bd = costmod.config_cost(problem, config, stages)
         return LaunchPlan(), cost, bd
-    options = []
-    for i in range(len(PLANS)):
-        plan = plan_of(i)
-        if check_plan(problem, config, plan)[0]:
-            continue
-        cost, bd = costmod.config_cost(problem, config, stages, plan)
-        options.append((cost, i, plan, bd))
-    cost, _, plan, bd = min(options, key=lambda x: x[:2])
-    bd = dict(bd)
-    bd["plans_considered"] = {p.label(): round(c, 3) for c, _, p, _ in sorted(options, key=lambda x: x[1])}
+    options = plan_options(problem, config, stages)
+    _, plan = min(options, key=lambda x: x[0])      # first minimum: data-parallel wins a tie
+    cost, bd = costmod.config_cost(problem, config, stages, plan)
+    bd["plans_considered"] = {p.label(): round(c, 3) for c, p in options}
     return plan, cost, bd
+
+
+# --- the plan terms of the e-graph --------------------------------------------------------------------
+
+PLAN_SORTS = """
+(datatype Plan (DataParallel) (StreamKPlan) (SplitK i64))
+(datatype Launch (Run Kernel Plan))
+(datatype Launches (LNil) (LCons Launch Launches))
+;; tile m n k, cluster cm cn, policy s e sc, raster r, swizzle w, decomposition code, splits, picoseconds
+(relation PlanFact (i64 i64 i64 i64 i64 i64 i64 i64 i64 i64 i64 i64 i64))
+(function cost_table_Run (Kernel Plan) i64 :merge (min old new))
+"""
+
+PLAN_RULES = """
+(ruleset plans)
+(rule ((PlanFact m n k cm cn s e sc r w 1 1 ps) (= t (CtaTile m n k)) (= c (Cl cm cn)) (= x (K t c (Pol s e sc 0) r w)))
+      ((set (cost_table_Run x (DataParallel)) ps)) :ruleset plans)
+(rule ((PlanFact m n k cm cn s e sc r w 3 1 ps) (= t (CtaTile m n k)) (= c (Cl cm cn)) (= x (K t c (Pol s e sc 0) r w)))
+      ((union (Run x (DataParallel)) (Run x (StreamKPlan))) (set (cost_table_Run x (StreamKPlan)) ps)) :ruleset plans)
+(rule ((PlanFact m n k cm cn s e sc r w 2 sp ps) (= t (CtaTile m n k)) (= c (Cl cm cn)) (= x (K t c (Pol s e sc 0) r w)))
+      ((union (Run x (DataParallel)) (Run x (SplitK sp))) (set (cost_table_Run x (SplitK sp)) ps)) :ruleset plans)
+"""
+
+
+def plan_options(problem, config, stages: int) -> list:
+    """(cost, plan) of every plan the rules allow for one stream-K configuration (one vectorised call)."""
+    from cutegen.legality.stream_k import check_plan
+
+    plans = [plan_of(i) for i in range(len(PLANS))]
+    keep = [i for i, p in enumerate(plans) if not check_plan(problem, config, p)[0]]
+    t, c = config.tile_shape, config.cluster_shape
+    s, e, sc = costmod.config_codes(config)
+    total, _ = costmod.cost_arrays(problem, [t[0]], [t[1]], [t[2]], [c[0]], [c[1]], [s], [e], [sc], [stages],
+                                   [costmod.RASTERS.index(config.raster_order)], [config.raster_swizzle],
+                                   decomposition=np.array([PLANS[i][0] for i in keep])[:, None],
+                                   splits=np.array([PLANS[i][1] for i in keep])[:, None])
+    return [(float(total[j, 0]), plans[i]) for j, i in enumerate(keep)]
+
+
+def extract_plans(egg, problem, picks: list) -> dict:
+    """The cheapest launch of each picked stream-K kernel, by egglog's extractor over its Run e-class.
+
+    ``picks``: (key, config, stages) with key = (tile, cluster, policy, raster, swizzle). Returns
+    key -> (plan, cost, breakdown). One extraction for all picks: a list term whose elements are the
+    picks' Run e-classes (extraction chooses the cheapest term of each element independently)."""
+    from cutegen.launch_plan import LaunchPlan
+
+    rows, options = [], {}
+    for key, config, stages in picks:
+        opts = plan_options(problem, config, stages)
+        options[key] = {p: c for c, p in opts}
+        for c, p in opts:
+            code, splits, _ = p.codes()
+            rows.append((*key[0], *key[1], *key[2], key[3], key[4], code, splits, max(1, int(round(c * 1e6)))))
+    if not rows:
+        return {}
+    egg.input("PlanFact", sorted(rows))
+    egg.run("(run-schedule (saturate (run plans)))")
+    runs = []
+    for key, _, _ in picks:
+        (m, n, k), (cm, cn), (s, e, sc) = key[0], key[1], key[2]
+        runs.append(f"(Run (K (CtaTile {m} {n} {k}) (Cl {cm} {cn}) (Pol {s} {e} {sc} 0) {key[3]} {key[4]}) "
+                    "(DataParallel))")
+    listing = "(LNil)"
+    for r in reversed(runs):
+        listing = f"(LCons {r} {listing})"
+    text = egg.extract(listing)
+    chosen = [_plan_from_term(t, LaunchPlan) for t in _run_terms(text)]
+    out = {}
+    for (key, config, stages), plan in zip(picks, chosen):
+        cost, bd = costmod.config_cost(problem, config, stages, plan)
+        bd["plans_considered"] = {p.label(): round(c, 3) for p, c in options[key].items()}
+        out[key] = (plan, cost, bd)
+    return out
+
+
+def _run_terms(text: str) -> list[str]:
+    """The ``(Run ...)`` subterms of an extracted list, in order (each ends with its plan term)."""
+    out, i = [], 0
+    while True:
+        i = text.find("(Run ", i)
+        if i < 0:
+            return out
+        depth, j = 0, i
+        while True:
+            depth += {"(": 1, ")": -1}.get(text[j], 0)
+            j += 1
+            if depth == 0:
+                break
+        out.append(text[i:j])
+        i = j
+
+
+def _plan_from_term(term: str, LaunchPlan):  # noqa: N803 - the class, passed in
+    tail = term[:-1].rsplit("(", 1)[1].rstrip(") ")
+    if tail == "DataParallel":
+        return LaunchPlan("data_parallel")
+    if tail == "StreamKPlan":
+        return LaunchPlan("stream_k")
+    name, splits = tail.split()
+    assert name == "SplitK", term
+    return LaunchPlan("split_k", int(splits))

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from . import cost as costmod
-from .decomposition import best_plan, min_plan_cost
+from .decomposition import PLAN_RULES, PLAN_SORTS, extract_plans, min_plan_cost
 from .egg import Egg
 from .extraction import extract_ranked
 from .legality_analysis import Judge
@@ -112,7 +112,7 @@ class SearchSpace:
 
         self.problem = problem
         self.kk = DTYPES[problem.dtype_a].wgmma_k
-        self.egg = Egg(SCHEDULE_SORTS + SCHEDULE_RULES)
+        self.egg = Egg(SCHEDULE_SORTS + SCHEDULE_RULES + PLAN_SORTS + PLAN_RULES)
         self.egg.input("InstrSeed", [(n, self.kk) for n in INSTR_N])
         self.egg.input("RepeatSeed", [(wm, wn, kr) for wm in WARPGROUPS_M for wn in INSTR_PER_TILE_N for kr in KSTEPS])
         self.egg.input("ClusterSeed", CLUSTERS)
@@ -402,14 +402,17 @@ def _search(space: SearchSpace, problem, top_k: int, explain: bool, t0: float,
     egg.run("(run-schedule (saturate (run expand)))")
     costs = {(row[0], row[1], row[2], row[3], row[4]): (c, None, row[6]) for c, row in legal}
     picked = extract_ranked(egg, costs, top_k)
+    # a picked stream-K kernel's launch plan: its Run e-class, extracted (search/decomposition.py)
+    plans = extract_plans(egg, problem, [(key, costs[key][2].config, costs[key][2].stages) for key in picked
+                                         if costs[key][2].config.tile_scheduler == "stream_k"])
     ranked = []
     for key in picked:
         _, _, v = costs[key]
         pred = predictions.get(key)
-        plan = None
-        if v.config.tile_scheduler == "stream_k":
-            plan, c, bd = best_plan(problem, v.config, v.stages)
+        if key in plans:
+            plan, c, bd = plans[key]
         else:
+            plan = None
             c, bd = costmod.config_cost(problem, v.config, v.stages, device=rates)
         ranked.append(Ranked(v.config, pred.us if pred is not None else c, bd,
                              space.tile_forms(key[0]) if explain else [], pred, plan))

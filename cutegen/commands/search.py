@@ -153,6 +153,11 @@ def explain_dict(result) -> dict:
               if not form.startswith("ClusterSplit") or f", {cm}, {cn})  [" in form]
     chain.append(f"Pol({cfg.mainloop_schedule}, {cfg.epilogue_schedule}, {cfg.tile_scheduler}, auto) = "
                  f"Pol(..., {st})  [expand: StageCountAutoCarveout resolves auto]")
+    if best.plan is not None:
+        form = {"data_parallel": "DataParallel", "stream_k": "StreamKPlan"}.get(best.plan.decomposition,
+                                                                             f"SplitK({best.plan.splits})")
+        chain.append(f"Run(K, DataParallel) = Run(K, {form})  [plans: extracted the cheapest launch of the "
+                     f"kernel's Run e-class; run-time plan {best.plan.label()}]")
     runners = [{"config": label(r.config), "cost": round(r.cost, 3), "delta_us": round(r.cost - best.cost, 3),
                 "worse_in": _why_more(best.breakdown, r.breakdown)} for r in result.ranked[1:]]
     rejected = [{"config": KernelConfigName(x["config"]), "rules": x["rules"], "reasons": x["reasons"]}
