@@ -29,7 +29,7 @@ PLANS = ((costmod.DECOMP_DATA_PARALLEL, 1), (costmod.DECOMP_STREAM_K, 1)) + tupl
     (costmod.DECOMP_SPLIT_K, s) for s in SPLIT_COUNTS)
 
 
-def min_plan_cost(problem, tm, tn, tk, cm, cn, sched, epi, scheduler, stages, raster=0, swizzle=1):
+def min_plan_cost(problem, tm, tn, tk, cm, cn, sched, epi, scheduler, stages, raster=0, swizzle=1, device=None):
     """(cost, plan index into PLANS) per row: the cheapest plan of each stream-K row; persistent rows
     cost as ``cost_arrays`` prices them (plan index 0).
 
@@ -38,7 +38,7 @@ def min_plan_cost(problem, tm, tn, tk, cm, cn, sched, epi, scheduler, stages, ra
     n = len(np.atleast_1d(np.asarray(tm)))
     cols = [np.broadcast_to(np.asarray(x), (n,)) for x in (tm, tn, tk, cm, cn, sched, epi, scheduler, stages,
                                                              raster, swizzle)]
-    best, _ = costmod.cost_arrays(problem, *cols, decomposition=costmod.DECOMP_DATA_PARALLEL)
+    best, _ = costmod.cost_arrays(problem, *cols, device=device, decomposition=costmod.DECOMP_DATA_PARALLEL)
     best = np.array(best, dtype=np.float64)
     best_i = np.zeros(n, dtype=np.int64)
     # only cooperative stream-K rows: the other schedules cannot take the stream-K scheduler
@@ -48,7 +48,7 @@ def min_plan_cost(problem, tm, tn, tk, cm, cn, sched, epi, scheduler, stages, ra
         sub = [c[sk] for c in cols]
         decomp = np.array([d for d, _ in PLANS])[:, None]
         splits = np.array([s for _, s in PLANS])[:, None]
-        total, _ = costmod.cost_arrays(problem, *sub, decomposition=decomp, splits=splits)
+        total, _ = costmod.cost_arrays(problem, *sub, device=device, decomposition=decomp, splits=splits)
         k_tiles = np.ceil(problem.k / sub[2].astype(np.float64))
         # SM90-SPLITK-SPLITS-KTILES: no more pieces than k-blocks
         total = np.where(splits <= k_tiles, np.broadcast_to(total, (len(PLANS), sk.size)), np.inf)
@@ -65,17 +65,17 @@ def plan_of(index: int):
     return LaunchPlan(decomposition=DECOMPOSITIONS[decomp], splits=splits)
 
 
-def best_plan(problem, config, stages: int):
+def best_plan(problem, config, stages: int, device=None):
     """(plan, cost, breakdown) of the cheapest legal plan for one stream-K configuration, without the
     e-graph (``cutegen check``-style callers); for a persistent configuration the default plan."""
     from cutegen.launch_plan import LaunchPlan
 
     if config.tile_scheduler != "stream_k":
-        cost, bd = costmod.config_cost(problem, config, stages)
+        cost, bd = costmod.config_cost(problem, config, stages, device=device)
         return LaunchPlan(), cost, bd
-    options = plan_options(problem, config, stages)
+    options = plan_options(problem, config, stages, device)
     _, plan = min(options, key=lambda x: x[0])      # first minimum: data-parallel wins a tie
-    cost, bd = costmod.config_cost(problem, config, stages, plan)
+    cost, bd = costmod.config_cost(problem, config, stages, plan, device=device)
     bd["plans_considered"] = {p.label(): round(c, 3) for c, p in options}
     return plan, cost, bd
 
@@ -102,7 +102,7 @@ PLAN_RULES = """
 """
 
 
-def plan_options(problem, config, stages: int) -> list:
+def plan_options(problem, config, stages: int, device=None) -> list:
     """(cost, plan) of every plan the rules allow for one stream-K configuration (one vectorised call)."""
     from cutegen.legality.stream_k import check_plan
 
@@ -112,12 +112,12 @@ def plan_options(problem, config, stages: int) -> list:
     s, e, sc = costmod.config_codes(config)
     total, _ = costmod.cost_arrays(problem, [t[0]], [t[1]], [t[2]], [c[0]], [c[1]], [s], [e], [sc], [stages],
                                    [costmod.RASTERS.index(config.raster_order)], [config.raster_swizzle],
-                                   decomposition=np.array([PLANS[i][0] for i in keep])[:, None],
+                                   device=device, decomposition=np.array([PLANS[i][0] for i in keep])[:, None],
                                    splits=np.array([PLANS[i][1] for i in keep])[:, None])
     return [(float(total[j, 0]), plans[i]) for j, i in enumerate(keep)]
 
 
-def extract_plans(egg, problem, picks: list) -> dict:
+def extract_plans(egg, problem, picks: list, device=None) -> dict:
     """The cheapest launch of each picked stream-K kernel, by egglog's extractor over its Run e-class.
 
     ``picks``: (key, config, stages) with key = (tile, cluster, policy, raster, swizzle). Returns
@@ -127,7 +127,7 @@ def extract_plans(egg, problem, picks: list) -> dict:
 
     rows, options = [], {}
     for key, config, stages in picks:
-        opts = plan_options(problem, config, stages)
+        opts = plan_options(problem, config, stages, device)
         options[key] = {p: c for c, p in opts}
         for c, p in opts:
             code, splits, _ = p.codes()
@@ -148,7 +148,7 @@ def extract_plans(egg, problem, picks: list) -> dict:
     chosen = [_plan_from_term(t, LaunchPlan) for t in _run_terms(text)]
     out = {}
     for (key, config, stages), plan in zip(picks, chosen):
-        cost, bd = costmod.config_cost(problem, config, stages, plan)
+        cost, bd = costmod.config_cost(problem, config, stages, plan, device=device)
         bd["plans_considered"] = {p.label(): round(c, 3) for p, c in options[key].items()}
         out[key] = (plan, cost, bd)
     return out

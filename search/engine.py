@@ -217,7 +217,7 @@ def rank_space(space: SearchSpace, rates=None):
     stages = fam_stages[ti, fam[pi]]
     # a stream-K row costs its cheapest launch plan (search/decomposition.py)
     total, _ = min_plan_cost(p, tiles[ti, 0], tiles[ti, 1], tiles[ti, 2], clusters[ci, 0], clusters[ci, 1],
-                             pols[pi, 0], pols[pi, 1], pols[pi, 2], np.maximum(stages, 1))
+                             pols[pi, 0], pols[pi, 1], pols[pi, 2], np.maximum(stages, 1), device=rates)
     # a configuration that cannot hold two stages costs nothing to rank: the rules will reject it
     order = np.lexsort((pi, ci, ti, np.round(total, 6)))
     return tiles, clusters, pols, ti, ci, pi, total, order
@@ -232,7 +232,7 @@ def _exact_costs(problem, rows: list, rates=None) -> list[tuple[float, tuple]]:
     total, _ = min_plan_cost(
         problem, [c.tile_shape[0] for c in cfgs], [c.tile_shape[1] for c in cfgs], [c.tile_shape[2] for c in cfgs],
         [c.cluster_shape[0] for c in cfgs], [c.cluster_shape[1] for c in cfgs], codes[:, 0], codes[:, 1], codes[:, 2],
-        [row[6].stages for row in rows], [row[3] for row in rows], [row[4] for row in rows])
+        [row[6].stages for row in rows], [row[3] for row in rows], [row[4] for row in rows], device=rates)
     return [(float(t), row) for t, row in zip(total, rows)]
 
 
@@ -404,7 +404,7 @@ def _search(space: SearchSpace, problem, top_k: int, explain: bool, t0: float,
     picked = extract_ranked(egg, costs, top_k)
     # a picked stream-K kernel's launch plan: its Run e-class, extracted (search/decomposition.py)
     plans = extract_plans(egg, problem, [(key, costs[key][2].config, costs[key][2].stages) for key in picked
-                                         if costs[key][2].config.tile_scheduler == "stream_k"])
+                                         if costs[key][2].config.tile_scheduler == "stream_k"], rates)
     ranked = []
     for key in picked:
         _, _, v = costs[key]
