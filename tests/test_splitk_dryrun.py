@@ -83,3 +83,25 @@ def test_relaunch_case_catches_a_kernel_that_breaks_on_a_reused_workspace(tmp_pa
     rc, cases = _cases(tmp_path, streamk_kernel, "--no-manifest-shape")
     relaunch = cases["relaunch_stream_k"]
     assert rc == 1 and not relaunch["ok"] and "launch" in relaunch["reason"]
+
+
+def test_the_gpu_relaunch_check_runs_through_the_worker(tmp_path, streamk_kernel, monkeypatch):
+    """bench/streamk_relaunch.py check_kernel (what bench/gpu_splitk.sh runs), on the stand-in: it
+    passes a correct kernel and reports the one that breaks on a reused workspace."""
+    import importlib.util
+    from pathlib import Path
+    from cutegen import runner as R
+    spec = importlib.util.spec_from_file_location(
+        "streamk_relaunch", Path(__file__).resolve().parents[1] / "bench" / "streamk_relaunch.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    info = R.load_kernel_info(streamk_kernel)
+    small = {136: (LaunchPlan("stream_k"), LaunchPlan("split_k", 2), LaunchPlan("stream_k", 4))}
+    with R.Worker(init={"op": "init"}) as w:
+        good = mod.check_kernel(w, info, relaunches=3, say=lambda _: None, plan_set=small)
+        monkeypatch.setenv("CUTEGEN_FAKE_MODE", "stale_workspace")
+    with R.Worker(init={"op": "init"}) as w:
+        bad = mod.check_kernel(w, info, relaunches=3, say=lambda _: None, plan_set=small)
+    assert [r["plan"]["decomposition"] for r in good] == ["stream_k", "split_k"]   # stream_k x4 is illegal: skipped
+    assert all(r["ok"] and r["result"]["launches"] == 3 for r in good)
+    assert not any(r["ok"] for r in bad)
