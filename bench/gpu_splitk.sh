@@ -28,10 +28,10 @@ exec > >(tee "$OUT/log.txt") 2>&1
 
 PY=${PYTHON:-python3}
 JOBS=${JOBS:-16}
-BUILD_END_S=${BUILD_END_S:-250}
-RELAUNCH_END_S=${RELAUNCH_END_S:-350}
-VALIDATE_END_S=${VALIDATE_END_S:-410}
-BENCH_END_S=${BENCH_END_S:-450}
+BUILD_END_S=${BUILD_END_S:-230}
+RELAUNCH_END_S=${RELAUNCH_END_S:-300}
+VALIDATE_END_S=${VALIDATE_END_S:-370}
+BENCH_END_S=${BENCH_END_S:-420}
 export CUTEGEN_RELAUNCHES=${RELAUNCHES:-100}
 export PYTHONUNBUFFERED=1
 export CUTEGEN_CACHE=${CUTEGEN_CACHE:-/tmp/cutegen-cache}
@@ -80,7 +80,7 @@ cat > "$STAGE/build_all.py" <<'EOF'
 import sys
 from cutegen.build import build
 dirs = [l.strip() for l in open(sys.argv[2]) if l.strip()]
-summary = build(dirs, jobs=int(sys.argv[1]), progress=sys.stdout, timeout=240)
+summary = build(dirs, jobs=int(sys.argv[1]), progress=sys.stdout, timeout=220)
 print(summary.line())
 EOF
 run_until "$BUILD_END_S" "$PY" "$STAGE/build_all.py" "$JOBS" "$STAGE/dirs.txt" > "$OUT/build.txt" 2>&1
