@@ -610,7 +610,7 @@ def plan_cases(problem: GemmProblem, config: KernelConfig) -> list[Case]:
     """
     from .launch_plan import LaunchPlan, k_tiles
 
-    tm, tn, tk = config.tile_shape
+    tm, tn, tk = tile_extents(config)
     u = dim_units(problem)
     beta = 0.5 if problem.dtype_c != "void" else 0.0
     m, n, k = ragged_extent(tm, u["m"], 4), ragged_extent(tn, u["n"], 3), ragged_extent(tk, u["k"], 4)

@@ -300,7 +300,7 @@ def _merge(problem, results, top_k: int, swap_pruned: dict, t0: float, unjudged:
             if swapped:
                 x = Ranked(x.config.replace(swap_ab=True), x.cost, {**x.breakdown, "swap_ab": True},
                            ["problem: Mul(m,n,k,A,B,C) = Transpose(Mul(n,m,k,B^T,A^T,C^T))  [swap AB: D^T = B^T A^T]"]
-                           + x.chain if x.chain else [], x.prediction)
+                           + x.chain if x.chain else [], x.prediction, x.plan)   # a plan is K's: the same
             ranked.append((x.cost, swapped, x))
     # A swapped kernel must win by more than SWAP_MARGIN: where both orientations cost about the same
     # (large problems, where the model's M/N asymmetries are noise) the problem as stated keeps its
