@@ -50,9 +50,12 @@ def min_plan_cost(problem, tm, tn, tk, cm, cn, sched, epi, scheduler, stages, ra
         splits = np.array([s for _, s in PLANS])[:, None]
         total, _ = costmod.cost_arrays(problem, *sub, device=device, decomposition=decomp, splits=splits)
         k_tiles = np.ceil(problem.k / sub[2].astype(np.float64))
-        # SM90-SPLITK-SPLITS-KTILES: no more pieces than k-blocks
-        total = np.where(splits <= k_tiles, np.broadcast_to(total, (len(PLANS), sk.size)), np.inf)
-        i = np.argmin(total, axis=0)          # first minimum: data-parallel wins a tie
+        # SM90-SPLITK-SPLITS-KTILES: no more pieces than k-blocks. Data-parallel is left out: a stream-K
+        # kernel running whole tiles is its persistent twin (same tile, cluster and policy, always in the
+        # space) plus the stream-K scheduler's machinery, so it is searched for the plans that split.
+        usable = (splits <= k_tiles) & (decomp != costmod.DECOMP_DATA_PARALLEL)
+        total = np.where(usable, np.broadcast_to(total, (len(PLANS), sk.size)), np.inf)
+        i = np.argmin(total, axis=0)
         best[sk] = np.take_along_axis(total, i[None, :], axis=0)[0]
         best_i[sk] = i
     return best, best_i
@@ -95,6 +98,10 @@ PLAN_RULES = """
 (ruleset plans)
 (rule ((PlanFact m n k cm cn s e sc r w 1 1 ps) (= t (CtaTile m n k)) (= c (Cl cm cn)) (= x (K t c (Pol s e sc 0) r w)))
       ((set (cost_table_Run x (DataParallel)) ps)) :ruleset plans)
+;; without a DataParallel fact (the search leaves whole tiles to the persistent twin) the root launch
+;; is priced out, so extraction takes one of the plans that split
+(rule ((PlanFact m n k cm cn s e sc r w d sp ps) (= t (CtaTile m n k)) (= c (Cl cm cn)) (= x (K t c (Pol s e sc 0) r w)))
+      ((set (cost_table_Run x (DataParallel)) 1000000000000000)) :ruleset plans)
 (rule ((PlanFact m n k cm cn s e sc r w 3 1 ps) (= t (CtaTile m n k)) (= c (Cl cm cn)) (= x (K t c (Pol s e sc 0) r w)))
       ((union (Run x (DataParallel)) (Run x (StreamKPlan))) (set (cost_table_Run x (StreamKPlan)) ps)) :ruleset plans)
 (rule ((PlanFact m n k cm cn s e sc r w 2 sp ps) (= t (CtaTile m n k)) (= c (Cl cm cn)) (= x (K t c (Pol s e sc 0) r w)))
@@ -102,12 +109,14 @@ PLAN_RULES = """
 """
 
 
-def plan_options(problem, config, stages: int, device=None) -> list:
-    """(cost, plan) of every plan the rules allow for one stream-K configuration (one vectorised call)."""
+def plan_options(problem, config, stages: int, device=None, data_parallel: bool = True) -> list:
+    """(cost, plan) of every plan the rules allow for one stream-K configuration (one vectorised call);
+    ``data_parallel=False`` leaves out whole tiles, as the search does (``min_plan_cost``)."""
     from cutegen.legality.stream_k import check_plan
 
     plans = [plan_of(i) for i in range(len(PLANS))]
-    keep = [i for i, p in enumerate(plans) if not check_plan(problem, config, p)[0]]
+    keep = [i for i, p in enumerate(plans) if not check_plan(problem, config, p)[0]
+            and (data_parallel or p.decomposition != "data_parallel")]
     t, c = config.tile_shape, config.cluster_shape
     s, e, sc = costmod.config_codes(config)
     total, _ = costmod.cost_arrays(problem, [t[0]], [t[1]], [t[2]], [c[0]], [c[1]], [s], [e], [sc], [stages],
@@ -127,7 +136,7 @@ def extract_plans(egg, problem, picks: list, device=None) -> dict:
 
     rows, options = [], {}
     for key, config, stages in picks:
-        opts = plan_options(problem, config, stages, device)
+        opts = plan_options(problem, config, stages, device, data_parallel=False)
         options[key] = {p: c for c, p in opts}
         for c, p in opts:
             code, splits, _ = p.codes()
