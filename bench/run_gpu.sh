@@ -115,7 +115,8 @@ echo "kernel directories with a library now: picked $(find "$KERNELS" -name kern
      "baselines $(find "$BASELINES" -name kernel.so 2> /dev/null | wc -l)"
 
 phase "2. compute-sanitizer (background)"
-SAN_KERNEL=$("$PY" - "$KERNELS" <<'EOF'
+# SAN_KERNEL (a kernel directory) overrides the choice below.
+[ -n "${SAN_KERNEL:-}" ] || SAN_KERNEL=$("$PY" - "$KERNELS" <<'EOF'
 import sys
 from cutegen import runner as R
 kernels, _ = R.discover_kernels([sys.argv[1]])

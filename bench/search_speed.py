@@ -21,7 +21,7 @@ t0 = time.perf_counter()
 from cutegen.problem import GemmProblem
 from cutegen.search import search
 spec = json.loads(sys.argv[1])
-p = GemmProblem.from_dict({k: spec[k] for k in ("m", "n", "k", "dtype", "layout")})
+p = GemmProblem.from_dict({k: spec[k] for k in ("m", "n", "k", "dtype", "layout", "lda", "ldb", "ldc") if k in spec})
 t1 = time.perf_counter()
 r = search(p, top_k=int(sys.argv[2]))
 t2 = time.perf_counter()

@@ -628,7 +628,8 @@ def op_bench_problem(task):
     info = _device_info()
     gen = torch.Generator(device=DEVICE)
     gen.manual_seed(int(task.get("seed", 0)) + 7)
-    case = R.Case("bench", problem.m, problem.n, problem.k, problem.batch, alpha, beta)
+    case = R.Case("bench", problem.m, problem.n, problem.k, problem.batch, alpha, beta,
+                  ld_pad=R.problem_ld_pads(problem))      # stated leading dimensions (lda/ldb/ldc)
     geoms = R.geometries(problem, case.m, case.n, case.k)
     set_bytes = sum(g.rows * g.cols * case.batch * g.element_bytes for g in geoms.values())
     n_sets = input_set_count(set_bytes, info["l2_bytes"], int(task.get("l2_multiple", 4)))

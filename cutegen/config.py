@@ -22,6 +22,11 @@ RASTER_SWIZZLES = (1, 2, 4, 8)
 MAJORS = ("K", "MN")
 SWIZZLES = ("SW128", "SW64", "SW32", "INTER")    # CuTe GMMA atom names (mma_traits_sm90_gmma.hpp)
 TMA_COPIES = ("tma", "tma_multicast")            # SM90_TMA_LOAD / SM90_TMA_LOAD_MULTICAST
+# How the producer moves A and B from global to shared memory. "tma": the TMA mainloops
+# (MainloopSm90TmaGmmaWarpSpecialized*); "cp_async": MainloopSm90CpAsyncGmmaWarpSpecialized with
+# KernelCpAsyncWarpSpecialized* schedules, per-thread copies predicated on the residue, for operands
+# whose rows TMA cannot take (not 16-byte aligned). See legality/cp_async.py.
+MAINLOOP_LOADS = ("tma", "cp_async")
 
 
 @dataclass(frozen=True, order=True)
@@ -72,7 +77,7 @@ class SmemAtom:
 
 # Fields added after kernels were checked in: omitted from to_dict() (and so from the hash) at their
 # default, so the bytes and hash of every existing kernel stay the same.
-_OMITTED_AT_DEFAULT = frozenset({"swap_ab"})
+_OMITTED_AT_DEFAULT = frozenset({"swap_ab", "mainloop_load"})
 
 
 @dataclass(frozen=True)
@@ -95,6 +100,7 @@ class KernelConfig:
     # The kernel computes D^T = B^T A^T (cutegen/swap_ab.py): its tile's M mode runs along the
     # problem's N. Left out of to_dict() while False, so every unswapped kernel keeps its hash.
     swap_ab: bool = False
+    mainloop_load: str = "tma"                             # MAINLOOP_LOADS
 
     def __post_init__(self):
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731
@@ -122,6 +128,7 @@ class KernelConfig:
             raise FieldError("raster_swizzle", f"{self.raster_swizzle} is not one of 1, 2, 4, 8")
         if not isinstance(self.swap_ab, bool):
             raise FieldError("swap_ab", f"expected true or false, got {self.swap_ab!r}")
+        as_choice("mainloop_load", self.mainloop_load, MAINLOOP_LOADS)
 
     # --- derived ---------------------------------------------------------------------
     @property
@@ -180,4 +187,5 @@ class KernelConfig:
         st = "sauto" if self.stages == "auto" else f"s{self.stages}"
         sk = "_streamk" if self.tile_scheduler == "stream_k" else ""
         sw = "_swapab" if self.swap_ab else ""
-        return f"{t[0]}x{t[1]}x{t[2]}_{c[0]}x{c[1]}x{c[2]}_{st}_{sched}_{epi}{sk}{sw}"
+        load = "_cpasync" if self.mainloop_load == "cp_async" else ""
+        return f"{t[0]}x{t[1]}x{t[2]}_{c[0]}x{c[1]}x{c[2]}_{st}_{sched}_{epi}{sk}{sw}{load}"

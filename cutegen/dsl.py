@@ -27,6 +27,7 @@ from typing import Any
 from .config import KernelConfig
 from .dtypes import DTYPES
 from .errors import CutegenError, FieldError
+from .pipelines import protocol as _pipeline_protocol
 from .problem import GemmProblem
 
 BACKEND = "dsl"
@@ -87,11 +88,12 @@ def _round_up(x: int, a: int) -> int:
 
 
 def dsl_smem_bytes(problem: GemmProblem, config: KernelConfig) -> int:
-    """Shared memory the template's SharedStorage takes: 2 mbarriers per stage, then the A, B and
+    """Shared memory the template's SharedStorage takes: 2 mbarriers per stage (and ping-pong's two
+    ordering barriers), then the A, B and
     D buffers, each 1024-byte aligned (BUFFER_ALIGN). C is read from global memory, not staged."""
     tm, tn, tk = config.tile_shape
     stages = config.stages if isinstance(config.stages, int) else 0
-    total = 16 * stages
+    total = 16 * stages + (16 if config.mainloop_schedule == "pingpong" else 0)  # + ping-pong's ordering pair
     total = _round_up(total, 1024) + tm * tk * DTYPES[problem.dtype_a].bits // 8 * stages
     total = _round_up(total, 1024) + tn * tk * DTYPES[problem.dtype_b].bits // 8 * stages
     epi = dsl_epilogue_tile(problem, config)
@@ -131,12 +133,19 @@ def dsl_supports(problem: GemmProblem, config: KernelConfig) -> list[str]:
         # H200, 2026-11-22 (bench/results/2026-11-22-nvidia-h200-dsl-validate.json): the DSL ping-pong kernel
         # 128x96x128 e4m3 faulted ("unspecified launch failure") at 8192x3072x1024, where persistent CTAs
         # take several tiles each, and passed only cases of at most one tile per CTA; the C++ kernel of the
-        # same configuration passed everything. Refused until the template's ping-pong ordering is fixed.
-        out.append("DSL-PINGPONG: the DSL ping-pong kernel faults once a persistent CTA takes more than one "
-                   "tile (seen on an H200); use the C++ backend or the cooperative schedule")
+        # same configuration passed everything. H100, 2026-11-23 (bench/results/2026-11-23-nvidia-h100-dslpp-*):
+        # the pipeline checker showed the template lacked ping-pong's ordering barrier (a parity wait that
+        # cannot tell a stage's two phases apart); with it rendered, the own-size cases still hang (2) or
+        # fault (2) while every ragged, batched and sub-tile case passes and the sanitizer is clean on a
+        # small one: a defect outside the mainloop pipeline the checker models. Refused until it is found.
+        out.append("DSL-PINGPONG: the DSL ping-pong kernel faults or hangs once a persistent CTA takes more than "
+                   "one tile (H200 2026-11-22; H100 2026-11-23 with the ordering barrier `cutegen check pipeline` "
+                   "requires: 2 of 4 shapes hang, 2 fault); use the C++ backend or the cooperative schedule")
     if config.mainloop_schedule == "pingpong" and tuple(config.warpgroup_layout) != (1, 1, 1):
         out.append(f"DSL-PINGPONG-WG: pingpong gives each consumer warpgroup a whole tile; warpgroup_layout "
                    f"{config.warpgroup_layout} is not (1, 1, 1)")
+    if config.mainloop_load != "tma":
+        out.append(f"DSL-CPASYNC: mainloop_load={config.mainloop_load}; the DSL template loads A and B with TMA only")
     if config.tile_scheduler == "stream_k":
         out.append("DSL-STREAMK: tile_scheduler stream_k is not in the DSL template (it has the static "
                    "persistent scheduler only)")
@@ -269,6 +278,8 @@ def template_context(problem: GemmProblem, config: KernelConfig) -> dict[str, An
         "smem_b": f"{config.smem_layout_b.major}_{config.smem_layout_b.swizzle}",
         "persistent": persistent, "pingpong": config.mainloop_schedule == "pingpong",
         "consumer_wgs": dsl_consumer_warpgroups(config),
+        # Rendered from the pipeline term the checker proves (cutegen.pipelines, backend "dsl").
+        "ordering": _pipeline_protocol(problem, config, "dsl")["ordering"],
         "schedule_comment": (f"{config.mainloop_schedule}: "
                              + ("persistent: as many clusters as fit at once, static tile scheduler"
                                 if persistent else "one work tile per CTA, the grid covers every tile")

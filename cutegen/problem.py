@@ -35,6 +35,15 @@ def default_alignment(dtype_name: str) -> int:
     return 128 // DTYPES[dtype_name].bits
 
 
+def pow2_alignment(cap: int, *values: int) -> int:
+    """The largest power of two <= ``cap`` that divides every value: the widest vector (in elements)
+    every row of an operand can be loaded with when its extent and leading dimension are these."""
+    a = cap
+    while a > 1 and any(v % a for v in values):
+        a //= 2
+    return a
+
+
 @dataclass(frozen=True)
 class GemmProblem:
     m: int
@@ -52,6 +61,9 @@ class GemmProblem:
     alignment_a: int = 0          # elements; 0 = 16 bytes' worth
     alignment_b: int = 0
     alignment_c: int = 0
+    lda: int = 0                  # leading dimensions in elements; 0 = packed (the contiguous extent)
+    ldb: int = 0
+    ldc: int = 0                  # C's and D's
     alpha: float = 1.0
     beta: float = 0.0
     bias: bool = False            # per-row (M) bias vector added before the activation
@@ -74,14 +86,40 @@ class GemmProblem:
             as_choice(name, getattr(self, name), LAYOUTS)
         as_choice("activation", self.activation, ACTIVATIONS)
         as_choice("target", self.target, TARGETS)
-        for name, dt in (("alignment_a", self.dtype_a), ("alignment_b", self.dtype_b),
-                         ("alignment_c", self.dtype_d)):
+        # Alignments (elements) are derived from what each operand's rows really are: the largest
+        # power of two, at most 16 bytes' worth, dividing its contiguous extent and its leading
+        # dimension. A stated alignment the leading dimension contradicts is an error; one the packed
+        # extent contradicts is kept (the kernel then serves other sizes of the class, and the rule
+        # SM90-PROBLEM-ALIGNMENT says why it cannot serve this one).
+        for op in ("a", "b", "c"):
+            name, ld_name = f"alignment_{op}", f"ld{op}"
+            ld = as_int(ld_name, getattr(self, ld_name), lo=0, hi=2**40 - 1)
+            object.__setattr__(self, ld_name, ld)
+            extent_name, extent = self.contiguous_extent(op)
+            if ld and ld < extent:
+                raise FieldError(ld_name, f"{ld} is smaller than the contiguous extent {extent_name}={extent} "
+                                          f"(rows would overlap)")
+            cap = default_alignment(self.dtype_d if op == "c" else getattr(self, f"dtype_{op}"))
             value = as_int(name, getattr(self, name), lo=0, hi=1024)
             if value == 0:
-                value = default_alignment(dt)
+                value = pow2_alignment(cap, extent, *((ld,) if ld else ()))
             if value & (value - 1):
                 raise FieldError(name, f"{value} is not a power of two")
+            if ld and ld % value:
+                raise FieldError(name, f"{value} elements does not divide {ld_name}={ld}: rows of "
+                                       f"{op.upper()} start {ld % value} element(s) off the stated alignment")
             object.__setattr__(self, name, value)
+        if self.bias or self.activation != "none":
+            narrow = [f"alignment_{op}={getattr(self, f'alignment_{op}')}" for op, dt in
+                      (("a", self.dtype_a), ("b", self.dtype_b), ("c", self.dtype_d))
+                      if getattr(self, f"alignment_{op}") * DTYPES[dt].bits < 128]
+            if narrow:
+                # Bias and activations exist only in CUTLASS 4.2's SM90 TMA epilogue, which needs 16-byte
+                # rows of C/D, and no cp.async mainloop pairs with it (SM90-NOSMEM-FUSION,
+                # SM90-CPASYNC-EPILOGUE): no SM90 kernel computes this problem.
+                field = "bias" if self.bias else "activation"
+                raise FieldError(field, f"a fused bias or activation needs every operand 16-byte aligned "
+                                        f"(TMA mainloop and epilogue); this problem has {', '.join(narrow)}")
         object.__setattr__(self, "alpha", as_float("alpha", self.alpha))
         object.__setattr__(self, "beta", as_float("beta", self.beta))
         if not isinstance(self.bias, bool):
@@ -95,6 +133,18 @@ class GemmProblem:
                                                f"dtype_b={self.dtype_b} (CUTLASS's FP8FastAccum schedules take e4m3/e5m2 only)")
 
     # --- derived facts -------------------------------------------------------------
+    def contiguous_extent(self, operand: str) -> tuple[str, int]:
+        """(name, value) of the extent with stride 1 of operand a, b or c (C and D share a layout)."""
+        if operand == "a":
+            return ("K", self.k) if self.layout_a == "row" else ("M", self.m)
+        if operand == "b":
+            return ("K", self.k) if self.layout_b == "col" else ("N", self.n)
+        return ("N", self.n) if self.layout_c == "row" else ("M", self.m)
+
+    def leading_dimension(self, operand: str) -> int:
+        """The operand's leading dimension in elements (packed: its contiguous extent)."""
+        return getattr(self, f"ld{operand}") or self.contiguous_extent(operand)[1]
+
     @property
     def a_k_major(self) -> bool:
         return self.layout_a == "row"
@@ -123,13 +173,14 @@ class GemmProblem:
     @property
     def kernel_class_name(self) -> str:
         """``name`` without the sizes: every problem with this name runs on the same kernels."""
-        return "_".join(p for p in self.name.split("_") if not re.fullmatch(r"m\d+n\d+k\d+|b\d+", p))
+        return "_".join(p for p in self.name.split("_") if not re.fullmatch(r"m\d+n\d+k\d+(ld[abc]\d+)*|b\d+", p))
 
     @property
     def name(self) -> str:
         """Stable, file-system-safe name: the key of generated/<target>/<name>/."""
         parts = [f"{self.dtype_a}" if self.dtype_a == self.dtype_b else f"{self.dtype_a}{self.dtype_b}",
-                 self.blas_layout, f"m{self.m}n{self.n}k{self.k}"]
+                 self.blas_layout, f"m{self.m}n{self.n}k{self.k}"
+                 + "".join(f"ld{op}{getattr(self, f'ld{op}')}" for op in "abc" if getattr(self, f"ld{op}"))]
         if self.batch != 1:
             parts.append(f"b{self.batch}")
         parts.append(f"c{self.dtype_c}d{self.dtype_d}")
@@ -153,6 +204,9 @@ class GemmProblem:
         for f, default in OPTIONAL_KERNEL_FIELDS.items():
             if out[f] == default:
                 del out[f]
+        for ld in ("lda", "ldb", "ldc"):     # packed (the default) stays out: old JSON keeps its bytes
+            if not out[ld]:
+                del out[ld]
         return out
 
     @classmethod

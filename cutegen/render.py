@@ -43,6 +43,11 @@ _KERNEL_SCHEDULES = {
     "cooperative": "cutlass::gemm::KernelTmaWarpSpecializedCooperative",
     "pingpong": "cutlass::gemm::KernelTmaWarpSpecializedPingpong",
 }
+_CP_ASYNC_SCHEDULES = {
+    "warp_specialized": "cutlass::gemm::KernelCpAsyncWarpSpecialized",
+    "cooperative": "cutlass::gemm::KernelCpAsyncWarpSpecializedCooperative",
+    "pingpong": "cutlass::gemm::KernelCpAsyncWarpSpecializedPingpong",
+}
 _EPILOGUE_SCHEDULES = {
     "tma_warp_specialized": "cutlass::epilogue::TmaWarpSpecialized",
     "tma_warp_specialized_cooperative": "cutlass::epilogue::TmaWarpSpecializedCooperative",
@@ -293,7 +298,14 @@ def template_context(problem: GemmProblem, config: KernelConfig, backend: str) -
         "describe_json": describe_json,
         "swap_ab": config.swap_ab,
         "is_fp8": problem.dtype_a in ("e4m3", "e5m2"),
+        "cp_async": config.mainloop_load == "cp_async",
+        # any operand below 16 bytes: the ABI checks each pointer against its own vector width
+        "unaligned_abi": any(getattr(problem, f"alignment_{op}") * DTYPES[dt].bits < 128
+                             for op, dt in (("a", problem.dtype_a), ("b", problem.dtype_b), ("c", problem.dtype_d))),
     }
+    ctx["align_words"] = "(one vector of this kernel)" if ctx["unaligned_abi"] else "(16 bytes); TMA needs it"
+    if ctx["cp_async"]:
+        ctx["kernel_schedule"] = _CP_ASYNC_SCHEDULES[config.mainloop_schedule]
     if config.epilogue_schedule == "no_smem" and (problem.bias or problem.activation != "none"):
         # NoSmemWarpSpecialized only takes LinearCombination (sm90_builder.inl, the NoSmem builder).
         raise CutegenError("epilogue_schedule: no_smem cannot apply a bias or an activation "
@@ -331,10 +343,44 @@ def template_context(problem: GemmProblem, config: KernelConfig, backend: str) -
                                 if ctx["is_fp8"] and not problem.fp8_fast_accum
                                 else "cutlass::gemm::MainloopSm90TmaGmmaWarpSpecialized"),
         })
+        if ctx["cp_async"]:
+            # No FP8 variant exists for cp.async: FP8 accumulates in the WGMMA accumulator only.
+            ctx["dispatch_policy"] = "cutlass::gemm::MainloopSm90CpAsyncGmmaWarpSpecialized"
+            ctx["gmem_copy_a"] = gmem_tiled_copy(problem, config, "a")
+            ctx["gmem_copy_b"] = gmem_tiled_copy(problem, config, "b")
     else:
         ctx["stages"] = config.stages
     ctx["builder_crosscheck"] = backend == "cutlass" and builder_would_choose(problem, config)
     return ctx
+
+
+def gmem_tiled_copy(problem: GemmProblem, config: KernelConfig, operand: str) -> dict[str, Any]:
+    """The producer's gmem->smem tiled copy of a cp.async mainloop, as CUTLASS's builder makes it
+    (make_simt_gmem_tiled_copy, sm90_common.inl:128-167): 128 threads per load warpgroup, as many as
+    fit along the contiguous mode, each moving one vector of the operand's alignment. A 4-16 byte
+    vector is one cp.async (zero-filling when predicated off); a 1-2 byte vector, which cp.async cannot
+    move, is a synchronous UniversalCopy (legality/cp_async.py)."""
+    from .legality.cp_async import NUM_THREADS_PER_WARPGROUP, load_warpgroups, tiled_copy_threads, vector_bytes
+    tm, tn, tk = config.tile_shape
+    k_major = problem.a_k_major if operand == "a" else problem.b_k_major
+    align = problem.alignment_a if operand == "a" else problem.alignment_b
+    threads = NUM_THREADS_PER_WARPGROUP * load_warpgroups(config.mainloop_schedule)
+    got = tiled_copy_threads(threads, tm if operand == "a" else tn, tk, align, k_major)
+    if isinstance(got, str):
+        raise CutegenError(f"SM90-CPASYNC-TILED-COPY: operand {operand.upper()}: {got}")
+    major, minor = got
+    nbytes = vector_bytes(problem, operand)
+    element = "ElementA" if operand == "a" else "ElementB"
+    op = (f"cute::SM80_CP_ASYNC_CACHEALWAYS_ZFILL<cute::uint_byte_t<{nbytes}>>" if nbytes >= 4
+          else f"cute::UniversalCopy<cute::uint_byte_t<{nbytes}>>")
+    if k_major:
+        thr = f"Layout<Shape<_{minor}, _{major}>, Stride<_{major}, _1>>"
+        val = f"Layout<Shape<_1, _{align}>>"
+    else:
+        thr = f"Layout<Shape<_{major}, _{minor}>, Stride<_1, _{major}>>"
+        val = f"Layout<Shape<_{align}, _1>>"
+    return {"atom": f"Copy_Atom<{op}, {element}>", "threads": thr, "vals": val, "bytes": nbytes,
+            "sync": nbytes < 4, "threads_total": threads, "major": major, "minor": minor}
 
 
 _MAINLOOP_CHOICES = ("smem_layout_a", "smem_layout_b", "tma_a", "tma_b", "mma_instruction", "warpgroup_layout")
@@ -347,6 +393,10 @@ def builder_would_choose(problem: GemmProblem, config: KernelConfig) -> bool:
         from .collective_builder import complete
     except ImportError:
         return False
+    if config.mainloop_load == "cp_async":
+        from .legality.cp_async import vector_bytes
+        if min(vector_bytes(problem, "a"), vector_bytes(problem, "b")) < 4:
+            return False   # the builder static_asserts 4-byte cp.async vectors (sm90_gmma_builder.inl:796)
     bare = config.replace(**{f: None for f in _MAINLOOP_CHOICES})
     try:
         chosen = complete(problem, bare)   # ``problem`` is the kernel's (template_context passes it)
@@ -396,6 +446,17 @@ def cutlass_supports(problem: GemmProblem, config: KernelConfig) -> list[str]:
     return []
 
 
+def builder_supports(problem: GemmProblem, config: KernelConfig) -> list[str]:
+    """Why CUTLASS's CollectiveBuilder cannot build a configuration the explicit template can (empty: it can)."""
+    if config.mainloop_load == "cp_async":
+        from .legality.cp_async import vector_bytes
+        small = [f"{op.upper()} {vector_bytes(problem, op)} B" for op in ("a", "b") if vector_bytes(problem, op) < 4]
+        if small:
+            return [f"CUTLASS-BUILDER-CPASYNC-4B: the builder's cp.async mainloop needs 4-byte vectors "
+                    f"(sm90_gmma_builder.inl:796 static_assert); this problem has {', '.join(small)}"]
+    return []
+
+
 def render(problem: GemmProblem, config: KernelConfig, backend: str = "cutlass", *,
            cost: Any = None, toolchain: dict[str, Any] | None = None) -> RenderedKernel:
     """Complete ``config``, refuse it if any legality rule is broken, then render the kernel.
@@ -419,6 +480,10 @@ def render(problem: GemmProblem, config: KernelConfig, backend: str = "cutlass",
         # The builder decides the mainloop itself; only what it is given is checked: complete a copy
         # to check legality, but render the configuration as the user wrote it.
         report = check_legality(problem, complete_config(problem, config))
+        reasons = builder_supports(problem, config)
+        if reasons:
+            from .legality.rule import Violation
+            raise IllegalConfig([Violation(r.split(":", 1)[0], r.split(":", 1)[1].strip()) for r in reasons])
     else:
         config = complete_config(problem, config)
         report = check_legality(problem, config)

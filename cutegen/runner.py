@@ -105,6 +105,7 @@ class MatrixGeometry:
     rows: int
     cols: int
     row_major: bool
+    alignment: int = 0     # elements the kernel reads/writes this operand in; 0: 16 bytes' worth (TMA)
 
     @property
     def contiguous(self) -> int:
@@ -122,8 +123,9 @@ class MatrixGeometry:
 
     @property
     def tma_alignment(self) -> int:
-        """Elements per 16 bytes: what TMA needs of every extent and stride it is given."""
-        return 128 // DTYPES[self.dtype].bits
+        """The kernel's alignment of this operand (elements): what it needs of every extent and stride.
+        16 bytes' worth for TMA operands; a cp.async mainloop or no-smem epilogue takes the problem's."""
+        return self.alignment or 128 // DTYPES[self.dtype].bits
 
     @property
     def element_bytes(self) -> int:
@@ -132,13 +134,14 @@ class MatrixGeometry:
 
 def geometries(problem: GemmProblem, m: int, n: int, k: int) -> dict[str, MatrixGeometry]:
     """A (M x K), B (K x N), C and D (M x N) of ``problem``'s types and layouts at size m, n, k."""
+    al = (problem.alignment_a, problem.alignment_b, problem.alignment_c)
     out = {
-        "A": MatrixGeometry("A", problem.dtype_a, m, k, problem.layout_a == "row"),
-        "B": MatrixGeometry("B", problem.dtype_b, k, n, problem.layout_b == "row"),
-        "D": MatrixGeometry("D", problem.dtype_d, m, n, problem.layout_c == "row"),
+        "A": MatrixGeometry("A", problem.dtype_a, m, k, problem.layout_a == "row", al[0]),
+        "B": MatrixGeometry("B", problem.dtype_b, k, n, problem.layout_b == "row", al[1]),
+        "D": MatrixGeometry("D", problem.dtype_d, m, n, problem.layout_c == "row", al[2]),
     }
     if problem.dtype_c != "void":
-        out["C"] = MatrixGeometry("C", problem.dtype_c, m, n, problem.layout_c == "row")
+        out["C"] = MatrixGeometry("C", problem.dtype_c, m, n, problem.layout_c == "row", al[2])
     return out
 
 
@@ -251,13 +254,18 @@ def _null_pointers(ctx: LaunchContext) -> str | None:
 
 @LAUNCH_RULES.rule(
     "TMA-GLOBAL-ADDRESS-ALIGN", rulebook="E18",
-    summary="every base pointer a TMA descriptor is built from (A, B, D, and C when given) is 16-byte aligned",
+    summary="every base pointer (A, B, D, and C when given) is aligned to one vector of its operand: "
+            "16 bytes for TMA operands, alignment x element bytes for cp.async and no-smem operands",
     source="rulebook E18/A06: cuTensorMapEncodeTiled globalAddress % 16 == 0; CUTLASS can_implement "
-           "does not check it (cute/atom/copy_traits_sm90_tma.hpp:1041-1069 only asserts)")
+           "does not check it (cute/atom/copy_traits_sm90_tma.hpp:1041-1069 only asserts); cp.async and "
+           "the no-smem epilogue access whole vectors (cute/arch/copy_sm80.hpp)")
 def _address_align(ctx: LaunchContext) -> str | None:
-    bad = [f"{g.name}=0x{op.ptr:x} (address % 16 = {op.ptr % 16})"
-           for g, op in ctx.operands if op is not None and op.ptr != 0 and op.ptr % 16]
-    return f"pointer not 16-byte aligned: {', '.join(bad)}" if bad else None
+    bad = []
+    for g, op in ctx.operands:
+        need = g.tma_alignment * g.element_bytes
+        if op is not None and op.ptr != 0 and op.ptr % need:
+            bad.append(f"{g.name}=0x{op.ptr:x} (address % {need} = {op.ptr % need})")
+    return f"pointer not aligned to its vector: {', '.join(bad)}" if bad else None
 
 
 def _alignment_reasons(ctx: LaunchContext, names: tuple[str, ...]) -> list[str]:
@@ -390,7 +398,7 @@ def preflight(problem: GemmProblem, args: LaunchArgs, config: KernelConfig | Non
     """Every rule the call breaks, launch contract first, then cutegen.legality's problem rules."""
     violations = LAUNCH_RULES.evaluate(LaunchContext(problem, args))
     if config is not None and not any(v.rule_id == "LAUNCH-EXTENT-RANGE" for v in violations):
-        violations += legality_problem_violations(problem.replace(m=args.m, n=args.n, k=args.k,
+        violations += legality_problem_violations(problem.replace(m=args.m, n=args.n, k=args.k, lda=0, ldb=0, ldc=0,
                                                                   batch=args.batch), config)
     return violations
 
@@ -555,6 +563,17 @@ def tile_extents(config: KernelConfig) -> tuple[int, int, int]:
     return (tn, tm, tk) if getattr(config, "swap_ab", False) else (tm, tn, tk)
 
 
+def problem_ld_pads(problem: GemmProblem) -> dict[str, int]:
+    """Case.ld_pad for a problem with stated leading dimensions (lda/ldb/ldc; C and D share ldc)."""
+    out = {}
+    for op, names in (("a", ("A",)), ("b", ("B",)), ("c", ("C", "D"))):
+        pad = problem.leading_dimension(op) - problem.contiguous_extent(op)[1]
+        for name in names:
+            if pad:
+                out[name] = pad
+    return out
+
+
 def validation_cases(problem: GemmProblem, config: KernelConfig, shapes: Iterable[tuple] = (),
                      include_manifest: bool = True, max_manifest_macs: int = 2**38,
                      launch_plan: dict | None = None) -> list[Case]:
@@ -574,7 +593,7 @@ def validation_cases(problem: GemmProblem, config: KernelConfig, shapes: Iterabl
     cases: list[Case] = []
     if include_manifest and problem.m * problem.n * problem.k * problem.batch <= max_manifest_macs:
         cases.append(Case("manifest", problem.m, problem.n, problem.k, problem.batch,
-                          problem.alpha, problem.beta, seed=1))
+                          problem.alpha, problem.beta, ld_pad=problem_ld_pads(problem), seed=1))
     cases.append(Case("ragged", ragged_extent(tm, u["m"], 2), ragged_extent(tn, u["n"], 1),
                       ragged_extent(tk, u["k"], 3), 1, 0.75, beta, seed=2))
     cases.append(Case("ragged_batch2", ragged_extent(tm, u["m"], 1), ragged_extent(tn, u["n"], 2),
@@ -587,6 +606,14 @@ def validation_cases(problem: GemmProblem, config: KernelConfig, shapes: Iterabl
     cases.append(Case("padded_batch3", ceil_to(tm + 1, u["m"]), ceil_to(tn + 1, u["n"]), ceil_to(2 * tk + 1, u["k"]),
                       3, 1.25, beta, ld_pad=pads, batch_pad=bpads, seed=4))
     cases.append(Case("sub_tile", u["m"], u["n"], u["k"], 1, 1.0, beta, seed=5))
+    geo = geometries(problem, 1, 1, 1)
+    narrow = {name: g.tma_alignment for name, g in geo.items() if g.tma_alignment * g.element_bytes < 16}
+    if narrow:
+        # Operands below 16 bytes (cp.async mainloop, no-smem epilogue): leading dimensions one vector
+        # past packed, base pointers one vector past 16-byte alignment, odd extents where allowed.
+        cases.append(Case("unaligned_ld", ragged_extent(tm, u["m"], 1) + u["m"], ragged_extent(tn, u["n"], 1) + u["n"],
+                          ragged_extent(tk, u["k"], 2) + u["k"], 2, 1.0, beta, ld_pad=dict(narrow),
+                          batch_pad={name: 3 * a for name, a in narrow.items()}, offset=dict(narrow), seed=6))
     for i, s in enumerate(shapes):
         m, n, k, b = s
         cases.append(Case(f"shape_{m}x{n}x{k}x{b}", m, n, k, b, 1.0, beta, seed=100 + i))
@@ -641,14 +668,17 @@ def refusal_probes(problem: GemmProblem, config: KernelConfig) -> list[Case]:
     u = dim_units(problem)
     m, n, k = ceil_to(tm + 1, u["m"]), ceil_to(tn + 1, u["n"]), ceil_to(tk + 1, u["k"])
     g = geometries(problem, m, n, k)
-    probes = [
-        Case("probe_ptr_A", m, n, k, offset={"A": 1}, expect=("TMA-GLOBAL-ADDRESS-ALIGN",), seed=11),
-        Case("probe_ptr_D", m, n, k, offset={"D": 1}, expect=("TMA-GLOBAL-ADDRESS-ALIGN",), seed=12),
-        Case("probe_ld_B", m, n, k, ld_pad={"B": 1}, expect=("CUTLASS-MAINLOOP-TMA-ALIGNMENT",), seed=13),
-        Case("probe_ld_D", m, n, k, ld_pad={"D": 1}, expect=("CUTLASS-EPILOGUE-TMA-ALIGNMENT",), seed=14),
-        Case("probe_batch_stride_A", m, n, k, batch=2, batch_pad={"A": 1},
-             expect=("CUTLASS-MAINLOOP-TMA-ALIGNMENT",), seed=15),
-    ]
+    # Each probe breaks one operand's alignment by one element, so it exists only where that operand's
+    # alignment is above one element (an alignment-1 operand of a cp.async kernel takes any pointer,
+    # leading dimension and batch stride).
+    probes = [case for case, op in (
+        (Case("probe_ptr_A", m, n, k, offset={"A": 1}, expect=("TMA-GLOBAL-ADDRESS-ALIGN",), seed=11), "A"),
+        (Case("probe_ptr_D", m, n, k, offset={"D": 1}, expect=("TMA-GLOBAL-ADDRESS-ALIGN",), seed=12), "D"),
+        (Case("probe_ld_B", m, n, k, ld_pad={"B": 1}, expect=("CUTLASS-MAINLOOP-TMA-ALIGNMENT",), seed=13), "B"),
+        (Case("probe_ld_D", m, n, k, ld_pad={"D": 1}, expect=("CUTLASS-EPILOGUE-TMA-ALIGNMENT",), seed=14), "D"),
+        (Case("probe_batch_stride_A", m, n, k, batch=2, batch_pad={"A": 1},
+              expect=("CUTLASS-MAINLOOP-TMA-ALIGNMENT",), seed=15), "A"),
+    ) if g[op].tma_alignment > 1]
     # An extent that is not a multiple of the 16-byte unit, with the leading dimension padded back
     # to a multiple so that only the extent rule breaks.
     a = g["A"]

@@ -30,7 +30,8 @@ def transposed(problem: GemmProblem) -> GemmProblem:
         m=problem.n, n=problem.m,
         dtype_a=problem.dtype_b, dtype_b=problem.dtype_a,
         layout_a=_FLIP[problem.layout_b], layout_b=_FLIP[problem.layout_a], layout_c=_FLIP[problem.layout_c],
-        alignment_a=problem.alignment_b, alignment_b=problem.alignment_a)
+        alignment_a=problem.alignment_b, alignment_b=problem.alignment_a,
+        lda=problem.ldb, ldb=problem.lda)      # the leading dimensions travel with their operands
 
 
 def kernel_problem(problem: GemmProblem, config: KernelConfig) -> GemmProblem:

@@ -84,9 +84,12 @@ class ConfigContext:
     @cached_property
     def threads(self) -> int:
         """MaxThreadsPerBlock: one producer warpgroup plus the MMA warpgroups (pingpong: two tiles' worth)."""
+        from .cp_async import is_cp_async, load_warpgroups
+        producers = NUM_THREADS_PER_WARPGROUP * (load_warpgroups(self.config.mainloop_schedule)
+                                                 if is_cp_async(self) else 1)
         if self.config.mainloop_schedule == "pingpong":
-            return 2 * self.mma_threads + NUM_THREADS_PER_WARPGROUP
-        return self.mma_threads + NUM_THREADS_PER_WARPGROUP
+            return 2 * self.mma_threads + producers
+        return self.mma_threads + producers
 
     @cached_property
     def acc_regs_per_thread(self) -> int:
@@ -98,8 +101,9 @@ class ConfigContext:
         """FP8 inputs through CUTLASS's two-level accumulation mainloop (MainloopSm90TmaGmmaWarpSpecializedFP8,
         what both the builder and cutegen's renderer use for FP8 without fast accumulation). With
         ``fp8_fast_accum`` the ...FP8FastAccum schedules take the plain mainloop: one accumulator."""
+        # The cp.async mainloop has no FP8 variant: it accumulates in the WGMMA accumulator only.
         return (self.problem.dtype_a in ("e4m3", "e5m2") and not cb.uses_register_a(self.problem)
-                and not getattr(self.problem, "fp8_fast_accum", False))
+                and self.config.mainloop_load == "tma" and not getattr(self.problem, "fp8_fast_accum", False))
 
     @cached_property
     def live_acc_regs_per_thread(self) -> int:
@@ -110,8 +114,8 @@ class ConfigContext:
     @cached_property
     def setmaxnreg(self) -> tuple[int, int] | None:
         """(producer, consumer) setmaxnreg values of the Cooperative / Pingpong kernels; None for plain WS."""
-        if self.config.mainloop_schedule == "warp_specialized":
-            return None
+        if self.config.mainloop_schedule == "warp_specialized" or self.config.mainloop_load == "cp_async":
+            return None      # the cp.async kernels set no register split (sm90_gemm_warpspecialized_*.hpp)
         heavy = self.acc_regs_per_thread >= 208
         return (24, 240) if heavy else (40, 232)
 
@@ -133,10 +137,11 @@ from .wgmma import WGMMA_RULES            # noqa: E402  (the rule modules need n
 from .mbarrier import MBARRIER_RULES      # noqa: E402
 from .resources import RESOURCE_RULES     # noqa: E402
 from .cutlass_sm90 import CUTLASS_SM90_RULES  # noqa: E402
+from .cp_async import CP_ASYNC_RULES      # noqa: E402
 
 from .swap_ab import SWAP_AB_RULES, check_swap  # noqa: E402
 
-CONFIG_RULESETS: list[RuleSet] = [WGMMA_RULES, MBARRIER_RULES, RESOURCE_RULES, CUTLASS_SM90_RULES]
+CONFIG_RULESETS: list[RuleSet] = [WGMMA_RULES, MBARRIER_RULES, RESOURCE_RULES, CUTLASS_SM90_RULES, CP_ASYNC_RULES]
 
 
 def all_rules() -> list[Rule]:

@@ -60,6 +60,8 @@ def _transpose_k(c):
        summary="alignment_a x bits(A) and alignment_b x bits(B) are multiples of 128 bits")
 def _tma_alignment(c):
     p = c.problem
+    if c.config.mainloop_load != "tma":
+        return None                      # cp.async: legality/cp_async.py
     for name, align, bits in (("a", p.alignment_a, c.bits_a), ("b", p.alignment_b, c.bits_b)):
         if align * bits % 128:
             return f"alignment_{name}={align} elements x {bits} bits is not a multiple of 16 bytes"
@@ -269,12 +271,15 @@ def _contiguous(c, operand: str) -> tuple[str, int]:
     return ("N", p.n) if p.layout_c == "row" else ("M", p.m)
 
 
-@_rule("SM90-CAN-IMPLEMENT-AB", rulebook="E15", source=f"{_ML}:242-261 can_implement; cutlass/detail/layout.hpp:398-415",
-       summary="A's and B's contiguous extents (K for K-major, else M / N) are multiples of 128 bits' worth of elements")
+@_rule("SM90-CAN-IMPLEMENT-AB", rulebook="E15", source=f"{_ML}:242-261 can_implement; cutlass/detail/layout.hpp:398-415; "
+       "collective/sm90_mma_multistage_gmma_ss_warpspecialized.hpp:182-183 (cp.async: NumValSrc)",
+       summary="A's and B's contiguous extents (K for K-major, else M / N) are multiples of 128 bits' worth of elements "
+               "(TMA mainloop) or of the operand's alignment (cp.async mainloop)")
 def _can_ab(c):
     for name, bits in (("a", c.bits_a), ("b", c.bits_b)):
         dim, ext = _contiguous(c, name)
-        need = 128 // bits
+        # TMA: 16 bytes; cp.async: check_alignment<GmemTiledCopy::NumValSrc>, the operand's vector
+        need = 128 // bits if c.config.mainloop_load == "tma" else getattr(c.problem, f"alignment_{name}")
         if ext % need:
             return f"{name.upper()} is {dim}-contiguous and {dim}={ext} is not a multiple of {need}"
     return None
@@ -289,6 +294,24 @@ def _can_cd(c):
     for name, bits in (("D", c.bits_d), ("C", c.bits_c)):
         if bits and ext % (128 // bits):
             return f"{name} is {dim}-contiguous and {dim}={ext} is not a multiple of {128 // bits}"
+    return None
+
+
+@_rule("SM90-PROBLEM-ALIGNMENT", rulebook="E15/E16", source="templates/cutegen_abi.inc.j2 check_operand (the kernel "
+       "refuses any call whose extents or leading dimensions break its AlignmentA/B/C/D); issue 10: a kernel "
+       "generated for N=1001 with alignment_c=8 refused its own problem",
+       summary="the problem's own contiguous extents and leading dimensions are multiples of the alignments the "
+               "kernel is built for, so the kernel can compute the problem it is generated for")
+def _problem_alignment(c):
+    p = c.problem
+    for op in ("a", "b", "c"):
+        align = getattr(p, f"alignment_{op}")
+        dim, ext = p.contiguous_extent(op)
+        ld = getattr(p, f"ld{op}")
+        if ext % align:
+            return f"alignment_{op}={align} but {op.upper()}'s contiguous extent {dim}={ext} is not a multiple of it"
+        if ld % align:
+            return f"alignment_{op}={align} but ld{op}={ld} is not a multiple of it"
     return None
 
 
@@ -315,7 +338,8 @@ def _tensor_map_keys(c) -> dict:
         return (cont * e, cont * other * e if p.batch > 1 else 0)
 
     atom_a, atom_b = _smem_atoms(c)
-    for name, atom, bits, mn in (("A", atom_a, c.bits_a, p.m), ("B", atom_b, c.bits_b, p.n)):
+    loads = (("A", atom_a, c.bits_a, p.m), ("B", atom_b, c.bits_b, p.n)) if c.config.mainloop_load == "tma" else ()
+    for name, atom, bits, mn in loads:      # a cp.async mainloop encodes no tensor map for A and B
         tile_mn = c.tm if name == "A" else c.tn
         k_major = atom.major == "K"
         dims = (p.k, mn, p.batch) if k_major else (mn, p.k, p.batch)
@@ -324,7 +348,8 @@ def _tensor_map_keys(c) -> dict:
         if copy == "tma_multicast" and mcast > 1:
             from .mbarrier import multicast_split
             box, _ = multicast_split(box, mcast)       # each CTA's descriptor covers its slice
-        out[name] = (_TMA_TYPE[bits], dims, strides(dims[0], dims[1], bits // 8), tuple(box), atom.swizzle)
+        out[name] = (_TMA_TYPE[bits], dims, strides(p.leading_dimension(name.lower()), dims[1], bits // 8), tuple(box),
+                     atom.swizzle)
     plan = c.epi_plan
     if plan is not None:
         em, en = plan.tile
@@ -334,7 +359,7 @@ def _tensor_map_keys(c) -> dict:
             if bits:
                 width = _SWIZZLE_BYTES[swz] * 8 // bits
                 box = (min(width, en if row else em), em if row else en, 1)
-                out[name] = (_EPI_TMA_TYPE[dt], dims, strides(dims[0], dims[1], bits // 8), box, swz)
+                out[name] = (_EPI_TMA_TYPE[dt], dims, strides(p.leading_dimension("c"), dims[1], bits // 8), box, swz)
     c.__dict__["_tensor_map_keys"] = out
     return out
 

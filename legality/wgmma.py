@@ -169,13 +169,16 @@ def _setmaxnreg(c):
 
 
 @_rule("WGMMA-ACCUMULATOR-REGISTERS", rulebook="B10/E21", enforced=False,
-       source="B09/B10: f32 accumulators take Tile_M*Tile_N/MMA-threads registers; CUTLASS consumers get 232-240",
+       source="B09/B10: f32 accumulators take Tile_M*Tile_N/MMA-threads registers; CUTLASS consumers get 232-240; "
+              "kernels without setmaxnreg (warp-specialized, cp.async) share 65536 registers over all threads",
        summary="the f32 accumulators live in a CTA tile (twice the tile's for FP8 two-level accumulation) need "
                "fewer registers per MMA thread than the consumer's setmaxnreg (else spills)")
 def _acc_regs(c):
     # H200, 2026-11-22 (bench/results/*calibration*): every FP8 kernel with 2 x accumulator >= 232/240
     # spilled 1.5-6 KB per thread and ran at 0.22-0.42x cuBLAS; none below it spilled.
-    limit = c.setmaxnreg[1] if c.setmaxnreg else 255
+    # Without setmaxnreg every thread gets the same share of the 64K-register file, allocated in 8s:
+    # 255 for 256 threads, 168 for the 384 of a cp.async kernel.
+    limit = c.setmaxnreg[1] if c.setmaxnreg else min(255, 65536 // c.threads // 8 * 8)
     if c.live_acc_regs_per_thread >= limit:
         twice = " x 2 (FP8 promotion)" if c.fp8_promoted else ""
         return (f"accumulator {c.tm}x{c.tn} over {c.mma_threads} MMA threads = {c.acc_regs_per_thread}{twice} "

@@ -76,6 +76,26 @@ INSTRUCTION_N_HALF = 40.0    # fitted (was 20): efficiency 1 / (1 + this / N) of
 ACTIVE_CTAS = {1: 132, 2: 132, 4: 128, 8: 120, 16: 112}
 
 SCHEDULES = ("warp_specialized", "cooperative", "pingpong")
+# A schedule code carries the mainloop's load too: code = schedule index + len(SCHEDULES) * load index,
+# so 0-2 are the TMA mainloops and 3-5 their cp.async twins (search/schedule_rewrites.py).
+LOADS = ("tma", "cp_async")
+
+# cp.async mainloop (legality/cp_async.py). Not yet measured: priced from what the producer must do,
+# to be fitted once bench/unaligned.toml has run on a GPU.
+# * Issue: TMA moves a whole box per instruction; cp.async moves one vector per thread, so each k-block
+#   costs (Tile_M x Tile_K / alignment_a + Tile_N x Tile_K / alignment_b) / 32 warp-instructions
+#   through the SM's load/store units, about one per cycle (Hopper LSU, 32 lanes).
+# * Latency: cp.async is asynchronous, so stages hide it as they hide TMA's. A 1- or 2-byte vector is
+#   a synchronous load: the producer waits for each k-block's loads before it commits the stage, so
+#   every k-block pays the global-memory latency once (not divided by the stages).
+# * Bookkeeping: CP_ASYNC_KBLOCK_US per k-block (below).
+# * No multicast: cp.async kernels run 1x1 clusters (the L2 term already counts that).
+SM_CLOCK_HZ = 1.755e9
+CP_ASYNC_CYCLES_PER_WARP_COPY = 1.0
+SYNC_COPY_LATENCY_US = 0.5
+CP_ASYNC_KBLOCK_US = 0.05    # per k-block: 128-256 producer threads each arrive on the stage's barrier
+                             # and run the predicated copy loop, where TMA issues one instruction; priced
+                             # like KBLOCK_OVERHEAD_US, the other per-k-block bookkeeping
 EPILOGUES = ("tma_warp_specialized", "tma_warp_specialized_cooperative", "no_smem")
 SCHEDULERS = ("persistent", "stream_k")
 RASTERS = ("heuristic", "along_m", "along_n")
@@ -156,6 +176,8 @@ def cost_arrays(problem, tm, tn, tk, cm, cn, sched, epi, scheduler, stages, rast
 
     tm, tn, tk, cm, cn = (np.asarray(x, dtype=np.float64) for x in (tm, tn, tk, cm, cn))
     sched, epi, scheduler = (np.asarray(x) for x in (sched, epi, scheduler))
+    load = sched // len(SCHEDULES)            # 0 TMA, 1 cp.async
+    sched = sched % len(SCHEDULES)
     stages = np.asarray(stages, dtype=np.float64)
     M, N, K, L = problem.m, problem.n, problem.k, problem.batch
     in_bytes = DTYPES[problem.dtype_a].bits / 8
@@ -188,6 +210,9 @@ def cost_arrays(problem, tm, tn, tk, cm, cn, sched, epi, scheduler, stages, rast
     # accumulator registers per MMA thread (cooperative splits M over two warpgroups): past ~160 of
     # the 232-240 a consumer owns, the compiler runs out of room to pipeline fragments and addresses
     acc = tm * tn / np.where(sched == 1, 256.0, 128.0)
+    # cp.async kernels set no register split: consumers get 168 registers, not 232, so the same
+    # accumulator is that much more pressure (scaled, not measured)
+    acc = np.where(load == 1, acc * 232.0 / 168.0, acc)
     eff = eff * (1.0 - 0.3 * np.clip((acc - 160.0) / 72.0, 0.0, 1.0))
     t_mma = 2.0 * tm * tn * tk / (peak_sm * eff) * 1e6
     # TMA clips a box at the tensor's edge and zero-fills the rest in shared memory: rows past M (or
@@ -198,6 +223,11 @@ def cost_arrays(problem, tm, tn, tk, cm, cn, sched, epi, scheduler, stages, rast
     busy = np.minimum(active, tiles)
     latency = TMA_LATENCY_US * (1.0 + 0.05 * (cm * cn - 1.0))   # a multicast stage waits for the slowest CTA
     t_pipe = latency / np.maximum(stages - 1.0, 0.5)
+    # cp.async: the producer's per-thread copies (see CP_ASYNC_* above)
+    vectors = tm * tk / problem.alignment_a + tn * tk / problem.alignment_b
+    t_issue = vectors / 32.0 * CP_ASYNC_CYCLES_PER_WARP_COPY / SM_CLOCK_HZ * 1e6
+    sync_bytes = min(problem.alignment_a * DTYPES[problem.dtype_a].bits, problem.alignment_b * DTYPES[problem.dtype_b].bits) < 32
+    t_pipe = np.where(load == 1, t_pipe + (SYNC_COPY_LATENCY_US + t_issue if sync_bytes else 0.0), t_pipe)
     # a multicast stage is refilled only when every CTA of the cluster has released it: the wait for
     # the slowest grows with the cluster and saturates (4 CTAs already cost as much as 8 or 16)
     sync = CLUSTER_SYNC_US * np.minimum(cm * cn - 1.0, CLUSTER_SYNC_SATURATION - 1.0)
@@ -205,7 +235,9 @@ def cost_arrays(problem, tm, tn, tk, cm, cn, sched, epi, scheduler, stages, rast
     def kblock_us(busy_ctas):
         """One k-block with ``busy_ctas`` CTAs pulling their operands through L2 at once."""
         t_load_ = bytes_cta * busy_ctas / L2_BYTES_PER_S * 1e6
-        return np.maximum(np.maximum(t_mma, t_load_), t_pipe) + KBLOCK_OVERHEAD_US + sync, t_load_
+        t_load_ = np.where(load == 1, np.maximum(t_load_, t_issue), t_load_)
+        return (np.maximum(np.maximum(t_mma, t_load_), t_pipe) + KBLOCK_OVERHEAD_US + sync
+                + np.where(load == 1, CP_ASYNC_KBLOCK_US, 0.0)), t_load_
 
     t_k, t_load = kblock_us(busy)
 
@@ -284,11 +316,14 @@ def cost_arrays(problem, tm, tn, tk, cm, cn, sched, epi, scheduler, stages, rast
             [decomp == DECOMP_SPLIT_K, decomp == DECOMP_STREAM_K],
             [tiles * (s - 1.0), sk_partials], 0.0), 0.0) * tm * tn * PARTIAL_BYTES_PER_ELEMENT,
     }
+    if np.any(load == 1):      # only cp.async candidates report it: TMA breakdowns keep their keys
+        parts["cp_async_issue_us_per_kblock"] = np.where(load == 1, t_issue, 0.0)
     return total, parts
 
 
 def config_codes(config) -> tuple[int, int, int]:
-    return (SCHEDULES.index(config.mainloop_schedule), EPILOGUES.index(config.epilogue_schedule),
+    load = LOADS.index(getattr(config, "mainloop_load", "tma"))
+    return (SCHEDULES.index(config.mainloop_schedule) + len(SCHEDULES) * load, EPILOGUES.index(config.epilogue_schedule),
             SCHEDULERS.index(config.tile_scheduler))
 
 

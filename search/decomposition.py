@@ -43,7 +43,8 @@ def min_plan_cost(problem, tm, tn, tk, cm, cn, sched, epi, scheduler, stages, ra
     best_i = np.zeros(n, dtype=np.int64)
     # only cooperative stream-K rows: the other schedules cannot take the stream-K scheduler
     # (SM90-STREAMK-COOPERATIVE judges them illegal), so pricing their plans would be wasted work
-    sk = np.flatnonzero((cols[7] == 1) & (cols[5] == costmod.SCHEDULES.index("cooperative")))
+    # (a schedule code also carries the mainloop's load: code % len(SCHEDULES) is the schedule)
+    sk = np.flatnonzero((cols[7] == 1) & (cols[5] % len(costmod.SCHEDULES) == costmod.SCHEDULES.index("cooperative")))
     if sk.size:
         sub = [c[sk] for c in cols]
         decomp = np.array([d for d, _ in PLANS])[:, None]

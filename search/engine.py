@@ -33,6 +33,7 @@ from .extraction import extract_ranked
 from .legality_analysis import Judge
 from .problem_rewrites import orientations
 from .schedule_rewrites import SCHEDULE_RULES, SCHEDULE_SORTS
+from cutegen.legality.cp_async import tma_can_load, tma_can_store  # noqa: F401  (re-exported for callers)
 
 INSTR_N = tuple(range(8, 257, 8))
 WARPGROUPS_M = (1, 2, 3, 4)          # tile M = 64 * warpgroup rows
@@ -117,6 +118,8 @@ class SearchSpace:
         self.egg.input("RepeatSeed", [(wm, wn, kr) for wm in WARPGROUPS_M for wn in INSTR_PER_TILE_N for kr in KSTEPS])
         self.egg.input("ClusterSeed", CLUSTERS)
         self.egg.input("PolicySeed", POLICIES)
+        if not tma_can_load(problem):
+            self.egg.run("(TmaCannotLoad)")
         self.egg.run("(run-schedule (saturate (run tiles)) (saturate (run splits)))")
         frozen = self.egg.freeze().functions
         i64 = self.egg.i64
@@ -160,6 +163,21 @@ class SearchSpace:
         return out
 
 
+def problem_mask(problem, clusters, pols, ci, pi):
+    """Candidates that a rule depending only on the problem, the policy and the cluster rejects, dropped
+    before ranking so the judging budget goes to candidates that can be legal: a TMA mainloop when TMA
+    cannot read A or B (SM90-TMA-ALIGNMENT), a TMA epilogue when C/D are not 16-byte aligned
+    (SM90-EPILOGUE-ALIGNMENT), a cp.async mainloop in a cluster (SM90-CPASYNC-CLUSTER)."""
+    ns = len(costmod.SCHEDULES)
+    cp = pols[pi, 0] >= ns
+    keep = ~(cp & ((clusters[ci, 0] > 1) | (clusters[ci, 1] > 1)))
+    if not tma_can_load(problem):
+        keep &= cp
+    if not tma_can_store(problem):
+        keep &= pols[pi, 1] == 2
+    return keep
+
+
 @lru_cache(maxsize=65536)
 def _epilogue_carveout(shape_free_problem, tm: int, tn: int, family: str) -> int | None:
     """sizeof(CollectiveEpilogue::SharedStorage) for a CTA tile's M, N and epilogue family.
@@ -196,9 +214,11 @@ def _make_config(tile, cluster, policy, stages="auto", raster="heuristic", swizz
     from cutegen.config import KernelConfig
 
     s, e, sc = policy
+    ns = len(costmod.SCHEDULES)
     return KernelConfig(tile_shape=tile, cluster_shape=(cluster[0], cluster[1], 1), stages=stages,
-                        mainloop_schedule=costmod.SCHEDULES[s], epilogue_schedule=costmod.EPILOGUES[e],
-                        tile_scheduler=costmod.SCHEDULERS[sc], raster_order=raster, raster_swizzle=swizzle)
+                        mainloop_schedule=costmod.SCHEDULES[s % ns], epilogue_schedule=costmod.EPILOGUES[e],
+                        tile_scheduler=costmod.SCHEDULERS[sc], raster_order=raster, raster_swizzle=swizzle,
+                        mainloop_load=costmod.LOADS[s // ns])
 
 
 def rank_space(space: SearchSpace, rates=None):
@@ -210,10 +230,12 @@ def rank_space(space: SearchSpace, rates=None):
     nt, nc, npol = len(tiles), len(clusters), len(pols)
     ti, ci, pi = np.meshgrid(np.arange(nt), np.arange(nc), np.arange(npol), indexing="ij")
     ti, ci, pi = ti.ravel(), ci.ravel(), pi.ravel()
-    free = p.replace(m=1, n=1, k=1, batch=1)
+    keep = problem_mask(p, clusters, pols, ci, pi)
+    ti, ci, pi = ti[keep], ci[keep], pi[keep]
+    free = p.replace(m=1, n=1, k=1, batch=1, lda=0, ldb=0, ldc=0)
     fam_stages = np.array([[_auto_stages(free, tuple(int(x) for x in t), fam)
                             for fam in ("coop", "other", "no_smem")] for t in tiles], dtype=np.int64)
-    fam = np.where(pols[:, 1] == 2, 2, np.where(pols[:, 0] == 1, 0, 1))
+    fam = np.where(pols[:, 1] == 2, 2, np.where(pols[:, 0] % len(costmod.SCHEDULES) == 1, 0, 1))
     stages = fam_stages[ti, fam[pi]]
     # a stream-K row costs its cheapest launch plan (search/decomposition.py)
     total, _ = min_plan_cost(p, tiles[ti, 0], tiles[ti, 1], tiles[ti, 2], clusters[ci, 0], clusters[ci, 1],
@@ -414,8 +436,13 @@ def _search(space: SearchSpace, problem, top_k: int, explain: bool, t0: float,
         else:
             plan = None
             c, bd = costmod.config_cost(problem, v.config, v.stages, device=rates)
-        ranked.append(Ranked(v.config, pred.us if pred is not None else c, bd,
-                             space.tile_forms(key[0]) if explain else [], pred, plan))
+        chain = space.tile_forms(key[0]) if explain else []
+        if explain and v.config.mainloop_load == "cp_async":
+            chain.append(f"Pol({key[2][0]}, no_smem, {costmod.SCHEDULERS[key[2][2]]}) = "
+                         f"Pol({key[2][0] - len(costmod.SCHEDULES)}, no_smem, ..) with a cp.async load  [TmaCannotLoad: "
+                         f"alignment_a={problem.alignment_a}, alignment_b={problem.alignment_b} elements are below "
+                         f"16 bytes]")
+        ranked.append(Ranked(v.config, pred.us if pred is not None else c, bd, chain, pred, plan))
     nodes, classes = egg.sizes()
     rejected = [{"config": row[5].to_dict(), "rules": row[6].rules, "reasons": row[6].reasons}
                 for row in expanded[:50] if not row[6].legal] if explain else []

@@ -70,11 +70,13 @@ class Judge:
                                          if w.rule_id not in MOOT_UNDER_CUTEGEN_ABI]
         rules = [v.rule_id for v in broken]
         reasons = [str(x) for x in broken]
-        if self.backend in ("dsl", "cutlass") and rep.config is not None and not rules:
+        if rep.config is not None and not rules:
             if self.backend == "dsl":
                 from cutegen.dsl import dsl_supports as supports
-            else:
+            elif self.backend == "cutlass":
                 from cutegen.render import cutlass_supports as supports
+            else:
+                from cutegen.render import builder_supports as supports
             for why in supports(self.problem, rep.config):
                 rules.append(why.split(":", 1)[0])
                 reasons.append(why)

@@ -6,6 +6,9 @@
                                  (the cooperative form: two consumer warpgroups stacked along M)
   cluster split                  CtaTile(m, n, k) = ClusterSplit(ClTile(m*cm, n*cn, k), cm, cn)
                                  (a cluster tile divided over the CTAs of a cluster)
+  cp.async load                  Pol(s, no_smem, sc, 0) = Pol(s + 3, no_smem, sc, 0) when TmaCannotLoad
+                                 (an operand's rows are not 16-byte aligned: TMA cannot read it, the
+                                 cp.async mainloop can; it pairs with the no-smem epilogue only)
   stages                         K(.., Pol(s, e, sc, 0), ..) = K(.., Pol(s, e, sc, S), ..)
                                  where S is what StageCountAutoCarveout resolves to (the epilogue's
                                  shared memory traded against mainloop stages)
@@ -32,6 +35,7 @@ SCHEDULE_SORTS = """
 (relation RepeatSeed (i64 i64 i64))
 (relation ClusterSeed (i64 i64))
 (relation PolicySeed (i64 i64 i64))
+(relation TmaCannotLoad ())
 (relation StagesOf (i64 i64 i64 i64 i64 i64))
 (relation Expand (i64 i64 i64 i64 i64 i64 i64 i64 i64 i64))
 (relation Rejected (i64 i64 i64 i64 i64 i64 i64 i64 i64 i64 i64))
@@ -56,6 +60,9 @@ SCHEDULE_RULES = """
 (rule ((= t (CtaTile m n k)) (ClusterSeed cm cn))
       ((union t (ClusterSplit (ClTile (* m cm) (* n cn) k) cm cn))) :ruleset splits)
 (rule ((PolicySeed s e sc)) ((Pol s e sc 0)) :ruleset splits)
+;; cp.async twin of a no-smem policy (schedule code + 3): the same tiles, loaded by the producer's
+;; threads instead of TMA, reachable only when TMA cannot read A or B (legality/cp_async.py)
+(rule ((PolicySeed s 2 sc) (< s 3) (TmaCannotLoad)) ((PolicySeed (+ s 3) 2 sc)) :ruleset splits)
 (rule ((ClusterSeed cm cn)) ((Cl cm cn)) :ruleset splits)
 (ruleset expand)
 (rule ((Expand m n k cm cn s e sc r w) (= t (CtaTile m n k)) (= c (Cl cm cn)) (= p (Pol s e sc 0)))

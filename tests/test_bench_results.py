@@ -164,3 +164,18 @@ def test_libraries_that_hung_in_validation_are_not_timed(tmp_path):
     from cutegen import FieldError
     with pytest.raises(FieldError):
         B.failed_in_validation(tmp_path / "missing.json")
+
+
+def test_nvmmh_column_only_when_timed():
+    plain = document([entry(P1, 1.0, 1.1, 1.2)])
+    assert "nvMMH" not in B.format_table(plain) and "ratio_vs_nvmmh" not in plain["problems"][0]
+    e1, e2 = entry(P1, 1.0, 1.1, 1.2), entry(P2, 1.0, 0.9, 1.0)
+    e1["results"]["nvmmh"] = measured(1.08)
+    e2["results"]["nvmmh"] = {"status": "missing", "reason": "no kernel directory"}
+    doc = document([e1, e2])
+    assert doc["problems"][0]["ratio_vs_nvmmh"] == pytest.approx(1.08, rel=1e-9)
+    assert doc["problems"][1]["ratio_vs_nvmmh"] is None
+    assert doc["summary"]["vs_nvmmh"] == {"geomean": pytest.approx(1.08, rel=1e-9), "n": 1}
+    table = B.format_table(doc)
+    assert "x nvMMH" in table and "missing" in table and "1.080" in table
+    assert B.check_result_doc(doc) == []

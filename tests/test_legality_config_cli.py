@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 from cutegen.cli import main
-from cutegen.commands.check_config import check_lines
+from cutegen.commands.check_config import check_lines, explain, parse_case
 
 GOOD = {"problem": {"m": 4096, "n": 4096, "k": 4096, "batch": 1, "dtype_a": "bf16", "dtype_b": "bf16",
                     "dtype_c": "bf16", "dtype_d": "bf16", "dtype_acc": "f32", "layout_a": "row",
@@ -45,14 +45,27 @@ def test_jsonl_in_order_with_errors():
                    config__epilogue_schedule="tma_warp_specialized")]
     bad, out = _run(lines)
     assert bad == 5 and len(out) == len(lines)
-    assert out[0] == {"legal": True, "rules": [], "stages": 6, "smem_bytes": 230400}
+    assert out[0] == {"legal": True, "rules": [], "warnings": [], "stages": 6, "smem_bytes": 230400}
     assert out[1] == {"error": "line 2: problem.k: expected an integer, got '4096'"}
     assert out[2]["error"].startswith("line 3: input: not valid JSON")
-    assert out[3] == {"legal": False, "rules": ["RES-SMEM-CAPACITY"], "stages": 7, "smem_bytes": 263168}
+    assert out[3] == {"legal": False, "rules": ["RES-SMEM-CAPACITY"], "warnings": [], "stages": 7, "smem_bytes": 263168}
     assert out[4] == {"error": "line 5: problem.m: -5 is below the minimum 1"}
     assert out[5] == {"error": "line 6: config.tile_shape: missing"}
     assert out[6] == {"error": "line 7: input: empty line"}
     assert out[7]["legal"] is False and "SM90-STREAMK-COOPERATIVE" in out[7]["rules"]
+
+
+def test_jsonl_warnings_field_matches_the_human_output(capsys):
+    # Stream-K with a TMA epilogue: legal (nothing enforced is broken) but the relaunch hazard is a
+    # warning. The JSON line says so in `warnings`, as `check tensor-map` does, and the human output
+    # prints the same rule as a warning.
+    streamk = _with(config__tile_scheduler="stream_k")
+    _, out = _run([streamk, json.dumps(GOOD)])
+    assert out[0]["legal"] is True and out[0]["rules"] == []
+    assert out[0]["warnings"] == ["SM90-STREAMK-TMA-EPILOGUE-HANG"]
+    assert out[1]["warnings"] == []
+    problem, config = parse_case(json.loads(streamk))
+    assert "warning SM90-STREAMK-TMA-EPILOGUE-HANG" in explain(problem, config)
 
 
 def test_jsonl_rejects_unknown_and_missing_sections():

@@ -18,10 +18,13 @@ def _module():
     return mod
 
 
-def test_heldout_shapes_are_in_no_result(tmp_path):
-    measured = {(m.problem.m, m.problem.n, m.problem.k) for m in ResultsDB(tmp_path / "empty.sqlite").measurements()}
+def test_heldout_shapes_are_in_no_result_but_their_own_run(tmp_path):
+    # Held out from everything the model was fitted on: the only records of these shapes are the
+    # held-out run's own (bench/results/*-heldout-*.json), imported after it was measured.
     shapes = [(p.m, p.n, p.k) for _, p in load_suite(ROOT / "bench" / "heldout.toml")]
-    assert len(shapes) == 10 and not set(shapes) & measured
+    others = {(m.problem.m, m.problem.n, m.problem.k)
+              for m in ResultsDB(tmp_path / "empty.sqlite").measurements() if "heldout" not in m.source}
+    assert len(shapes) == 10 and not set(shapes) & others
     suite = {(p.m, p.n, p.k) for _, p in load_suite(ROOT / "bench" / "suite.toml")}
     assert not set(shapes) & suite
 

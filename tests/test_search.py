@@ -119,10 +119,15 @@ def test_bad_top_k_is_a_field_error():
 
 
 def test_a_problem_no_kernel_can_implement_reports_the_rule():
-    res = search(GemmProblem(4096, 4096, 4100), top_k=1)     # K-major A with K % 8 != 0 (E15)
+    # K-major A and B with K % 8 != 0 (E15), the 16-byte alignment stated: no kernel can take it
+    res = search(GemmProblem(4096, 4096, 4100, alignment_a=8, alignment_b=8), top_k=1)
     assert res.ranked == []
     assert res.candidates_judged > 0 and res.candidates_legal == 0
     assert res.pruned_by_rule["SM90-CAN-IMPLEMENT-AB"] == max(res.pruned_by_rule.values())
+    assert res.pruned_by_rule["SM90-PROBLEM-ALIGNMENT"] == max(res.pruned_by_rule.values())
+    # left to the problem model, the alignment is K's (4 elements): the cp.async mainloop serves it
+    res = search(GemmProblem(4096, 4096, 4100), top_k=1)
+    assert res.ranked and res.ranked[0].config.mainloop_load == "cp_async"
 
 
 def test_not_a_problem_is_a_field_error():

@@ -34,6 +34,8 @@ HELP = "benchmark the generated kernels against cuBLAS and the CUTLASS Collectiv
 
 SCHEMA = "cutegen-bench/1"
 CONTENDERS = ("cutegen", "cublas", "cutlass_builder")
+# Timed when their kernels are given (--nvmmh): nvMatmulHeuristics' first legal pick (cutegen.nvmmh).
+OPTIONAL_CONTENDERS = ("nvmmh",)
 PEAK_LABEL = "H100 SXM dense bf16/f16 datasheet peak"
 BASELINE_CONFIG = {"tile_shape": [128, 256, 64], "cluster_shape": [2, 1, 1], "stages": "auto",
                    "mainloop_schedule": "cooperative", "epilogue_schedule": "tma_warp_specialized_cooperative",
@@ -46,6 +48,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="folder of built search-picked kernels, one directory per problem name [generated/sm90a]")
     p.add_argument("--baselines", default="generated/baseline/sm90a",
                    help="folder of built CollectiveBuilder baselines [generated/baseline/sm90a]")
+    p.add_argument("--nvmmh", metavar="DIR",
+                   help="folder of built nvMatmulHeuristics picks, one directory per problem name "
+                        "(python -m cutegen.nvmmh --suite ... --out DIR); adds the nvMMH column")
     p.add_argument("--out", default="bench/results", help="where the JSON and PNG go [bench/results]")
     p.add_argument("--only", action="append", default=[], metavar="NAME", help="only these suite problems (repeatable)")
     p.add_argument("--warmup", type=int, default=10, help="untimed calls per contender [10]")
@@ -141,6 +146,9 @@ def derive(entry: dict, peak_tflops: float = R.H100_SXM_DENSE_BF16_PEAK_TFLOPS,
     ours, cublas, cutlass = get("cutegen"), get("cublas"), get("cutlass_builder")
     entry["ratio_vs_cublas"] = ours / cublas if ours and cublas else None
     entry["ratio_vs_cutlass"] = ours / cutlass if ours and cutlass else None
+    if "nvmmh" in entry["results"]:
+        nv = get("nvmmh")
+        entry["ratio_vs_nvmmh"] = ours / nv if ours and nv else None
     entry["fraction_of_peak"] = {name: entry["results"][name]["tflops"] / peak_tflops
                                  for name in entry["results"] if entry["results"][name].get("tflops")}
     graph = lambda name: entry["results"].get(name, {}).get("graph_median_ms")  # noqa: E731
@@ -173,6 +181,7 @@ def summarize(entries: list[dict], target_ratio: float = 0.9) -> dict:
         "vs_cublas_graph": geo("ratio_vs_cublas_graph", entries),
         "small_m_vs_cublas_graph": geo("ratio_vs_cublas_graph", [e for e in entries if min(
             e["problem"].get("m", 0), e["problem"].get("n", 0)) <= FLOOR_MAX_M]),
+        "vs_nvmmh": geo("ratio_vs_nvmmh", entries),
         "by_dtype": {dt: {"vs_cublas": geo("ratio_vs_cublas", es), "vs_cutlass": geo("ratio_vs_cutlass", es)}
                      for dt, es in sorted(groups.items())},
         "below_target_vs_cublas": sorted(e["name"] for e in entries
@@ -181,7 +190,7 @@ def summarize(entries: list[dict], target_ratio: float = 0.9) -> dict:
         "not_measured": sorted(e["name"] for e in entries
                                if e["results"].get("cutegen", {}).get("status") != "ok"),
     }
-    for name in CONTENDERS:
+    for name in CONTENDERS + OPTIONAL_CONTENDERS:
         vals = [e["results"][name]["tflops"] for e in entries if e["results"].get(name, {}).get("tflops")]
         out.setdefault("geomean_tflops", {})[name] = R.geometric_mean(vals)
     return out
@@ -432,6 +441,12 @@ def bench_problem(worker: R.Worker, name: str, problem: GemmProblem, args) -> di
         {"name": "cublas"},
         {"name": "cutlass_builder", "library": str(base.library) if base else None, "reason": why_base},
     ]
+    nv = None
+    if getattr(args, "nvmmh", None):
+        nv, why_nv = find_kernel(Path(args.nvmmh), problem)
+        if nv and str(nv.library) in failed:
+            nv, why_nv = None, f"not timed: {failed[str(nv.library)]} in validation"
+        contenders.append({"name": "nvmmh", "library": str(nv.library) if nv else None, "reason": why_nv})
     task = {"op": "bench_problem", "problem": problem.to_dict(), "contenders": contenders,
             "warmup": args.warmup, "iters": args.iters, "l2_multiple": args.l2_multiple}
     reply = worker.request(task, args.timeout)
@@ -448,6 +463,8 @@ def bench_problem(worker: R.Worker, name: str, problem: GemmProblem, args) -> di
     entry.pop("device", None)
     entry["kernels"] = {"cutegen": ours.to_dict() if ours else None,
                         "cutlass_builder": base.to_dict() if base else None}
+    if getattr(args, "nvmmh", None):
+        entry["kernels"]["nvmmh"] = nv.to_dict() if nv else None
     for c, res in entry["results"].items():
         if res.get("status") != "ok":
             print(f"  {name} {c}: {res.get('status')} {res.get('reason', '')}", flush=True)
@@ -471,22 +488,29 @@ def _fmt(v, spec=".1f", none="-"):
 
 def format_table(doc: dict) -> str:
     """The closing table: TFLOP/s of each contender, the ratios, and the geometric means."""
-    rows = [("problem", "cutegen", "cuBLAS", "CUTLASS", "x cuBLAS", "x CUTLASS", "% peak", "x cuBLAS graph",
-             "% HBM floor")]
+    nv = any("nvmmh" in e["results"] for e in doc["problems"])   # the nvMMH columns only when it ran
+    rows = [("problem", "cutegen", "cuBLAS", "CUTLASS") + (("nvMMH",) if nv else ()) +
+            ("x cuBLAS", "x CUTLASS") + (("x nvMMH",) if nv else ()) + ("% peak", "x cuBLAS graph", "% HBM floor")]
+    names = CONTENDERS + (OPTIONAL_CONTENDERS if nv else ())
     for e in doc["problems"]:
-        t = {c: e["results"].get(c, {}).get("tflops") for c in CONTENDERS}
-        st = {c: e["results"].get(c, {}).get("status") for c in CONTENDERS}
+        t = {c: e["results"].get(c, {}).get("tflops") for c in names}
+        st = {c: e["results"].get(c, {}).get("status") for c in names}
         cell = lambda c: _fmt(t[c]) if t[c] is not None else (st[c] or "-")  # noqa: E731
         frac = (e.get("fraction_of_peak") or {}).get("cutegen")
-        rows.append((e["name"], cell("cutegen"), cell("cublas"), cell("cutlass_builder"),
-                     _fmt(e.get("ratio_vs_cublas"), ".3f"), _fmt(e.get("ratio_vs_cutlass"), ".3f"),
-                     _fmt(frac * 100 if frac else None, ".1f"), _fmt(e.get("ratio_vs_cublas_graph"), ".3f"),
-                     _fmt(((e.get("fraction_of_hbm_floor") or {}).get("cutegen") or 0) * 100 or None, ".1f")))
+        floor = ((e.get("fraction_of_hbm_floor") or {}).get("cutegen") or 0) * 100 or None
+        rows.append((e["name"], cell("cutegen"), cell("cublas"), cell("cutlass_builder")) +
+                    ((cell("nvmmh"),) if nv else ()) +
+                    (_fmt(e.get("ratio_vs_cublas"), ".3f"), _fmt(e.get("ratio_vs_cutlass"), ".3f")) +
+                    ((_fmt(e.get("ratio_vs_nvmmh"), ".3f"),) if nv else ()) +
+                    (_fmt(frac * 100 if frac else None, ".1f"), _fmt(e.get("ratio_vs_cublas_graph"), ".3f"),
+                     _fmt(floor, ".1f")))
     s = doc["summary"]
-    rows.append(("geomean", _fmt(s["geomean_tflops"].get("cutegen")), _fmt(s["geomean_tflops"].get("cublas")),
-                 _fmt(s["geomean_tflops"].get("cutlass_builder")), _fmt(s["vs_cublas"]["geomean"], ".3f"),
-                 _fmt(s["vs_cutlass"]["geomean"], ".3f"), "", _fmt((s.get("vs_cublas_graph") or {}).get("geomean"), ".3f"),
-                 ""))
+    g = s["geomean_tflops"]
+    rows.append(("geomean", _fmt(g.get("cutegen")), _fmt(g.get("cublas")), _fmt(g.get("cutlass_builder"))) +
+                ((_fmt(g.get("nvmmh")),) if nv else ()) +
+                (_fmt(s["vs_cublas"]["geomean"], ".3f"), _fmt(s["vs_cutlass"]["geomean"], ".3f")) +
+                ((_fmt((s.get("vs_nvmmh") or {}).get("geomean"), ".3f"),) if nv else ()) +
+                ("", _fmt((s.get("vs_cublas_graph") or {}).get("geomean"), ".3f"), ""))
     widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
              for r in rows]

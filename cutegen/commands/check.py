@@ -2,6 +2,7 @@
 
     cutegen check tensor-map --jsonl FILE|-    one cuTensorMapEncodeTiled argument set per line
     cutegen check config ...                   GEMM configurations (cutegen/commands/check_config.py)
+    cutegen check pipeline FILE.json           the kernel's TMA/mbarrier pipeline (cutegen/commands/check_pipeline.py)
 """
 from __future__ import annotations
 
@@ -109,7 +110,17 @@ def run_config(args) -> int:
     return mod.run(args)
 
 
+def add_pipeline_arguments(p) -> None:
+    importlib.import_module("cutegen.commands.check_pipeline").add_arguments(p)
+
+
+def run_pipeline(args) -> int:
+    return importlib.import_module("cutegen.commands.check_pipeline").run(args)
+
+
 SUBCOMMANDS = {
     "tensor-map": (TENSOR_MAP_HELP, add_tensor_map_arguments, run_tensor_map),
     "config": (CONFIG_HELP, add_config_arguments, run_config),
+    "pipeline": ("is this kernel's TMA/mbarrier pipeline free of deadlocks, races and miscounts? "
+                 "(every interleaving, bounded)", add_pipeline_arguments, run_pipeline),
 }

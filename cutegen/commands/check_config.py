@@ -1,7 +1,9 @@
 """`cutegen check config`: is a GEMM configuration legal on sm_90a with CUTLASS 4.2?
 
     cutegen check config --jsonl FILE|-     one {"problem": {...}, "config": {...}} per line;
-                                            prints {"legal", "rules", "stages", "smem_bytes"} per line
+                                            prints {"legal", "rules", "warnings", "stages", "smem_bytes"}
+                                            per line (warnings: the rules broken that the driver or
+                                            compiler does not enforce, as in `check tensor-map`)
     cutegen check config FILE.json          one object; prints the verdict and the reasons for people
 """
 from __future__ import annotations
@@ -43,7 +45,7 @@ def verdict(problem: GemmProblem, config: KernelConfig, reasons: bool = False) -
     report = check_config(problem, config).to_dict()
     if reasons:
         return report
-    return {k: report[k] for k in ("legal", "rules", "stages", "smem_bytes")}
+    return {k: report[k] for k in ("legal", "rules", "warnings", "stages", "smem_bytes")}
 
 
 def check_lines(lines: Iterable[str], out: IO[str], reasons: bool = False) -> int:

@@ -33,7 +33,20 @@ def add_problem_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--fp8-fast-accum", action="store_true",
                    help="FP8 only: accumulate in the WGMMA accumulator alone, like torch._scaled_mm(use_fast_accum=True) "
                         "(faster, larger tiles fit; error grows with K)")
+    add_ld_arguments(g)
     g.add_argument("--problem", metavar="JSON", help="the whole problem as a JSON object (overrides the above)")
+
+
+def add_ld_arguments(g) -> None:
+    """--lda/--ldb/--ldc: leading dimensions in elements (0: packed). Each operand's alignment, and so
+    whether TMA can load it, is derived from its leading dimension and contiguous extent."""
+    for op in ("a", "b", "c"):
+        g.add_argument(f"--ld{op}", type=int, default=0, metavar="ELEMENTS",
+                       help=f"leading dimension of {op.upper()}{' and D' if op == 'c' else ''} (default: packed)")
+
+
+def ld_fields(args) -> dict:
+    return {f"ld{op}": getattr(args, f"ld{op}") for op in "abc" if getattr(args, f"ld{op}", 0)}
 
 
 def problem_from_args(args: argparse.Namespace) -> GemmProblem:
@@ -50,7 +63,7 @@ def problem_from_args(args: argparse.Namespace) -> GemmProblem:
     if given:
         data.update(m=args.m, n=args.n, k=args.k)
     data.update(dtype=args.dtype, layout=args.layout, batch=args.batch, layout_c=args.layout_c,
-                beta=args.beta, bias=args.bias, activation=args.activation)
+                beta=args.beta, bias=args.bias, activation=args.activation, **ld_fields(args))
     if getattr(args, "fp8_fast_accum", False):
         data["fp8_fast_accum"] = True
     if args.dtype_c:

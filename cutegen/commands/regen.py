@@ -12,7 +12,8 @@ from .generate import label
 HELP = "re-render generated/ for bench/suite.toml (search + render); --check: fail if any byte would change"
 # Every checked-in suite and the tree it renders into (``--all``).
 SUITES = (("bench/suite.toml", "generated"), ("bench/coverage.toml", "generated/coverage"),
-          ("bench/llm.toml", "generated/llm"), ("bench/forms_splitk.toml", "generated/forms"))
+          ("bench/llm.toml", "generated/llm"), ("bench/forms_splitk.toml", "generated/forms"),
+          ("bench/unaligned.toml", "generated/unaligned"))
 BASELINE = {"tile_shape": [128, 256, 64], "cluster_shape": [2, 1, 1], "stages": "auto",
             "mainloop_schedule": "cooperative", "epilogue_schedule": "tma_warp_specialized_cooperative"}
 
@@ -80,10 +81,23 @@ def _render_searched(problem: GemmProblem):
     return render_mod.render(problem, config, "cutlass", cost=cost)
 
 
+def baseline_config(problem: GemmProblem) -> dict:
+    """The CollectiveBuilder baseline: BASELINE, or where TMA cannot read A/B or write C/D, what CUTLASS's
+    generator emits for unaligned operands (sm90_utils.py:596-612): the same tile in a 1x1 cluster, the
+    cp.async cooperative mainloop when A or B is below 16 bytes, the no-smem epilogue."""
+    from ..legality.cp_async import tma_can_load, tma_can_store
+    if tma_can_load(problem) and tma_can_store(problem):
+        return BASELINE
+    out = dict(BASELINE, epilogue_schedule="no_smem")
+    if not tma_can_load(problem):
+        out.update(cluster_shape=[1, 1, 1], mainloop_load="cp_async")
+    return out
+
+
 def _render_baseline(problem: GemmProblem):
     from .. import render as render_mod
     from ..config import KernelConfig
-    return render_mod.render(problem, KernelConfig.from_dict(BASELINE), "cutlass_builder")
+    return render_mod.render(problem, KernelConfig.from_dict(baseline_config(problem)), "cutlass_builder")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -20,6 +20,8 @@ def add_arguments(p) -> None:
     p.add_argument("--layout", default="tn", help="tn nt nn tt (A then B; t = row-major)")
     p.add_argument("--fp8-fast-accum", action="store_true",
                    help="FP8 only: fast accumulation (one WGMMA accumulator, like torch._scaled_mm(use_fast_accum=True))")
+    from .generate import add_ld_arguments
+    add_ld_arguments(p)
     p.add_argument("--top-k", type=int, default=5)
     p.add_argument("--backend", default="cutlass", choices=("cutlass", "cutlass_builder", "dsl"),
                    help="the renderer the result is for; dsl also prunes what the CuTe DSL backend refuses")
@@ -38,7 +40,10 @@ def add_arguments(p) -> None:
 def problem_from_args(args):
     from cutegen.problem import GemmProblem
 
-    data = {"m": args.m, "n": args.n, "k": args.k, "batch": args.batch, "dtype": args.dtype, "layout": args.layout}
+    from .generate import ld_fields
+
+    data = {"m": args.m, "n": args.n, "k": args.k, "batch": args.batch, "dtype": args.dtype, "layout": args.layout,
+            **ld_fields(args)}
     if args.dtype_c is not None:
         data["dtype_c"] = args.dtype_c
     if args.dtype_d is not None:
@@ -149,7 +154,7 @@ def explain_dict(result) -> dict:
     cm, cn = cfg.cluster_shape[:2]
     chain = [f"Root = Impl(K(tile, Cl({cm}, {cn}), Pol(...), {cfg.raster_order}, {cfg.raster_swizzle}))  "
              "[expand: judged legal by check_config, priced by the cost model, extracted]"]
-    chain += [form if form.startswith("problem:") else f"tile = {form}" for form in best.chain
+    chain += [form if form.startswith(("problem:", "Pol(")) else f"tile = {form}" for form in best.chain
               if not form.startswith("ClusterSplit") or f", {cm}, {cn})  [" in form]
     chain.append(f"Pol({cfg.mainloop_schedule}, {cfg.epilogue_schedule}, {cfg.tile_scheduler}, auto) = "
                  f"Pol(..., {st})  [expand: StageCountAutoCarveout resolves auto]")

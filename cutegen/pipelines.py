@@ -1,0 +1,99 @@
+"""The TMA/mbarrier pipeline a kernel configuration builds, as a term, for each backend.
+
+* ``cutlass``: CUTLASS 4.2's ``PipelineTmaAsync`` as the SM90 TMA warp-specialized kernels set it up
+  (``sm90_pipeline.hpp`` 296-321: the empty barrier counts ``num_consumers`` threads without a
+  cluster, ``(cluster_M + cluster_N - 1)`` arrivals per consumer warpgroup with one; the cooperative
+  kernel's consumers are all its MMA threads, ping-pong's one warpgroup, with
+  ``MathWarpGroupOrderBarrier`` ordering the two; the mainloop releases stage k-1 after issuing k,
+  ``K_PIPE_MMAS = 1``).
+* ``dsl``: cutegen's CuTe DSL template (``templates/cute_dsl_sm90_gemm.py.j2``), rendered from this
+  term (``ordering``): the same barriers, consumers counted per warp (``mcast_peers * TILE_THREADS //
+  32``), release lag 1, and ping-pong's ``PipelineOrder`` (depth 1, two groups) in place of CUTLASS's
+  ordering barrier. Without it the second warpgroup waits on a stage whose previous phase the first
+  has not seen complete yet, and ``try_wait.parity`` cannot tell the two phases apart: the DSL
+  ping-pong fault of 2026-11-22 (``cutegen check pipeline --backend dsl``, PIPE-READ-BEFORE-LOAD).
+
+``pipeline_of`` returns the term and a ``rebuild(stages=...)`` that makes the same protocol with
+another stage count, which ``legality.pipeline.check_pipeline`` explores when the full term's state
+space is too large.
+"""
+from __future__ import annotations
+
+import functools
+
+from .collective_builder import complete
+from .config import KernelConfig
+from .dtypes import DTYPES
+from .legality.pipeline_builders import tma_warp_specialized
+from .legality.pipeline_term import Pipeline
+from .problem import GemmProblem
+
+BACKENDS = ("cutlass", "dsl")
+THREADS_PER_WARPGROUP = 128
+
+
+def consumer_warpgroups(config: KernelConfig) -> int:
+    if config.mainloop_schedule == "pingpong":
+        return 2
+    wg = config.warpgroup_layout or (1, 1, 1)
+    return wg[0] * wg[1] * wg[2]
+
+
+def protocol(problem: GemmProblem, config: KernelConfig, backend: str = "cutlass") -> dict:
+    """The parameters of ``tma_warp_specialized`` that this kernel's pipeline has (full size)."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend {backend!r} is not one of {', '.join(BACKENDS)}")
+    done = complete(problem, config)
+    tm, tn, tk = done.tile_shape
+    cm, cn, _ = done.cluster_shape
+    pingpong = done.mainloop_schedule == "pingpong"
+    consumers = consumer_warpgroups(done)
+    readers_per_fill = 1 if pingpong else consumers
+    if backend == "cutlass":
+        per_release = THREADS_PER_WARPGROUP if cm * cn == 1 else 1
+    else:
+        per_release = THREADS_PER_WARPGROUP // 32
+    persistent = done.mainloop_schedule != "warp_specialized"
+    return dict(
+        stages=int(done.stages),
+        bytes_a=tm * tk * DTYPES[problem.dtype_a].bits // 8,
+        bytes_b=tn * tk * DTYPES[problem.dtype_b].bits // 8,
+        consumers=consumers, pingpong=pingpong, ordering=pingpong,
+        release_lag=1, cluster=(cm, cn),
+        multicast_a=done.tma_a == "tma_multicast" and cn > 1,
+        multicast_b=done.tma_b == "tma_multicast" and cm > 1,
+        arrivals_per_release=per_release,
+        # Tile boundaries with each consumer taking several tiles (ping-pong: 3 and 2, the odd count
+        # leaves the first warpgroup the extra one); non-persistent kernels take one tile per CTA.
+        tiles=(5 if pingpong else 2) if persistent else 1,
+        readers_per_fill=readers_per_fill,
+        meta={"backend": backend, "config": done.short_name()},
+    )
+
+
+def pipeline_of(problem: GemmProblem, config: KernelConfig, backend: str = "cutlass", *,
+                explore_cluster: bool = False, **overrides) -> tuple[Pipeline, "functools.partial"]:
+    """The kernel's pipeline term and a ``rebuild(stages=..., k_blocks=...)`` for the exploration.
+
+    The term keeps every CTA of the cluster (the structural rules read their cross-CTA arrivals and
+    byte splits). The exploration runs on one CTA with the same schedule unless ``explore_cluster``:
+    interleaving every role of a cluster multiplies the states (two CTAs, two stages: ~10^5), so that
+    is a deliberate, slower check. ``overrides`` replace protocol parameters (a mutant's).
+    """
+    p = protocol(problem, config, backend)
+    p.update(overrides)                 # a protocol variant (e.g. ordering=False), for mutants
+    p.pop("readers_per_fill")
+    stages = p.pop("stages")
+
+    def build(stages: int, k_blocks: int | None = None, cluster=p["cluster"], multicast_a=p["multicast_a"],
+              multicast_b=p["multicast_b"], per_release=p["arrivals_per_release"]) -> Pipeline:
+        kw = dict(p, cluster=cluster, multicast_a=multicast_a, multicast_b=multicast_b,
+                  arrivals_per_release=per_release)
+        return tma_warp_specialized(stages=stages, k_blocks=stages + 1 if k_blocks is None else k_blocks, **kw)
+
+    term = build(stages)
+    if explore_cluster or p["cluster"] == (1, 1):
+        return term, functools.partial(build)
+    # One CTA: no multicast; a CUTLASS consumer then counts its threads, as a 1x1 cluster does.
+    solo = THREADS_PER_WARPGROUP if backend == "cutlass" else p["arrivals_per_release"]
+    return term, functools.partial(build, cluster=(1, 1), multicast_a=False, multicast_b=False, per_release=solo)

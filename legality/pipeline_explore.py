@@ -1,0 +1,299 @@
+"""Every interleaving of a pipeline term's roles, explored breadth-first with the PTX ISA's mbarrier
+semantics, looking for the behaviours ``legality.pipeline`` forbids.
+
+The semantics (PTX ISA 9.1 §9.7.13.15, "mbarrier"):
+  * a barrier has a current phase, a pending-arrival count and a transaction count (tx-count);
+  * ``arrive`` lowers the pending count; ``expect_tx`` raises the tx-count; a bulk copy's
+    ``complete_tx`` lowers it by the bytes it wrote, when it lands (at any later moment);
+  * the phase completes when both reach zero: the phase bit flips, the pending count is re-armed
+    with the init count, the tx-count starts again at zero;
+  * ``try_wait.parity p`` succeeds iff the phase of parity p has completed, i.e. the current phase
+    bit is not p.
+A TMA load in flight is a move of its own (it may land at any time after it is issued), so the
+exploration covers every order of landings too.
+
+The breadth-first order makes each counterexample a shortest trace. The state is small (program
+counters, barrier words, stage ownership, loads in flight) and bounded by the term's unrolled tiles
+and k-blocks, so exploration ends.
+"""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from .pipeline_term import Arrive, Init, Load, MathBegin, MathEnd, Pipeline, Read, Sync, Wait, at, describe
+
+MAX_STATES = 400_000
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A forbidden behaviour: the rule it breaks, what happened (role, tile, k-block, stage), and the
+    interleaving that leads there (one line per move)."""
+    rule: str
+    message: str
+    role: str = ""
+    trace: tuple[str, ...] = ()
+
+
+@dataclass
+class Exploration:
+    findings: dict = field(default_factory=dict)     # rule id -> first (shortest) Finding
+    states: int = 0
+    complete: bool = True                            # False: MAX_STATES cut the search short
+
+    def first(self, rule: str) -> Finding | None:
+        return self.findings.get(rule)
+
+
+class _Machine:
+    """Index the term once; states are plain tuples."""
+
+    def __init__(self, p: Pipeline):
+        self.p = p
+        self.roles = p.roles
+        self.bar_index = {b.name: i for i, b in enumerate(p.barriers)}
+        self.bar_count = [b.count for b in p.barriers]
+        self.bar_cta = {b.name: b.cta for b in p.barriers}
+        self.stage_index = {}
+        for cta in range(p.ctas):
+            for s in range(p.stages):
+                self.stage_index[(cta, s)] = len(self.stage_index)
+        self.role_index = {r.name: i for i, r in enumerate(self.roles)}
+        self.initializer = {}
+        for ri, r in enumerate(self.roles):
+            for op in r.ops:
+                if isinstance(op, Init):
+                    for b in op.barriers:
+                        self.initializer[b] = ri
+        self.sync_roles = {}
+        for ri, r in enumerate(self.roles):
+            for pc, op in enumerate(r.ops):
+                if isinstance(op, Sync):
+                    self.sync_roles.setdefault(op.id, {})[ri] = pc
+
+    def describe_step(self, step) -> str:
+        if step[0] == "role":
+            role = self.roles[step[1]]
+            return f"{role.name}: {describe(role.ops[step[2]])}"
+        if step[0] == "land":
+            return f"TMA engine: {describe(self.roles[step[1]].ops[step[2]])} lands in CTA {step[3]}"
+        return "(no role can move)"
+
+    def initial(self):
+        pcs = tuple(0 for _ in self.roles)
+        bars = tuple((0, 0, c, 0) for c in self.bar_count)         # (init state, phase bit, pending, tx)
+        stages = tuple((-1, 0, frozenset(), frozenset()) for _ in self.stage_index)  # fill, writes, pending readers, holders
+        return (pcs, bars, stages, (), frozenset())                # loads in flight, roles inside the mainloop
+
+
+def _complete_phase(bars: list, i: int, count: int) -> None:
+    init, phase, pending, tx = bars[i]
+    if pending == 0 and tx == 0:
+        bars[i] = (init, phase ^ 1, count, 0)
+
+
+def explore(p: Pipeline, max_states: int = MAX_STATES) -> Exploration:
+    m = _Machine(p)
+    result = Exploration()
+    start = m.initial()
+    parent: dict = {start: None}
+    queue = deque([start])
+
+    def trace_to(state, last) -> tuple[str, ...]:
+        steps = [last]
+        while parent[state] is not None:
+            state, step = parent[state]
+            steps.append(step)
+        return tuple(m.describe_step(st) for st in reversed(steps))
+
+    def found(rule: str, message: str, role: str, state, step) -> None:
+        if rule not in result.findings:
+            result.findings[rule] = Finding(rule, message, role, trace_to(state, step))
+
+    while queue:
+        state = queue.popleft()
+        result.states += 1
+        if result.states > max_states:
+            result.complete = False
+            break
+        pcs, bars, stages, loads, inside = state
+        moved = False
+        for ri, role in enumerate(m.roles):
+            pc = pcs[ri]
+            if pc >= len(role.ops):
+                continue
+            op = role.ops[pc]
+            step = ("role", ri, pc)
+            outcome = _step(m, state, ri, op, found, step)
+            if outcome is None:
+                continue          # blocked
+            moved = True
+            if outcome is _VIOLATION:
+                continue
+            if outcome not in parent:
+                parent[outcome] = (state, step)
+                queue.append(outcome)
+        for li, (ri, pc, target) in enumerate(loads):
+            op = m.roles[ri].ops[pc]
+            step = ("land", ri, pc, target)
+            outcome = _land(m, state, li, op, target, found, step)
+            moved = True
+            if outcome is _VIOLATION:
+                continue
+            if outcome not in parent:
+                parent[outcome] = (state, step)
+                queue.append(outcome)
+        if not moved and any(pc < len(r.ops) for pc, r in zip(pcs, m.roles)):
+            blocked = []
+            for ri, r in enumerate(m.roles):
+                if pcs[ri] < len(r.ops):
+                    blocked.append(f"{r.name} at {describe(r.ops[pcs[ri]])}")
+            first = next(r for ri, r in enumerate(m.roles) if pcs[ri] < len(r.ops))
+            found("PIPE-DEADLOCK", "no role can move: " + "; ".join(blocked), first.name, state, ("stuck",))
+    return result
+
+
+_VIOLATION = object()
+
+
+def _step(m: _Machine, state, ri: int, op, found, step):
+    """The state after role ``ri`` performs ``op``; None if it is blocked; _VIOLATION if the move
+    breaks a rule (reported through ``found``)."""
+    pcs, bars, stages, loads, inside = state
+    role = m.roles[ri]
+
+    def advance(**changes):
+        new_pcs = pcs[:ri] + (pcs[ri] + 1,) + pcs[ri + 1:]
+        return (new_pcs, changes.get("bars", bars), changes.get("stages", stages),
+                changes.get("loads", loads), changes.get("inside", inside))
+
+    def usable(name: str) -> bool:
+        bi = m.bar_index[name]
+        init = bars[bi][0]
+        ok = init == 2 or (init == 1 and m.initializer.get(name) == ri)
+        if not ok:
+            found("PIPE-BARRIER-INIT", f"{role.name} uses {name} before its mbarrier.init is visible "
+                  f"({'not initialized' if init == 0 else 'initialized but not yet fenced and synchronized'})",
+                  role.name, state, step)
+        return ok
+
+    if isinstance(op, Init):
+        new = list(bars)
+        for name in op.barriers:
+            bi = m.bar_index[name]
+            new[bi] = (1, 0, m.bar_count[bi], 0)
+        return advance(bars=tuple(new))
+
+    if isinstance(op, Sync):
+        for rj, pc_sync in m.sync_roles.get(op.id, {}).items():
+            if pcs[rj] < pc_sync:
+                return None
+        new = tuple((2 if b[0] == 1 else b[0],) + b[1:] for b in bars)
+        return advance(bars=new)
+
+    if isinstance(op, Wait):
+        if not usable(op.barrier):
+            return _VIOLATION
+        bi = m.bar_index[op.barrier]
+        if bars[bi][1] == op.parity:
+            return None
+        if op.stage >= 0 and op.barrier.startswith("full"):
+            key = m.stage_index[(role.cta, op.stage)]
+            fill, writes, readers, holders = stages[key]
+            new = list(stages)
+            new[key] = (fill, writes, readers, holders | {ri})
+            return advance(stages=tuple(new))
+        return advance()
+
+    if isinstance(op, Arrive):
+        if not usable(op.barrier):
+            return _VIOLATION
+        bi = m.bar_index[op.barrier]
+        init, phase, pending, tx = bars[bi]
+        pending -= op.count
+        tx += op.expect_tx
+        if pending < 0:
+            found("PIPE-ARRIVAL-COUNT", f"{role.name} arrives on {op.barrier} after its phase already has "
+                  f"all {m.bar_count[bi]} arrivals (tile {op.tile}, k-block {op.kb}, stage {op.stage})",
+                  role.name, state, step)
+            return _VIOLATION
+        new = list(bars)
+        new[bi] = (init, phase, pending, tx)
+        _complete_phase(new, bi, m.bar_count[bi])
+        new_stages = stages
+        if op.release and m.bar_cta[op.barrier] == role.cta:
+            key = m.stage_index[(role.cta, op.stage)]
+            fill, writes, readers, holders = stages[key]
+            ns = list(stages)
+            ns[key] = (fill, writes, readers, holders - {ri})
+            new_stages = tuple(ns)
+        return advance(bars=tuple(new), stages=new_stages)
+
+    if isinstance(op, Load):
+        new_stages = list(stages)
+        for target in op.targets:
+            readers_idx = frozenset(m.role_index[f"{r}@{target}"] for r in op.readers)
+            key = m.stage_index[(target, op.stage)]
+            fill, writes, readers, holders = stages[key]
+            if fill != op.fill and (readers or holders):
+                who = ", ".join(sorted(m.roles[r].name for r in (readers | holders)))
+                found("PIPE-OVERWRITE-BEFORE-RELEASE",
+                      f"{role.name} loads {op.operand} of tile {op.tile} k-block {op.kb} into stage {op.stage} "
+                      f"of CTA {target} while {who} has not released its previous contents (fill {fill})",
+                      role.name, state, step)
+                return _VIOLATION
+            new_stages[key] = (op.fill, writes + 1, readers if fill == op.fill else readers_idx, holders)
+        new_loads = tuple(sorted(loads + tuple((ri, pcs[ri], t) for t in op.targets)))
+        return advance(stages=tuple(new_stages), loads=new_loads)
+
+    if isinstance(op, Read):
+        key = m.stage_index[(role.cta, op.stage)]
+        fill, writes, readers, holders = stages[key]
+        if ri not in holders:
+            found("PIPE-READ-AFTER-RELEASE", f"{role.name} reads stage {op.stage} (tile {op.tile}, k-block {op.kb}) "
+                  f"without holding it: it was released, or never waited for", role.name, state, step)
+            return _VIOLATION
+        if fill != op.fill or writes:
+            what = (f"it holds fill {fill}" if fill != op.fill else f"{writes} load(s) into it are still in flight")
+            found("PIPE-READ-BEFORE-LOAD", f"{role.name} reads stage {op.stage} for tile {op.tile} k-block {op.kb} "
+                  f"(fill {op.fill}) but {what}", role.name, state, step)
+            return _VIOLATION
+        new = list(stages)
+        new[key] = (fill, writes, readers - {ri}, holders)
+        return advance(stages=tuple(new))
+
+    if isinstance(op, MathBegin):
+        same_cta = [r for r in inside if m.roles[r].cta == role.cta]
+        if same_cta:
+            other = ", ".join(sorted(m.roles[r].name for r in same_cta))
+            found("PIPE-ORDER-EXCLUSIVE", f"{role.name} begins its mainloop of tile {op.tile} while {other} is "
+                  f"in its own", role.name, state, step)
+            return _VIOLATION
+        return advance(inside=inside | {ri})
+
+    if isinstance(op, MathEnd):
+        return advance(inside=inside - {ri})
+
+    raise TypeError(f"unknown pipeline op {op!r}")
+
+
+def _land(m: _Machine, state, li: int, op: Load, target: int, found, step):
+    pcs, bars, stages, loads, inside = state
+    ri = loads[li][0]
+    name = at(op.barrier, target)
+    bi = m.bar_index[name]
+    if bars[bi][0] == 0:
+        found("PIPE-BARRIER-INIT", f"a TMA load completes bytes on {name} before its mbarrier.init",
+              m.roles[ri].name, state, step)
+        return _VIOLATION
+    init, phase, pending, tx = bars[bi]
+    new = list(bars)
+    new[bi] = (init, phase, pending, tx - op.bytes_per_cta)
+    _complete_phase(new, bi, m.bar_count[bi])
+    key = m.stage_index[(target, op.stage)]
+    fill, writes, readers, holders = stages[key]
+    new_stages = list(stages)
+    new_stages[key] = (fill, writes - 1, readers, holders)
+    new_loads = loads[:li] + loads[li + 1:]
+    return (pcs, tuple(new), tuple(new_stages), new_loads, inside)
