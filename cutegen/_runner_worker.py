@@ -24,13 +24,43 @@ from .problem import GemmProblem
 from . import runner as R
 
 _LIBS: dict[str, ctypes.CDLL] = {}
-# Where tensors live. Always "cuda" for real runs; "cpu" only lets the tests exercise the buffer,
-# reference and cuBLAS-call code on a machine without a GPU (no kernel can run there).
+# Where buffers live. Always "cuda" for real runs (torch tensors). "cpu" is the dry run: numpy host
+# buffers (cutegen._runner_host), so the whole path runs without torch or a GPU against a host-side
+# stand-in kernel library.
 DEVICE = os.environ.get("CUTEGEN_RUNNER_DEVICE", "cuda")
 
 
 def _on_gpu() -> bool:
     return DEVICE != "cpu"
+
+
+def new_generator(seed: int):
+    """The random generator of the buffers' backend, seeded."""
+    if not _on_gpu():
+        import numpy as np
+        return np.random.default_rng(seed)
+    gen = _torch().Generator(device=DEVICE)
+    gen.manual_seed(seed)
+    return gen
+
+
+def make_buffers(problem: GemmProblem, case: "R.Case", gen):
+    """Buffers of the backend: torch on the GPU, numpy on the host (the dry run)."""
+    if not _on_gpu():
+        from . import _runner_host
+        return _runner_host.Buffers(problem, case, gen)
+    return Buffers(problem, case, gen)
+
+
+def _workspace(nbytes: int):
+    """(address or None, owner) of a workspace of ``nbytes`` on the backend's device."""
+    if not _on_gpu():
+        from . import _runner_host
+        return _runner_host.workspace(nbytes)
+    if not nbytes:
+        return None, None
+    ws = _torch().empty(max(nbytes, 1), device=DEVICE, dtype=_torch().uint8)
+    return ws.data_ptr(), ws
 
 
 def _sync() -> None:
@@ -132,11 +162,12 @@ def torch_dtype(name: str):
 
 
 def _device_info(probe_cublas: bool = True) -> dict:
-    torch = _torch()
     if not _on_gpu():
+        import numpy as np
         return {"name": "cpu (dry run)", "compute_capability": None, "sm_count": 0, "memory_gib": None,
-                "l2_bytes": 50 * 2**20, "torch": torch.__version__, "torch_cuda": torch.version.cuda,
+                "l2_bytes": 50 * 2**20, "torch": None, "torch_cuda": None, "numpy": np.__version__,
                 "driver_api": None, "cublas": None}
+    torch = _torch()
     if not torch.cuda.is_available():
         raise RuntimeError("CUDA is not available to torch in the worker")
     props = torch.cuda.get_device_properties(0)
@@ -149,6 +180,7 @@ def _device_info(probe_cublas: bool = True) -> dict:
         "torch": torch.__version__,
         "torch_cuda": torch.version.cuda,
         "driver_api": _driver_api_version(),
+        "driver": _driver_version(),
         "cublas": _cublas_version() if probe_cublas else None,
     }
     return info
@@ -163,6 +195,17 @@ def _driver_api_version():
     except OSError:
         pass
     return None
+
+
+def _driver_version():
+    """The kernel driver's version string (e.g. 580.159.04), as /proc/driver/nvidia/version gives it."""
+    try:
+        with open("/proc/driver/nvidia/version") as f:
+            import re
+            m = re.search(r"Kernel Module(?: for \S+)?\s+(\d+\.\d+(?:\.\d+)?)", f.read())
+            return m.group(1) if m else None
+    except OSError:
+        return None
 
 
 def _cublas_version():
@@ -188,10 +231,10 @@ def _cublas_version():
 
 
 def op_init(task):
-    torch = _torch()
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
     if _on_gpu():
+        torch = _torch()
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
         torch.cuda.init()
     # Under compute-sanitizer, run no cuBLAS work beyond the case itself.
     info = _device_info(probe_cublas=not os.environ.get("CUTEGEN_SANITIZER"))
@@ -276,6 +319,9 @@ class Buffers:
     def reset_d(self):
         self.flat["D"].fill_(float("nan"))
 
+    def d_untouched(self) -> bool:
+        return bool(_torch().isnan(self.flat["D"]).all().item())
+
     def reference(self, alpha: float, beta: float):
         """float32 reference from the same stored inputs: alpha*A@B + beta*C (+bias, activation)."""
         torch = _torch()
@@ -324,8 +370,7 @@ class Buffers:
 
 
 def plan_workspace(lib, args: R.LaunchArgs, plan: dict | None = None):
-    """(workspace tensor or None, bytes) of the size the kernel asks for this call and launch plan."""
-    torch = _torch()
+    """(address or None, owner, bytes) of a workspace of the size the kernel asks for this call and plan."""
     if plan:
         from cutegen.launch_plan import LaunchPlan
         if not abi.has_plan(lib):
@@ -335,16 +380,15 @@ def plan_workspace(lib, args: R.LaunchArgs, plan: dict | None = None):
                                                        *LaunchPlan.from_dict(plan).codes()))
     else:
         ws_bytes = int(lib.cutegen_workspace_size(args.m, args.n, args.k, args.batch))
-    ws = torch.empty(max(ws_bytes, 1), device=DEVICE, dtype=torch.uint8) if ws_bytes else None
-    return ws, ws_bytes
+    ptr, owner = _workspace(ws_bytes)
+    return ptr, owner, ws_bytes
 
 
 def call_kernel(lib, args: R.LaunchArgs, plan: dict | None = None, workspace=None) -> tuple[int, str]:
     """One cutegen_gemm call (cutegen_gemm_plan with a launch plan) on the current stream, with the
-    given ``workspace`` (ws, bytes) or a fresh one of the size the kernel asks."""
-    ws, ws_bytes = workspace if workspace is not None else plan_workspace(lib, args, plan)
+    given ``workspace`` (plan_workspace's triple) or a fresh one of the size the kernel asks."""
+    ptr, _owner, ws_bytes = workspace if workspace is not None else plan_workspace(lib, args, plan)
     stream = _stream()
-    ptr = ws.data_ptr() if ws is not None else None
     if plan:
         from cutegen.launch_plan import LaunchPlan
         status = lib.cutegen_gemm_plan(*args.abi_tuple(), *LaunchPlan.from_dict(plan).codes(), ptr, ws_bytes, stream)
@@ -360,16 +404,14 @@ def call_kernel(lib, args: R.LaunchArgs, plan: dict | None = None, workspace=Non
 
 def op_validate_case(task):
     """Run one validation case (or refusal probe) on one kernel; see runner.validation_cases."""
-    torch = _torch()
     problem = GemmProblem.from_dict(task["problem"])
     config = R.KernelConfig.from_dict(task["config"]) if task.get("config") else None
     case = R.Case.from_dict(task["case"])
     tol = float(task.get("tolerance", R.tolerance(problem)))
     lib = load_library(task["library"])
-    gen = torch.Generator(device=DEVICE)
-    gen.manual_seed(int(task.get("seed", 0)) * 1000 + case.seed)
+    gen = new_generator(int(task.get("seed", 0)) * 1000 + case.seed)
     t0 = time.monotonic()
-    bufs = Buffers(problem, case, gen)
+    bufs = make_buffers(problem, case, gen)
     args = bufs.launch_args(case.alpha, case.beta)
     violations = R.preflight(problem, args, config)
     out = {"case": case.name, "m": case.m, "n": case.n, "k": case.k, "batch": case.batch,
@@ -381,7 +423,7 @@ def op_validate_case(task):
         missing = [r for r in case.expect if r not in found]
         status, message = call_kernel(lib, args)
         _sync()
-        d_untouched = bool(torch.isnan(bufs.flat["D"]).all().item())
+        d_untouched = bufs.d_untouched()
         agree, why = R.refusal_agrees(violations, status, message)
         ok = not missing and agree and d_untouched
         reasons = []
@@ -404,7 +446,7 @@ def op_validate_case(task):
         out["plan"] = dict(case.plan)
     # one workspace for every launch of the case: a relaunch (repeat > 1) must not see a stale one
     workspace = plan_workspace(lib, args, case.plan)
-    out["workspace_bytes"] = workspace[1]
+    out["workspace_bytes"] = workspace[2]
     worst = None
     for launch in range(max(1, case.repeat)):
         if launch:
@@ -449,7 +491,6 @@ def time_calls(fn, n_sets: int, warmup: int, iters: int, cycles_per_iter: int = 
     the GPU busy while the host queues every timed call, so host launch overhead (ctypes, Python)
     does not show up as idle gaps inside the events; the same method times every contender.
     """
-    torch = _torch()
     for i in range(warmup):
         fn(i % n_sets)
     if not _on_gpu():  # the CPU dry run: host clock around each (synchronous) call
@@ -459,6 +500,7 @@ def time_calls(fn, n_sets: int, warmup: int, iters: int, cycles_per_iter: int = 
             fn((warmup + i) % n_sets)
             times.append((time.perf_counter() - t0) * 1e3)
         return times
+    torch = _torch()
     torch.cuda.synchronize()
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
@@ -620,20 +662,18 @@ def op_bench_problem(task):
     against the float32 reference before it is timed; a contender that fails verification is
     reported, not timed.
     """
-    torch = _torch()
     problem = GemmProblem.from_dict(task["problem"])
     warmup, iters = int(task.get("warmup", 10)), int(task.get("iters", 50))
     alpha, beta = problem.alpha, problem.beta
     tol = R.tolerance(problem)
     info = _device_info()
-    gen = torch.Generator(device=DEVICE)
-    gen.manual_seed(int(task.get("seed", 0)) + 7)
+    gen = new_generator(int(task.get("seed", 0)) + 7)
     case = R.Case("bench", problem.m, problem.n, problem.k, problem.batch, alpha, beta,
                   ld_pad=R.problem_ld_pads(problem))      # stated leading dimensions (lda/ldb/ldc)
     geoms = R.geometries(problem, case.m, case.n, case.k)
     set_bytes = sum(g.rows * g.cols * case.batch * g.element_bytes for g in geoms.values())
     n_sets = input_set_count(set_bytes, info["l2_bytes"], int(task.get("l2_multiple", 4)))
-    sets = [Buffers(problem, case, gen) for _ in range(n_sets)]
+    sets = [make_buffers(problem, case, gen) for _ in range(n_sets)]
     ref = sets[0].reference(alpha, beta)
     _sync()
     results = {}
@@ -645,7 +685,14 @@ def op_bench_problem(task):
             if contender.get("library") is None and name != "cublas":
                 res.update(status="missing", reason=contender.get("reason", "no library"))
                 continue
-            if name == "cublas":
+            if name == "cublas" and not _on_gpu():
+                from . import _runner_host
+                call = _runner_host.MatmulCall(problem, sets, alpha, beta)
+                res["notes"] = call.notes
+                res.update(_verify_and_time(call, sets, ref, tol, n_sets, warmup, iters))
+                res["api"] = call.api
+            elif name == "cublas":
+                torch = _torch()
                 call = CublasCall(problem, sets, alpha, beta)
                 res["notes"] = call.notes
                 prev = torch.backends.cuda.matmul.allow_tf32
@@ -666,9 +713,7 @@ def op_bench_problem(task):
                     res.update(status="refused", reason="; ".join(f"{v.rule_id}: {v.reason}" for v in violations))
                     continue
                 plan = contender.get("launch_plan")   # a stream-K kernel runs the plan its manifest records
-                ws, ws_bytes = plan_workspace(lib, args[0], plan)
-                if ws is None:
-                    ws = torch.empty(1, device=DEVICE, dtype=torch.uint8)
+                ws_ptr, ws, ws_bytes = plan_workspace(lib, args[0], plan)
                 stream_box = [_stream()]
                 if plan:
                     from cutegen.launch_plan import LaunchPlan
@@ -681,9 +726,9 @@ def op_bench_problem(task):
                     entry = lib.cutegen_gemm
                 status_box = []
 
-                def fn(i, entry=entry, lib=lib, packed=packed, ws=ws, ws_bytes=ws_bytes, stream=stream_box,
-                       box=status_box):
-                    st = entry(*packed[i], ws.data_ptr(), ws_bytes, stream[0])
+                def fn(i, entry=entry, lib=lib, packed=packed, ws=ws, ws_ptr=ws_ptr, ws_bytes=ws_bytes,
+                       stream=stream_box, box=status_box):
+                    st = entry(*packed[i], ws_ptr, ws_bytes, stream[0])
                     if st != 0:
                         box.append((st, lib.cutegen_last_error().decode(errors="replace")))
 
@@ -698,7 +743,7 @@ def op_bench_problem(task):
                 b.reset_d()
     del sets, ref
     if _on_gpu():
-        torch.cuda.empty_cache()  # the next problem's input sets start from a clean pool
+        _torch().cuda.empty_cache()  # the next problem's input sets start from a clean pool
     return {"problem": problem.to_dict(), "name": problem.name, "flops": problem.flops, "input_sets": n_sets,
             "set_bytes": set_bytes, "warmup": warmup, "iters": iters, "tolerance": tol, "results": results,
             "device": info}

@@ -146,7 +146,6 @@ def test_iters_below_50_are_refused():
 
 
 def test_plot_writes_a_png(tmp_path):
-    pytest.importorskip("matplotlib")
     doc = document([entry(P1, 1.0, 1.1, 1.2), entry(P2, 0.2, 0.21, None), entry(P3, 1.0, 0.9, None)])
     out = B.plot_module().plot(doc, tmp_path / "p.png")
     data = out.read_bytes()

@@ -6,6 +6,7 @@ some other rule fired. Predicates that CUTLASS's own choices never break (setmax
 arrival counts, the epilogue deadlock guard) are driven through a context with the derived
 number changed, which is the only way to reach their other side.
 """
+import dataclasses
 import random
 
 import pytest
@@ -126,14 +127,34 @@ def test_instruction_divides_and_selector():
     assert "WGMMA-SS-OP-SELECT" in ctx_ids(ctx)
 
 
+def rule(rule_id):
+    return next(r for r in all_rules() if r.id == rule_id)
+
+
+def fires(rule_id, ctx) -> bool:
+    """Does this one rule fire on ``ctx`` (a real context with a derived number changed)?"""
+    return rule(rule_id).evaluate(ctx) is not None
+
+
+# PTX ISA 8.x, setmaxnreg: "imm-reg-count ... must be in the range 24 to 256 (both inclusive)" and a
+# multiple of 8. Each bound: the value on it, and the nearest value of the right granularity past it.
+@pytest.mark.parametrize("regs,legal", [
+    ((24, 232), True), ((16, 232), False), ((23, 232), False),        # lower bound, producer
+    ((40, 24), True), ((40, 16), False),                              # lower bound, consumer
+    ((40, 256), True), ((40, 264), False), ((256, 232), True), ((264, 232), False),   # upper bound
+    ((40, 232), True), ((40, 236), False), ((44, 232), False),        # multiple of 8
+])
+def test_setmaxnreg_bounds(regs, legal):
+    ctx = base_ctx()
+    ctx.__dict__["setmaxnreg"] = regs
+    assert fires("WGMMA-SETMAXNREG", ctx) is not legal
+    assert ("WGMMA-SETMAXNREG" in ctx_ids(ctx)) is not legal
+
+
 def test_setmaxnreg_and_register_pool():
     ctx = base_ctx()
     assert ctx.setmaxnreg == (40, 232)
     assert not {"WGMMA-SETMAXNREG", "RES-REGISTER-POOL"} & ctx_ids(ctx)
-    ctx.__dict__["setmaxnreg"] = (20, 232)
-    assert "WGMMA-SETMAXNREG" in ctx_ids(ctx)
-    ctx.__dict__["setmaxnreg"] = (40, 236)
-    assert "WGMMA-SETMAXNREG" in ctx_ids(ctx)
     ctx.__dict__["setmaxnreg"] = (24, 248)          # 128 x (24 + 2 x 248) = 66,560 > 65,536
     assert "RES-REGISTER-POOL" in ctx_ids(ctx)
     ctx.__dict__["setmaxnreg"] = (24, 240)          # CUTLASS's heavy split: exactly 64,512
@@ -149,11 +170,61 @@ def test_accumulator_registers_warning():
     assert "WGMMA-ACCUMULATOR-REGISTERS" not in [v.rule_id for v in r.violations]
 
 
+# The consumer warpgroups' setmaxnreg is the register budget (CUTLASS sm90 cooperative/pingpong kernels:
+# 232, or 240 with the 24-register producer); without setmaxnreg, each thread's share of the 65,536
+# registers in steps of 8, at most 255 (256 threads: 255; 384 threads: 168). The rule fires when the
+# live f32 accumulators reach the budget.
+@pytest.mark.parametrize("budget,threads,live,fires_", [
+    ((40, 232), 384, 231, False), ((40, 232), 384, 232, True),
+    ((24, 240), 384, 239, False), ((24, 240), 384, 240, True),
+    (None, 256, 254, False), (None, 256, 255, True),
+    (None, 384, 167, False), (None, 384, 168, True),
+])
+def test_accumulator_registers_exact_budget(budget, threads, live, fires_):
+    ctx = base_ctx()
+    ctx.__dict__["setmaxnreg"] = budget
+    ctx.__dict__["threads"] = threads
+    ctx.__dict__["live_acc_regs_per_thread"] = live
+    assert fires("WGMMA-ACCUMULATOR-REGISTERS", ctx) is fires_
+
+
+def test_accumulator_registers_nearest_real_tiles():
+    # bf16 cooperative, 256 MMA threads: 256 x N / 256 = N registers; N >= 208 takes the (24, 240) split.
+    acc = "WGMMA-ACCUMULATOR-REGISTERS"
+    assert base_ctx(tile_shape=(256, 232, 64)).live_acc_regs_per_thread == 232
+    assert acc not in ids(tile_shape=(256, 232, 64))          # 232 < 240
+    assert acc in ids(tile_shape=(256, 240, 64))              # 240 = 240
+    # FP8 keeps two copies: 128 x N / 256 x 2 = N registers against the (40, 232) split.
+    fp8 = {"dtype_a": "e4m3", "dtype_b": "e4m3"}
+    assert base_ctx(fp8, tile_shape=(128, 232, 128)).live_acc_regs_per_thread == 232
+    assert acc not in ids(fp8, tile_shape=(128, 224, 128))     # 224 < 232
+    assert acc in ids(fp8, tile_shape=(128, 232, 128))         # 232 = 232
+
+
 # --- mbarrier -------------------------------------------------------------------------------------------
 
 def test_tx_count_range():
-    assert "MBAR-TX-COUNT-RANGE" not in ids(tile_shape=(256, 256, 512), stages=2)     # 524,288 B
-    assert "MBAR-TX-COUNT-RANGE" in ids(tile_shape=(256, 256, 1024), stages=2)        # 1,048,576 B
+    assert "MBAR-TX-COUNT-RANGE" not in ids(tile_shape=(256, 248, 1024), stages=2)    # 1,032,192 B
+    assert "MBAR-TX-COUNT-RANGE" in ids(tile_shape=(256, 256, 1024), stages=2)        # 1,048,576 B = 2^20
+
+
+# PTX ISA, mbarrier: the tx-count is in the range [-(2^20-1), 2^20-1]. One stage's bytes on each side
+# of 2^20-1 (fp8: one byte per element, so Tile_M + Tile_N = bytes with Tile_K = 1), and the same for
+# the epilogue's C subtile.
+@pytest.mark.parametrize("stage_bytes,fires_", [(2**20 - 1, False), (2**20, True)])
+def test_tx_count_exact_bound(stage_bytes, fires_):
+    ctx = base_ctx({"dtype_a": "e4m3", "dtype_b": "e4m3"})
+    ctx.tm, ctx.tn, ctx.tk = stage_bytes - 128, 128, 1
+    assert (ctx.bits_a * ctx.tm * ctx.tk + ctx.bits_b * ctx.tn * ctx.tk) // 8 == stage_bytes
+    assert fires("MBAR-TX-COUNT-RANGE", ctx) is fires_
+
+
+@pytest.mark.parametrize("epi_tile,fires_", [((2**20 - 1, 1), False), ((2**20, 1), True)])
+def test_tx_count_exact_bound_epilogue(epi_tile, fires_):
+    ctx = base_ctx()
+    ctx.bits_c = 8                            # one byte per C element: the subtile's bytes are its elements
+    ctx.epi_plan = dataclasses.replace(ctx.epi_plan, tile=epi_tile)
+    assert fires("MBAR-TX-COUNT-RANGE", ctx) is fires_
 
 
 def test_arrival_count():
@@ -161,6 +232,19 @@ def test_arrival_count():
     assert "MBAR-ARRIVAL-COUNT" not in ctx_ids(ctx)
     ctx.mma_threads = 0
     assert "MBAR-ARRIVAL-COUNT" in ctx_ids(ctx)
+
+
+# PTX ISA, mbarrier.init: the expected arrival count is in [1, 2^20-1]. Single CTA: one arrival per MMA
+# thread; a cluster: (cluster_M + cluster_N - 1) per consumer warpgroup (sm90_pipeline.hpp).
+@pytest.mark.parametrize("cluster,mma_threads,fires_", [
+    ((1, 1, 1), 1, False), ((1, 1, 1), 0, True),                           # lower bound
+    ((1, 1, 1), 2**20 - 1, False), ((1, 1, 1), 2**20, True),               # upper bound
+    ((2, 1, 1), 128 * (2**19 - 1), False), ((2, 1, 1), 128 * 2**19, True),  # 2 x warpgroups: 2^20-2 | 2^20
+])
+def test_arrival_count_bounds(cluster, mma_threads, fires_):
+    ctx = base_ctx(cluster_shape=cluster)
+    ctx.mma_threads = mma_threads
+    assert fires("MBAR-ARRIVAL-COUNT", ctx) is fires_
 
 
 def test_multicast_box_split():
@@ -175,21 +259,35 @@ def test_multicast_box_split():
 def test_smem_capacity():
     assert "RES-SMEM-CAPACITY" not in ids(stages=6)          # 230,400 B
     assert "RES-SMEM-CAPACITY" in ids(stages=7)              # 263,168 B
-    # the pingpong 64x128x64 bf16 kernel: 9 stages fit, 10 do not
+    # the pingpong 64x128x64 bf16 kernel: 8 stages fit (214,016 B), 9 do not (238,592 B > 232,448 B)
     pp = dict(tile_shape=(64, 128, 64), mainloop_schedule="pingpong", epilogue_schedule="tma_warp_specialized")
+    p = GemmProblem(**BASE_P)
+    assert check_config(p, KernelConfig(stages=8, **pp)).smem_bytes == 214016
+    assert check_config(p, KernelConfig(stages=9, **pp)).smem_bytes == 238592
     assert "RES-SMEM-CAPACITY" not in ids(stages=8, **pp)
-    assert "RES-SMEM-CAPACITY" in ids(stages=9, **pp) or "RES-SMEM-CAPACITY" in ids(stages=10, **pp)
+    assert "RES-SMEM-CAPACITY" in ids(stages=9, **pp)
 
 
 def test_threads_cluster():
     ws = dict(mainloop_schedule="warp_specialized", epilogue_schedule="tma_warp_specialized")
     assert "RES-THREADS-PER-BLOCK" not in ids(warpgroup_layout=(2, 1, 1), **ws)
+    # 7 MMA warpgroups + the producer = 1,024 threads (the limit); 8 + 1 = 1,152
+    assert "RES-THREADS-PER-BLOCK" not in ids(tile_shape=(448, 128, 64), warpgroup_layout=(7, 1, 1), **ws)
     assert "RES-THREADS-PER-BLOCK" in ids(tile_shape=(512, 128, 64), warpgroup_layout=(8, 1, 1), **ws)
     assert "RES-CLUSTER-SIZE" not in ids(cluster_shape=(4, 4, 1))
     assert "RES-CLUSTER-SIZE" in ids(cluster_shape=(8, 4, 1))
     r = check_config(GemmProblem(**BASE_P), KernelConfig(tile_shape=(128, 128, 64), cluster_shape=(4, 4, 1)))
     assert r.legal and [v.rule_id for v in r.warnings] == ["RES-CLUSTER-PORTABLE"]
     assert "RES-CLUSTER-PORTABLE" not in ids(cluster_shape=(2, 4, 1))
+
+
+# CUDA C++ Programming Guide, Table "Technical specifications per compute capability": 1024 threads per
+# block; the H200 refused a launch of 1025 (EMP:launch th1025).
+@pytest.mark.parametrize("threads,fires_", [(1024, False), (1025, True)])
+def test_threads_per_block_exact_bound(threads, fires_):
+    ctx = base_ctx()
+    ctx.__dict__["threads"] = threads
+    assert fires("RES-THREADS-PER-BLOCK", ctx) is fires_
 
 
 # --- cutlass_sm90 ---------------------------------------------------------------------------------------

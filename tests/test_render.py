@@ -18,29 +18,6 @@ from cutegen import manifest as manifest_mod
 TOOLCHAIN = {"cutlass": "4.2.0", "nvcc": "13.0"}  # fixed so the tests do not depend on the machine
 
 
-def _has_real_legality() -> bool:
-    try:
-        from cutegen.legality import check_config  # noqa: F401
-        return True
-    except ImportError:
-        return False
-
-
-class _Passing:
-    violations: list = []
-
-    def to_dict(self):
-        return {"legal": True, "violations": []}
-
-
-@pytest.fixture
-def legality(monkeypatch):
-    """The real legality check when it exists; until it lands, one that passes everything."""
-    if not _has_real_legality():
-        monkeypatch.setattr(render_mod, "check_legality", lambda p, c: _Passing())
-    return _has_real_legality()
-
-
 def problem(dtype="bf16", layout="tn", **kw) -> GemmProblem:
     return GemmProblem.from_dict({"m": 4096, "n": 4096, "k": 4096, "dtype": dtype, "layout": layout, **kw})
 
@@ -49,14 +26,13 @@ BASE = KernelConfig(tile_shape=(128, 256, 64), cluster_shape=(2, 1, 1), stages=4
                     mainloop_schedule="cooperative", epilogue_schedule="tma_warp_specialized_cooperative")
 
 
-def test_rendering_is_deterministic_across_processes(legality):
+def test_rendering_is_deterministic_across_processes():
     k1 = render_mod.render(problem(), BASE, toolchain=TOOLCHAIN)
     k2 = render_mod.render(problem(), BASE, toolchain=TOOLCHAIN)
     assert k1.files == k2.files
     # A fresh interpreter (new hash seed, new import order) gives the same bytes.
     code = ("import sys, cutegen.render as r; from cutegen import *; "
-            "from tests.test_render import problem, BASE, TOOLCHAIN, _Passing, _has_real_legality\n"
-            "if not _has_real_legality(): r.check_legality = lambda p, c: _Passing()\n"
+            "from tests.test_render import problem, BASE, TOOLCHAIN\n"
             "k = r.render(problem(), BASE, toolchain=TOOLCHAIN)\n"
             "sys.stdout.write(k.files['kernel.cu'] + '\\0' + k.files['manifest.json'])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
@@ -67,14 +43,14 @@ def test_rendering_is_deterministic_across_processes(legality):
     assert man == k1.files["manifest.json"]
 
 
-def test_rendered_files_have_no_timestamps_or_absolute_paths(legality):
+def test_rendered_files_have_no_timestamps_or_absolute_paths():
     k = render_mod.render(problem(), BASE, toolchain=TOOLCHAIN)
     for name, text in k.files.items():
         assert "/work/" not in text and "/home/" not in text and "/tmp/" not in text, name
         assert not re.search(r"20\d\d-\d\d-\d\d", text), name
 
 
-def test_different_configs_render_different_kernels(legality):
+def test_different_configs_render_different_kernels():
     a = render_mod.render(problem(), BASE, toolchain=TOOLCHAIN)
     b = render_mod.render(problem(), BASE.replace(stages=3), toolchain=TOOLCHAIN)
     assert a.kernel_hash != b.kernel_hash
@@ -97,7 +73,6 @@ def test_illegal_config_is_refused_before_rendering(monkeypatch):
     assert called == []
 
 
-@pytest.mark.skipif(not _has_real_legality(), reason="cutegen.legality.check_config not landed yet")
 def test_real_rules_refuse_cooperative_tile_m_64():
     with pytest.raises(IllegalConfig) as e:
         render_mod.render(problem(), BASE.replace(tile_shape=(64, 256, 64), cluster_shape=(1, 1, 1)),
@@ -105,7 +80,6 @@ def test_real_rules_refuse_cooperative_tile_m_64():
     assert e.value.violations and all(v.rule_id for v in e.value.violations)
 
 
-@pytest.mark.skipif(not _has_real_legality(), reason="cutegen.legality.check_config not landed yet")
 def test_real_rules_refuse_smem_overflow():
     # 256x256x128 bf16 needs 131,088 B per stage: 2 stages cannot fit in 227 KiB (rulebook E07/D02).
     with pytest.raises(IllegalConfig):
@@ -119,7 +93,7 @@ def test_missing_legality_refuses_rather_than_renders_unchecked(monkeypatch):
         render_mod.render(problem(), BASE, toolchain=TOOLCHAIN)
 
 
-def test_unknown_backend_names_the_field(legality):
+def test_unknown_backend_names_the_field():
     with pytest.raises(FieldError) as e:
         render_mod.render(problem(), BASE, backend="triton")
     assert e.value.field == "backend"
@@ -132,7 +106,7 @@ CASES = [(dt, lay) for dt in ("bf16", "f16") for lay in ("tn", "nt", "nn", "tt")
 
 
 @pytest.mark.parametrize("dtype,layout", CASES)
-def test_every_supported_dtype_and_layout_renders(legality, dtype, layout):
+def test_every_supported_dtype_and_layout_renders(dtype, layout):
     p = problem(dtype, layout)
     cfg = KernelConfig(tile_shape=(128, 128, 64), cluster_shape=(1, 2, 1), mainloop_schedule="cooperative",
                        epilogue_schedule="tma_warp_specialized_cooperative")
@@ -159,10 +133,8 @@ def test_every_supported_dtype_and_layout_renders(legality, dtype, layout):
 
 
 @pytest.mark.parametrize("dtype,layout", [("tf32", "nt"), ("e4m3", "nn")])
-def test_transposed_tf32_and_fp8_are_refused(legality, dtype, layout):
+def test_transposed_tf32_and_fp8_are_refused(dtype, layout):
     """No transposed WGMMA for tf32/fp8 (B07): the rules or the completion must refuse, not render."""
-    if not legality:
-        pytest.skip("needs the real legality rules")
     with pytest.raises((IllegalConfig, CutegenError)):
         render_mod.render(problem(dtype, layout), KernelConfig(tile_shape=(128, 128, 64)), toolchain=TOOLCHAIN)
 
@@ -171,7 +143,7 @@ ABI_SYMBOLS = ("cutegen_gemm", "cutegen_workspace_size", "cutegen_describe", "cu
 
 
 @pytest.mark.parametrize("backend", ["cutlass", "cutlass_builder"])
-def test_abi_symbols_and_describe_json_are_in_the_source(legality, backend):
+def test_abi_symbols_and_describe_json_are_in_the_source(backend):
     k = render_mod.render(problem(), BASE, backend=backend, toolchain=TOOLCHAIN)
     for sym in ABI_SYMBOLS:
         assert re.search(rf"CUTEGEN_EXPORT [\w\s\*]+\b{sym}\(", k.source), sym
@@ -188,7 +160,7 @@ def test_abi_symbols_and_describe_json_are_in_the_source(legality, backend):
         assert status in k.source
 
 
-def test_builder_baseline_leaves_the_mainloop_to_cutlass(legality):
+def test_builder_baseline_leaves_the_mainloop_to_cutlass():
     k = render_mod.render(problem(), KernelConfig(tile_shape=(128, 256, 64), cluster_shape=(2, 1, 1)),
                           backend="cutlass_builder", toolchain=TOOLCHAIN)
     src = k.source
@@ -200,20 +172,17 @@ def test_builder_baseline_leaves_the_mainloop_to_cutlass(legality):
     assert "using CollectiveMainloop = cutlass::gemm::collective::CollectiveMma<" in explicit
 
 
-def test_explicit_kernel_asserts_builder_agreement_only_where_the_choices_coincide(legality):
+def test_explicit_kernel_asserts_builder_agreement_only_where_the_choices_coincide():
     same = render_mod.render(problem(), BASE, toolchain=TOOLCHAIN).source
     assert "static_assert(cute::is_same_v<BuilderMainloop, CollectiveMainloop>" in same
     # The builder would take WGMMA N = 256 for Tile_N = 256; a config with N = 128 is cutegen's own.
     own = BASE.replace(mma_instruction=(64, 128, 16))
-    try:
-        other = render_mod.render(problem(), own, toolchain=TOOLCHAIN).source
-    except IllegalConfig:
-        pytest.skip("the rules refuse WGMMA N=128 under a 256-wide tile")
+    other = render_mod.render(problem(), own, toolchain=TOOLCHAIN).source
     assert "BuilderMainloop" not in other
     assert "using MmaAtom = cute::SM90_64x128x16_F32BF16BF16_SS" in other
 
 
-def test_manifest_records_what_and_why(legality):
+def test_manifest_records_what_and_why():
     k = render_mod.render(problem(), BASE, cost={"seconds": 0.000123456789123, "tflops": 700.5},
                           toolchain=TOOLCHAIN)
     man = json.loads(k.files["manifest.json"])
@@ -227,7 +196,7 @@ def test_manifest_records_what_and_why(legality):
     assert k.files["manifest.json"] == manifest_mod.dumps(man)  # sorted keys, stable formatting
 
 
-def test_render_from_stored_manifest_gives_the_same_bytes(legality, tmp_path):
+def test_render_from_stored_manifest_gives_the_same_bytes(tmp_path):
     k = render_mod.render(problem("f16", "nt", bias=True, activation="relu"),
                           BASE.replace(stages="auto"), cost=1.5, toolchain=TOOLCHAIN)
     k.write(tmp_path)
@@ -244,13 +213,13 @@ def test_render_from_stored_manifest_gives_the_same_bytes(legality, tmp_path):
     (True, "gelu", "fusion::LinCombPerRowBiasEltAct<cutlass::epilogue::thread::GELU,"),
     (True, "none", "fusion::LinCombPerRowBiasEltAct<cutlass::epilogue::thread::Identity,"),
 ])
-def test_epilogue_fusion_follows_the_problem(legality, bias, act, expect):
+def test_epilogue_fusion_follows_the_problem(bias, act, expect):
     k = render_mod.render(problem(bias=bias, activation=act), BASE, toolchain=TOOLCHAIN)
     assert expect in k.source
     assert ("args.epilogue.thread.bias_ptr" in k.source) == bias
 
 
-def test_void_c_kernel_has_no_c_pointer(legality):
+def test_void_c_kernel_has_no_c_pointer():
     k = render_mod.render(problem(dtype_c="void"), BASE, toolchain=TOOLCHAIN)
     assert "using ElementC = void;" in k.source
     assert "args.epilogue.ptr_C = nullptr;" in k.source
@@ -271,20 +240,17 @@ def test_epilogue_tile_auto_matches_cutlass_rule():
                                       (128, 32)) == (2, 2)
 
 
-def test_extended_wgmma_n_turns_on_the_cute_macro(legality):
+def test_extended_wgmma_n_turns_on_the_cute_macro():
     cfg = KernelConfig(tile_shape=(128, 192, 64), cluster_shape=(1, 1, 1), stages=4,
                        mma_instruction=(64, 192, 16))
     assert "CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED" not in render_mod.render(problem(), cfg, toolchain=TOOLCHAIN).source
     cfg = KernelConfig(tile_shape=(128, 160, 64), cluster_shape=(1, 1, 1), stages=4,
                        mma_instruction=(64, 160, 16))
-    try:
-        k = render_mod.render(problem(), cfg, toolchain=TOOLCHAIN)
-    except IllegalConfig:
-        pytest.skip("the rules refuse WGMMA N=160 here")
+    k = render_mod.render(problem(), cfg, toolchain=TOOLCHAIN)
     assert "#define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED 1" in k.source
 
 
-def test_render_does_not_import_egglog_or_search(legality, tmp_path):
+def test_render_does_not_import_egglog_or_search(tmp_path):
     """The GPU machine has no egglog: importing build/render and re-rendering a stored manifest
     (completion and legality included) must not need it."""
     render_mod.render(problem(), BASE, toolchain=TOOLCHAIN).write(tmp_path)
@@ -320,7 +286,6 @@ def _sweep():
                                                       epilogue_schedule=ep, tile_scheduler=ts)
 
 
-@pytest.mark.skipif(not _has_real_legality(), reason="cutegen.legality.check_config not landed yet")
 def test_every_legal_config_of_a_sweep_renders():
     """Whatever the rules accept, the renderer must be able to write (the search may pick any of it)."""
     from cutegen.legality import check_config

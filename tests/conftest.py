@@ -1,0 +1,101 @@
+"""Test-suite policy: GPU tests skip without a Hopper GPU; nothing else may skip in CI.
+
+- ``@pytest.mark.gpu`` tests are skipped here, at setup, when torch (the ``gpu`` extra) or a
+  Hopper (sm_90) CUDA device is missing, with the reason. GPU test modules must not skip
+  themselves at import (no module-level ``importorskip``): a skip raised while collecting a
+  module carries no marker, so it counts as a CPU skip below.
+- ``--no-cpu-skips`` (``.ci/run`` passes it) makes the run fail when any test without the
+  ``gpu`` marker is skipped, or a module is skipped at collection. Every skip and its reason is
+  printed at the end of the run, allowed or not, so that what did not run is always visible.
+"""
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+
+def pytest_addoption(parser):
+    parser.addoption("--no-cpu-skips", action="store_true",
+                     help="fail the run if a test not marked gpu is skipped (CI)")
+
+
+@functools.lru_cache(maxsize=1)
+def gpu_missing() -> str | None:
+    """Why the gpu tests cannot run here (None when they can)."""
+    try:
+        import torch
+    except ImportError:
+        return "needs torch, the gpu extra (pip install -e '.[gpu]')"
+    if not torch.cuda.is_available():
+        return "needs a CUDA GPU; none is visible to torch"
+    major, minor = torch.cuda.get_device_capability(0)
+    if major != 9:
+        return f"needs a Hopper GPU (sm_90); device 0 is sm_{major}{minor}"
+    return None
+
+
+def pytest_runtest_setup(item):
+    if item.get_closest_marker("gpu") is not None:
+        why = gpu_missing()
+        if why:
+            pytest.skip(why)
+
+
+class SkipLedger:
+    def __init__(self):
+        self.allowed: list[tuple[str, str]] = []     # (nodeid, reason) of gpu-marked tests
+        self.forbidden: list[tuple[str, str]] = []   # everything else
+
+    @staticmethod
+    def reason(report) -> str:
+        longrepr = report.longrepr
+        if isinstance(longrepr, tuple) and len(longrepr) == 3:
+            return str(longrepr[2]).removeprefix("Skipped: ")
+        return str(longrepr)
+
+    def add(self, report, gpu: bool) -> None:
+        (self.allowed if gpu else self.forbidden).append((report.nodeid, self.reason(report)))
+
+
+LEDGER = SkipLedger()
+
+
+def pytest_configure(config):
+    LEDGER.__init__()
+
+
+def pytest_runtest_logreport(report):
+    if report.skipped and not hasattr(report, "wasxfail"):
+        LEDGER.add(report, "gpu" in report.keywords)
+
+
+def pytest_collectreport(report):
+    if report.skipped:  # a whole module skipped while importing: it has no marker to look at
+        LEDGER.add(report, False)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    ledger = LEDGER
+    strict = config.getoption("--no-cpu-skips")
+    tr = terminalreporter
+    if ledger.allowed or ledger.forbidden:
+        tr.section("skipped tests and why")
+        # gpu skips, one line per file and reason (the GPU suite has one test per kernel)
+        groups: dict[tuple[str, str], int] = {}
+        for nodeid, why in ledger.allowed:
+            key = (nodeid.split("::")[0], why)
+            groups[key] = groups.get(key, 0) + 1
+        for (path, why), n in groups.items():
+            tr.line(f"allowed (gpu)  {path}: {n} test(s): {why}")
+        for nodeid, why in ledger.forbidden:
+            tr.line(f"{'FORBIDDEN' if strict else 'cpu skip '}      {nodeid}: {why}")
+    tr.line(f"skips: {len(ledger.allowed)} gpu-marked (allowed), {len(ledger.forbidden)} other"
+            + (" -- a test that can run on a CPU must not skip (--no-cpu-skips)" if strict and ledger.forbidden
+               else ""))
+
+
+def pytest_sessionfinish(session, exitstatus):
+    config = session.config
+    if config.getoption("--no-cpu-skips") and LEDGER.forbidden and exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -1,0 +1,46 @@
+"""The CI skip policy of tests/conftest.py: with --no-cpu-skips only gpu-marked tests may skip."""
+from pathlib import Path
+
+import pytest
+
+pytest_plugins = ["pytester"]
+
+CONFTEST = (Path(__file__).parent / "conftest.py").read_text()
+INI = "[pytest]\nmarkers =\n    gpu: needs a Hopper GPU\n"
+
+
+@pytest.fixture
+def suite(pytester):
+    pytester.makeconftest(CONFTEST)
+    pytester.makeini(INI)
+    return pytester
+
+
+def test_a_cpu_skip_fails_the_run_and_is_named(suite):
+    suite.makepyfile(test_a="import pytest\ndef test_ok():\n    pass\n"
+                            "def test_cpu():\n    pytest.skip('optional thing missing')\n")
+    strict = suite.runpytest("--no-cpu-skips")
+    assert strict.ret == pytest.ExitCode.TESTS_FAILED
+    strict.stdout.fnmatch_lines(["*FORBIDDEN*test_a.py::test_cpu: optional thing missing*",
+                                 "skips: 0 gpu-marked (allowed), 1 other*"])
+    assert suite.runpytest().ret == pytest.ExitCode.OK       # without the flag: reported, not fatal
+
+
+def test_a_module_skipped_at_import_fails_the_run(suite):
+    suite.makepyfile(test_b="import pytest\npytest.importorskip('no_such_module_here')\n"
+                            "def test_x():\n    pass\n")
+    result = suite.runpytest("--no-cpu-skips")
+    assert result.ret != pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(["*FORBIDDEN*test_b.py*no_such_module_here*"])
+
+
+def test_gpu_skips_are_allowed_and_printed(suite, monkeypatch):
+    suite.makepyfile(test_c="import pytest\npytestmark = pytest.mark.gpu\n"
+                            "def test_one():\n    pass\ndef test_two():\n    pass\n")
+    result = suite.runpytest("--no-cpu-skips", "-p", "no:cacheprovider")
+    # on a machine without torch or a Hopper GPU both skip (allowed); with one, both pass
+    outcomes = result.parseoutcomes()
+    assert result.ret == pytest.ExitCode.OK
+    assert outcomes.get("skipped", 0) + outcomes.get("passed", 0) == 2
+    if outcomes.get("skipped"):
+        result.stdout.fnmatch_lines(["*allowed (gpu)*test_c.py: 2 test(s)*", "skips: 2 gpu-marked (allowed), 0 other"])
