@@ -6,7 +6,7 @@
 #   here, once:   bash oracles/prepare_cutlass_headers.sh          # CUTLASS headers -> oracles/.cutlass
 #   device call:  bash bench/gpu_llm.sh                            # carry: ["oracles/.cutlass"]
 #
-# 1. build   the distinct kernels first (65 problems share 40 picked kernels (7 of them swap AB) and 2 baselines by hash;
+# 1. build   the distinct kernels first (65 problems share 43 picked kernels (12 swap AB, 9 stream-K) and 2 baselines by hash;
 #            the cache's per-key lock would otherwise park pool threads on duplicates), `--jobs 16`,
 #            no compile past BUILD_END_S. A second call on a still-warm machine starts from the cache
 #            ($CUTEGEN_CACHE, outside the tree), so a build cut short finishes there.

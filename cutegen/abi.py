@@ -24,6 +24,21 @@ extern "C" int cutegen_gemm(
 extern "C" size_t cutegen_workspace_size(int64_t M, int64_t N, int64_t K, int64_t batch);
 extern "C" const char* cutegen_describe(void);    /* JSON: {"problem":..., "config":..., "hash":..., "backend":...} */
 extern "C" const char* cutegen_last_error(void);  /* message of the last non-zero status, naming the rule ID */
+
+/* Stream-K kernels (tile_scheduler "stream_k") only: the run-time launch plan of cutegen/launch_plan.py.
+   decomposition 0 heuristic, 1 data-parallel, 2 split-K, 3 stream-K; splits >= 1; reduction 0
+   deterministic, 1 nondeterministic. cutegen_gemm of such a kernel is the plan (0, 1, 0). Every call
+   re-initializes the workspace (resets the stream-K barriers) before it launches. */
+extern "C" int cutegen_gemm_plan(
+    const void* A, const void* B, const void* C, void* D,
+    int64_t M, int64_t N, int64_t K, int64_t batch,
+    int64_t lda, int64_t ldb, int64_t ldc, int64_t ldd,
+    int64_t batch_stride_a, int64_t batch_stride_b, int64_t batch_stride_c, int64_t batch_stride_d,
+    float alpha, float beta, const void* bias,
+    int decomposition, int splits, int reduction,
+    void* workspace, size_t workspace_bytes, cudaStream_t stream);
+extern "C" size_t cutegen_workspace_size_plan(int64_t M, int64_t N, int64_t K, int64_t batch,
+                                              int decomposition, int splits, int reduction);
 """
 
 # Status codes returned by cutegen_gemm.
@@ -46,6 +61,21 @@ GEMM_ARGTYPES = (
 )
 
 
+GEMM_PLAN_ARGTYPES = (
+    GEMM_ARGTYPES[:19] + [ctypes.c_int, ctypes.c_int, ctypes.c_int] + GEMM_ARGTYPES[19:]
+)
+
+
+def has_plan(lib: ctypes.CDLL) -> bool:
+    """Whether the library exports the launch-plan entry points (stream-K kernels do)."""
+    try:
+        lib.cutegen_gemm_plan
+        lib.cutegen_workspace_size_plan
+    except AttributeError:
+        return False
+    return True
+
+
 def bind(lib: ctypes.CDLL) -> ctypes.CDLL:
     """Declare the ABI's argument and result types on a loaded library."""
     lib.cutegen_gemm.argtypes = GEMM_ARGTYPES
@@ -56,4 +86,9 @@ def bind(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.cutegen_describe.restype = ctypes.c_char_p
     lib.cutegen_last_error.argtypes = []
     lib.cutegen_last_error.restype = ctypes.c_char_p
+    if has_plan(lib):
+        lib.cutegen_gemm_plan.argtypes = GEMM_PLAN_ARGTYPES
+        lib.cutegen_gemm_plan.restype = ctypes.c_int
+        lib.cutegen_workspace_size_plan.argtypes = [ctypes.c_int64] * 4 + [ctypes.c_int] * 3
+        lib.cutegen_workspace_size_plan.restype = ctypes.c_size_t
     return lib

@@ -24,6 +24,10 @@ BLAS_LAYOUTS = {"tn": ("row", "col"), "nt": ("col", "row"), "nn": ("col", "col")
 # one kernel serves every size, so they stay out of its name and hash.
 KERNEL_FIELDS = ("dtype_a", "dtype_b", "dtype_c", "dtype_d", "dtype_acc", "layout_a", "layout_b", "layout_c",
                  "alignment_a", "alignment_b", "alignment_c", "bias", "activation", "target")
+# Fields that enter the kernel key, the name and the JSON only when they leave their default, so
+# every kernel rendered before they existed keeps its bytes and its hash.
+OPTIONAL_KERNEL_FIELDS = {"fp8_fast_accum": False}
+FP8_DTYPES = ("e4m3", "e5m2")
 
 
 def default_alignment(dtype_name: str) -> int:
@@ -65,6 +69,10 @@ class GemmProblem:
     bias: bool = False            # per-row (M) bias vector added before the activation
     activation: str = "none"
     target: str = "sm90a"
+    # FP8 only, off unless asked for (torch._scaled_mm(use_fast_accum=True)): accumulate in the WGMMA
+    # accumulator alone (CUTLASS's ...FP8FastAccum schedules) instead of promoting into a second f32
+    # copy every few k-blocks. Faster and half the accumulator registers; rounding error grows with K.
+    fp8_fast_accum: bool = False
 
     def __post_init__(self):
         for name, lo in (("m", 1), ("n", 1), ("k", 1), ("batch", 1)):
@@ -118,6 +126,11 @@ class GemmProblem:
             raise FieldError("bias", f"expected true or false, got {self.bias!r}")
         if self.dtype_c == "void" and self.beta != 0.0:
             raise FieldError("beta", "beta must be 0 when dtype_c is void (there is no C to read)")
+        if not isinstance(self.fp8_fast_accum, bool):
+            raise FieldError("fp8_fast_accum", f"expected true or false, got {self.fp8_fast_accum!r}")
+        if self.fp8_fast_accum and not (self.dtype_a in FP8_DTYPES and self.dtype_b in FP8_DTYPES):
+            raise FieldError("fp8_fast_accum", f"fast accumulation is an FP8 numerics choice; dtype_a={self.dtype_a}, "
+                                               f"dtype_b={self.dtype_b} (CUTLASS's FP8FastAccum schedules take e4m3/e5m2 only)")
 
     # --- derived facts -------------------------------------------------------------
     def contiguous_extent(self, operand: str) -> tuple[str, int]:
@@ -150,7 +163,12 @@ class GemmProblem:
 
     def kernel_key(self) -> dict[str, Any]:
         """What a compiled kernel for this problem depends on (not its sizes or scalars)."""
-        return {f: getattr(self, f) for f in KERNEL_FIELDS}
+        key = {f: getattr(self, f) for f in KERNEL_FIELDS}
+        key.update(self._optional_set())
+        return key
+
+    def _optional_set(self) -> dict[str, Any]:
+        return {f: getattr(self, f) for f, default in OPTIONAL_KERNEL_FIELDS.items() if getattr(self, f) != default}
 
     @property
     def kernel_class_name(self) -> str:
@@ -172,6 +190,8 @@ class GemmProblem:
             parts.append("bias")
         if self.activation != "none":
             parts.append(self.activation)
+        if self.fp8_fast_accum:
+            parts.append("fastacc")
         for fld in ("alignment_a", "alignment_b", "alignment_c"):
             dt = {"alignment_a": self.dtype_a, "alignment_b": self.dtype_b, "alignment_c": self.dtype_d}[fld]
             if getattr(self, fld) != default_alignment(dt):
@@ -181,6 +201,9 @@ class GemmProblem:
     # --- JSON ----------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
+        for f, default in OPTIONAL_KERNEL_FIELDS.items():
+            if out[f] == default:
+                del out[f]
         for ld in ("lda", "ldb", "ldc"):     # packed (the default) stays out: old JSON keeps its bytes
             if not out[ld]:
                 del out[ld]

@@ -61,6 +61,18 @@ _MMA_TYPE = {"bf16": "BF16", "f16": "F16", "tf32": "TF32", "e4m3": "E4M3", "e5m2
 _ACTIVATIONS = {"relu": "cutlass::epilogue::thread::ReLu", "gelu": "cutlass::epilogue::thread::GELU"}
 
 
+# What the manifest of a fast-accumulation FP8 kernel says about its arithmetic (only such kernels
+# carry the key, so every other manifest keeps its bytes).
+FP8_FAST_ACCUM_NUMERICS = {
+    "accumulation": "fp8_fast_accum",
+    "text": ("FP8 fast accumulation (CUTLASS ...FP8FastAccum schedule, MainloopSm90TmaGmmaWarpSpecialized): "
+             "every WGMMA accumulates into the one f32 accumulator in the tensor core's reduced-precision "
+             "FP8 accumulation, with no periodic promotion into a separate f32 copy; like "
+             "torch._scaled_mm(use_fast_accum=True). The error grows with K; validated to the FP8 tolerance "
+             "(cutegen.runner.tolerance)."),
+}
+
+
 @dataclass(frozen=True)
 class RenderedKernel:
     """The files of one kernel, ready to write: ``kernel.cu`` and ``manifest.json``."""
@@ -270,10 +282,14 @@ def template_context(problem: GemmProblem, config: KernelConfig, backend: str) -
         "alignment_a": problem.alignment_a, "alignment_b": problem.alignment_b,
         "alignment_c": problem.alignment_c,
         "tile": list(config.tile_shape), "cluster": list(config.cluster_shape),
-        "kernel_schedule": _KERNEL_SCHEDULES[config.mainloop_schedule],
+        "kernel_schedule": _KERNEL_SCHEDULES[config.mainloop_schedule]
+        + ("FP8FastAccum" if problem.fp8_fast_accum else ""),
         "epilogue_schedule": _EPILOGUE_SCHEDULES[config.epilogue_schedule],
         "epilogue_is_tma": config.epilogue_schedule != "no_smem",
         "tile_scheduler": _TILE_SCHEDULERS[config.tile_scheduler],
+        # stream-K kernels export the run-time launch plan (cutegen/launch_plan.py) through
+        # cutegen_gemm_plan / cutegen_workspace_size_plan; other kernels keep the four-function ABI
+        "stream_k": config.tile_scheduler == "stream_k",
         "raster_order": _RASTER[config.raster_order],
         "raster_swizzle": config.raster_swizzle,
         "fusion_op": fusion_op, "fusion_comment": fusion_comment,
@@ -320,8 +336,11 @@ def template_context(problem: GemmProblem, config: KernelConfig, backend: str) -
             "smem_b_shape": list(config.smem_layout_b.shape(DTYPES[problem.dtype_b].bits)),
             "tma_a": _TMA[config.tma_a], "tma_b": _TMA[config.tma_b],
             # FP8 keeps the builder's two-level accumulation (MainloopSm90TmaGmmaWarpSpecializedFP8):
-            # the FP8 WGMMA accumulator loses precision over long K otherwise.
-            "dispatch_policy": ("cutlass::gemm::MainloopSm90TmaGmmaWarpSpecializedFP8" if ctx["is_fp8"]
+            # the FP8 WGMMA accumulator loses precision over long K otherwise. Fast accumulation, when
+            # the problem asks for it, is the plain mainloop with an ...FP8FastAccum schedule, exactly
+            # what CUTLASS's builder makes of that schedule (sm90_gmma_builder.inl, FP8FastAccum builder).
+            "dispatch_policy": ("cutlass::gemm::MainloopSm90TmaGmmaWarpSpecializedFP8"
+                                if ctx["is_fp8"] and not problem.fp8_fast_accum
                                 else "cutlass::gemm::MainloopSm90TmaGmmaWarpSpecialized"),
         })
         if ctx["cp_async"]:
@@ -477,8 +496,26 @@ def render(problem: GemmProblem, config: KernelConfig, backend: str = "cutlass",
         toolchain = {"cutlass": manifest_mod.cutlass_version(), "nvcc": manifest_mod.nvcc_version()}
     man = manifest_mod.build_manifest(problem=problem, config=config, backend=backend, source=source,
                                       legality=legality_summary(report), cost=cost, toolchain=toolchain)
+    if problem.fp8_fast_accum:
+        man["numerics"] = FP8_FAST_ACCUM_NUMERICS
+    if config.tile_scheduler == "stream_k":
+        man["launch_plan"] = launch_plan_for(problem, config, cost).to_dict()
     return RenderedKernel(problem, config, backend, man["kernel_hash"],
                           {"kernel.cu": source, "manifest.json": manifest_mod.dumps(man)}, man)
+
+
+def launch_plan_for(problem: GemmProblem, config: KernelConfig, cost: Any = None):
+    """The launch plan a stream-K kernel runs its own problem with: the search's choice, recorded in its
+    cost record (``cost["launch_plan"]``), else the ABI's default; refused if a plan rule breaks."""
+    from .launch_plan import LaunchPlan
+    from .legality.stream_k import check_plan
+
+    data = cost.get("launch_plan") if isinstance(cost, dict) else None
+    plan = LaunchPlan.from_dict(data, where="cost.launch_plan")
+    broken, _ = check_plan(problem, config, plan)
+    if broken:
+        raise IllegalConfig(broken)
+    return plan
 
 
 def render_manifest(path: str | os.PathLike, *, keep_toolchain: bool = True) -> RenderedKernel:

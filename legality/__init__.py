@@ -99,10 +99,11 @@ class ConfigContext:
     @cached_property
     def fp8_promoted(self) -> bool:
         """FP8 inputs through CUTLASS's two-level accumulation mainloop (MainloopSm90TmaGmmaWarpSpecializedFP8,
-        what both the builder and cutegen's renderer use for FP8 without fast accumulation)."""
+        what both the builder and cutegen's renderer use for FP8 without fast accumulation). With
+        ``fp8_fast_accum`` the ...FP8FastAccum schedules take the plain mainloop: one accumulator."""
         # The cp.async mainloop has no FP8 variant: it accumulates in the WGMMA accumulator only.
         return (self.problem.dtype_a in ("e4m3", "e5m2") and not cb.uses_register_a(self.problem)
-                and self.config.mainloop_load == "tma")
+                and self.config.mainloop_load == "tma" and not getattr(self.problem, "fp8_fast_accum", False))
 
     @cached_property
     def live_acc_regs_per_thread(self) -> int:
@@ -154,6 +155,8 @@ def all_rules() -> list[Rule]:
     for rs in CONFIG_RULESETS:
         out.extend(rs)
     out.extend(SWAP_AB_RULES)
+    from .stream_k import STREAM_K_RULES   # judged on (problem, config, launch plan): check_plan
+    out.extend(STREAM_K_RULES)
     return out
 
 

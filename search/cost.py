@@ -14,7 +14,11 @@ spends time on legality. Terms, each reported in the breakdown:
 * epilogue  -- bytes of D (and C) per tile; ping-pong overlaps a TMA-store epilogue with the other
                warpgroup's mainloop; the no-smem epilogue is far slower and stays exposed.
 * ragged    -- implicit: partial tiles compute (and load) whole tiles; reported as wasted fraction.
-* stream_k  -- splits the k-blocks of the last wave across idle SMs at the price of a fix-up.
+* stream_k  -- a stream-K kernel runs the launch plan it is given (cutegen/launch_plan.py):
+               data-parallel (whole tiles), split-K by s (every tile's k-loop in s pieces, s times
+               the work units) or stream-K (the k-blocks of all tiles spread evenly over the CTAs).
+               Split tiles pay the reduction: each non-final piece writes its f32 partial tile to
+               the workspace and the tile's final piece reads it back, plus a fix-up wait.
 * dram      -- the tiles a wave touches at once (raster order and swizzle, as CUTLASS's persistent
                scheduler walks them) must come from HBM once per wave: fewer distinct A rows and B
                columns per wave means less DRAM traffic.
@@ -151,15 +155,19 @@ def _ss_op_n(tn):
     return out
 
 
+# launch-plan decomposition codes (cutegen.launch_plan.DECOMPOSITIONS) for stream-K kernels
+DECOMP_HEURISTIC, DECOMP_DATA_PARALLEL, DECOMP_SPLIT_K, DECOMP_STREAM_K = range(4)
+PARTIAL_BYTES_PER_ELEMENT = 4.0   # the workspace holds f32 accumulators (ElementAccumulator)
+
+
 def cost_arrays(problem, tm, tn, tk, cm, cn, sched, epi, scheduler, stages, raster=0, swizzle=1, device=None,
-                splits=1):
+                decomposition=DECOMP_STREAM_K, splits=1):
     """Vectorised cost. Integer arrays (codes index SCHEDULES / EPILOGUES / SCHEDULERS / RASTERS).
 
     ``device``: a ``Rates`` (SM count, HBM bandwidth, tensor peak) of another device kind; None is the
-    model as calibrated (132 SMs). ``splits`` is the split-K factor (1: none), the place for branch
-    ``splitk``'s decomposition: each output tile becomes ``splits`` work units of ceil(k-blocks / splits)
-    k-blocks, and the partial sums (f32, M x N per extra split) go out and come back through L2 for the
-    reduction. Returns (total_us, parts) where parts is a dict of arrays, one per term.
+    model as calibrated (132 SMs). ``decomposition`` and ``splits`` are the launch plan of stream-K
+    kernels (scheduler code 1); persistent kernels ignore them. The default prices the stream-K
+    decomposition. Returns (total_us, parts) where parts is a dict of arrays, one per term.
     """
     sms = SMS if device is None else device.sms
     hbm = HBM_BYTES_PER_S if device is None else device.hbm_bytes_per_s
@@ -186,18 +194,17 @@ def cost_arrays(problem, tm, tn, tk, cm, cn, sched, epi, scheduler, stages, rast
     swz = effective_swizzle(tiles_m, tiles_n, np.asarray(swizzle))
     tiles_m = np.ceil(tiles_m / (swz * cm)) * swz * cm
     tiles_n = np.ceil(tiles_n / (swz * cn)) * swz * cn
-    splits = np.asarray(splits, dtype=np.float64)
-    tiles = tiles_m * tiles_n * L * splits                  # work units: one per tile and K split
+    tiles = tiles_m * tiles_n * L
     csize = (cm * cn).astype(np.int64)
     lookup = np.full(max(int(csize.max(initial=1)), 16) + 1, 100.0)
     for c, n in ACTIVE_CTAS.items():
         # fewer SMs strand proportionally as many; whole clusters only (132 SMs: the table as it is)
         lookup[c] = n if sms == SMS else max(c, (n * sms // SMS) // c * c)
-    active = lookup[csize]
-    active = np.minimum(active, np.maximum(tiles, 1.0))
+    active_all = lookup[csize]                 # CTAs resident at once on the whole GPU
+    active = np.minimum(active_all, np.maximum(tiles, 1.0))
 
     # mainloop per k-block
-    kblocks = np.ceil(np.ceil(K / tk) / splits)
+    kblocks = np.ceil(K / tk)
     eff = instruction_efficiency(_ss_op_n(tn.astype(np.int64)))
     eff = np.where(sched == 0, eff * 0.92, eff)       # one consumer warpgroup: no math/issue overlap
     # accumulator registers per MMA thread (cooperative splits M over two warpgroups): past ~160 of
@@ -214,20 +221,25 @@ def cost_arrays(problem, tm, tn, tk, cm, cn, sched, epi, scheduler, stages, rast
     rows_a, cols_b = np.minimum(tm, M), np.minimum(tn, N)
     bytes_cta = (rows_a * tk / cn + cols_b * tk / cm) * in_bytes
     busy = np.minimum(active, tiles)
-    t_load = bytes_cta * busy / L2_BYTES_PER_S * 1e6
     latency = TMA_LATENCY_US * (1.0 + 0.05 * (cm * cn - 1.0))   # a multicast stage waits for the slowest CTA
     t_pipe = latency / np.maximum(stages - 1.0, 0.5)
     # cp.async: the producer's per-thread copies (see CP_ASYNC_* above)
     vectors = tm * tk / problem.alignment_a + tn * tk / problem.alignment_b
     t_issue = vectors / 32.0 * CP_ASYNC_CYCLES_PER_WARP_COPY / SM_CLOCK_HZ * 1e6
     sync_bytes = min(problem.alignment_a * DTYPES[problem.dtype_a].bits, problem.alignment_b * DTYPES[problem.dtype_b].bits) < 32
-    t_load = np.where(load == 1, np.maximum(t_load, t_issue), t_load)
     t_pipe = np.where(load == 1, t_pipe + (SYNC_COPY_LATENCY_US + t_issue if sync_bytes else 0.0), t_pipe)
     # a multicast stage is refilled only when every CTA of the cluster has released it: the wait for
     # the slowest grows with the cluster and saturates (4 CTAs already cost as much as 8 or 16)
     sync = CLUSTER_SYNC_US * np.minimum(cm * cn - 1.0, CLUSTER_SYNC_SATURATION - 1.0)
-    t_k = (np.maximum(np.maximum(t_mma, t_load), t_pipe) + KBLOCK_OVERHEAD_US + sync
-           + np.where(load == 1, CP_ASYNC_KBLOCK_US, 0.0))
+
+    def kblock_us(busy_ctas):
+        """One k-block with ``busy_ctas`` CTAs pulling their operands through L2 at once."""
+        t_load_ = bytes_cta * busy_ctas / L2_BYTES_PER_S * 1e6
+        t_load_ = np.where(load == 1, np.maximum(t_load_, t_issue), t_load_)
+        return (np.maximum(np.maximum(t_mma, t_load_), t_pipe) + KBLOCK_OVERHEAD_US + sync
+                + np.where(load == 1, CP_ASYNC_KBLOCK_US, 0.0)), t_load_
+
+    t_k, t_load = kblock_us(busy)
 
     # epilogue per tile
     t_epi = tm * tn * (out_bytes + c_bytes) * busy / STORE_BYTES_PER_S * 1e6
@@ -242,19 +254,49 @@ def cost_arrays(problem, tm, tn, tk, cm, cn, sched, epi, scheduler, stages, rast
     fill = TMA_LATENCY_US + t_k                               # first k-block of each CTA
     t_dp = waves * per_tile + fill
 
-    # stream-K: the k-blocks of all tiles spread evenly, plus a fix-up for split tiles
+    # partial-tile reduction through the workspace: a non-final piece writes tm x tn f32 partials and
+    # the final piece reads them back. Every split tile's traffic shares the GPU's store bandwidth,
+    # so the term is total partial bytes over the whole-GPU rate (not divided among the CTAs).
+    partial_tile_us = 2.0 * tm * tn * PARTIAL_BYTES_PER_ELEMENT / STORE_BYTES_PER_S * 1e6
+
+    # stream-K: the k-blocks of all tiles spread evenly, plus a fix-up for split tiles. The tiles of
+    # the last partial wave are the split ones (CUTLASS's get_num_sk_tiles); their k-blocks spread
+    # over every CTA, so about one partial per CTA beyond one final piece per split tile.
+    # With fewer tiles than CTAs every tile is split, over every CTA that can get a k-block.
     total_blocks = tiles * kblocks
-    t_sk = (np.ceil(total_blocks / active) * t_k / STREAMK_EFFICIENCY + t_epi_exposed * np.ceil(tiles / active)
-            + np.where(tiles % active != 0, STREAMK_FIXUP_US + 2 * t_epi, 0.0) + TILE_SWITCH_US + fill)
-    t_main = np.where(scheduler == 1, t_sk, t_dp)
-    # split-K: every extra split writes an f32 partial tile and the reduction reads it back
-    t_reduce = np.where(splits > 1, (splits - 1.0) * M * N * L * 4.0 * 2.0 / L2_BYTES_PER_S * 1e6, 0.0)
-    t_main = t_main + t_reduce
+    active_sk = np.minimum(active_all, np.maximum(total_blocks, 1.0))
+    t_k_sk, _ = kblock_us(active_sk)
+    sk_tiles = np.where(tiles % active_all != 0, tiles % active_all, 0.0)
+    sk_partials = np.where(sk_tiles > 0, np.maximum(active_sk - sk_tiles, 0.0), 0.0)
+    t_sk = (np.ceil(total_blocks / active_sk) * t_k_sk / STREAMK_EFFICIENCY
+            + t_epi_exposed * np.ceil(tiles / active)
+            + np.where(sk_tiles > 0, STREAMK_FIXUP_US + 2 * t_epi, 0.0) + TILE_SWITCH_US + TMA_LATENCY_US + t_k_sk
+            + sk_partials * partial_tile_us)
+
+    # split-K by s: s work units per tile, each ceil(kblocks / s) k-blocks; s - 1 partials per tile,
+    # and the deterministic turnstile makes a tile's final piece wait for the others (fix-up)
+    s = np.maximum(np.asarray(splits, dtype=np.float64), 1.0)
+    units = tiles * s
+    active_split = np.minimum(active_all, units)
+    t_k_split, _ = kblock_us(active_split)
+    per_unit = np.ceil(kblocks / s) * t_k_split + TILE_SWITCH_US
+    t_split = (np.ceil(units / active_split) * per_unit + np.ceil(tiles / active) * t_epi_exposed
+               + tiles * (s - 1.0) * partial_tile_us
+               + np.where(s > 1, STREAMK_FIXUP_US, 0.0) + TMA_LATENCY_US + t_k_split)
+
+    decomp = np.asarray(decomposition)
+    # heuristic: CUTLASS picks stream-K when the last wave is partial and data-parallel otherwise
+    # (select_decomposition_mode), or split-K when asked for splits > 1
+    t_heur = np.where(s > 1, t_split, np.where(sk_tiles > 0, t_sk, t_dp))
+    t_streamk_kernel = np.select([decomp == DECOMP_DATA_PARALLEL, decomp == DECOMP_SPLIT_K, decomp == DECOMP_STREAM_K],
+                                 [t_dp, t_split, t_sk], t_heur)
+    t_main = np.where(scheduler == 1, t_streamk_kernel, t_dp)
 
     # DRAM: each wave reads the A rows and B columns of the tiles it covers
     rows, cols = wave_footprint(tiles_m / cm, tiles_n / cn, active / (cm * cn), np.asarray(raster), swz)
     unique = (np.minimum(rows * cm * tm, M) + np.minimum(cols * cn * tn, N)) * tk * in_bytes
-    t_dram = np.where(scheduler == 1, np.ceil(tiles / active), waves) * kblocks * unique / hbm * 1e6
+    t_dram = np.where((scheduler == 1) & (decomp != DECOMP_DATA_PARALLEL), np.ceil(tiles / active), waves) \
+        * kblocks * unique / hbm * 1e6
 
     # compulsory DRAM traffic is a floor no tiling beats
     t_hbm = (M * K + N * K) * L * in_bytes / hbm * 1e6 + M * N * L * (out_bytes + c_bytes) / hbm * 1e6
@@ -267,9 +309,13 @@ def cost_arrays(problem, tm, tn, tk, cm, cn, sched, epi, scheduler, stages, rast
         "epilogue_us_per_tile": t_epi_exposed, "instruction_efficiency": eff, "accumulator_registers": acc, "ragged_waste": ragged,
         "cluster_sync_us_per_kblock": sync, "mainloop_us": t_main, "hbm_floor_us": np.broadcast_to(t_hbm, np.shape(t_main)),
         "dram_us": t_dram, "wave_tile_rows": rows * cm, "wave_tile_cols": cols * cn,
+        "reduction_us": np.where(scheduler == 1, np.select(
+            [decomp == DECOMP_SPLIT_K, decomp == DECOMP_STREAM_K],
+            [tiles * (s - 1.0) * partial_tile_us, sk_partials * partial_tile_us], 0.0), 0.0),
+        "workspace_bytes": np.where(scheduler == 1, np.select(
+            [decomp == DECOMP_SPLIT_K, decomp == DECOMP_STREAM_K],
+            [tiles * (s - 1.0), sk_partials], 0.0), 0.0) * tm * tn * PARTIAL_BYTES_PER_ELEMENT,
     }
-    if np.any(splits > 1):      # reported only where a split exists: unsplit breakdowns keep their keys
-        parts["splitk_reduce_us"] = t_reduce
     if np.any(load == 1):      # only cp.async candidates report it: TMA breakdowns keep their keys
         parts["cp_async_issue_us_per_kblock"] = np.where(load == 1, t_issue, 0.0)
     return total, parts
@@ -291,14 +337,18 @@ class Rates:
         return f"Rates(sms={self.sms}, hbm={self.hbm_bytes_per_s:.3g}, peak_scale={self.peak_scale:.3g})"
 
 
-def config_cost(problem, config, stages: int, device=None) -> tuple[float, dict]:
-    """Cost and breakdown of one configuration (stages resolved); ``device`` as in cost_arrays."""
+def config_cost(problem, config, stages: int, plan=None, device=None) -> tuple[float, dict]:
+    """Cost and breakdown of one configuration (stages resolved), under ``plan`` (a LaunchPlan) for a
+    stream-K kernel (None: the stream-K decomposition); ``device`` as in cost_arrays."""
     s, e, sc = config_codes(config)
     t = config.tile_shape
     c = config.cluster_shape
+    decomp, splits = (DECOMP_STREAM_K, 1) if plan is None else plan.codes()[:2]
     total, parts = cost_arrays(problem, [t[0]], [t[1]], [t[2]], [c[0]], [c[1]], [s], [e], [sc], [stages],
-                               [RASTERS.index(config.raster_order)], [config.raster_swizzle], device=device)
-    breakdown = {k: round(float(np.asarray(v).reshape(-1)[0]), 4) for k, v in parts.items()}
+                               [RASTERS.index(config.raster_order)], [config.raster_swizzle], device=device,
+                               decomposition=[decomp], splits=[splits])
+    breakdown = {k: round(float(np.asarray(v).reshape(-1)[0]), 4) for k, v in parts.items()
+                 if sc == 1 or k not in ("reduction_us", "workspace_bytes")}   # no reduction without stream-K
     breakdown["stages"] = stages
     breakdown["predicted_us"] = round(float(total[0]), 3)
     breakdown["predicted_tflops"] = round(problem.flops / (float(total[0]) * 1e-6) / 1e12, 1)

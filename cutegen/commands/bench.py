@@ -436,7 +436,8 @@ def bench_problem(worker: R.Worker, name: str, problem: GemmProblem, args) -> di
     if base and str(base.library) in failed:
         base, why_base = None, f"not timed: {failed[str(base.library)]} in validation"
     contenders = [
-        {"name": "cutegen", "library": str(ours.library) if ours else None, "reason": why_ours},
+        {"name": "cutegen", "library": str(ours.library) if ours else None, "reason": why_ours,
+         **({"launch_plan": ours.manifest["launch_plan"]} if ours and ours.manifest.get("launch_plan") else {})},
         {"name": "cublas"},
         {"name": "cutlass_builder", "library": str(base.library) if base else None, "reason": why_base},
     ]

@@ -30,6 +30,9 @@ def add_problem_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--beta", type=float, default=0.0)
     g.add_argument("--bias", action="store_true", help="add a per-row (M) bias")
     g.add_argument("--activation", choices=ACTIVATIONS, default="none")
+    g.add_argument("--fp8-fast-accum", action="store_true",
+                   help="FP8 only: accumulate in the WGMMA accumulator alone, like torch._scaled_mm(use_fast_accum=True) "
+                        "(faster, larger tiles fit; error grows with K)")
     add_ld_arguments(g)
     g.add_argument("--problem", metavar="JSON", help="the whole problem as a JSON object (overrides the above)")
 
@@ -61,6 +64,8 @@ def problem_from_args(args: argparse.Namespace) -> GemmProblem:
         data.update(m=args.m, n=args.n, k=args.k)
     data.update(dtype=args.dtype, layout=args.layout, batch=args.batch, layout_c=args.layout_c,
                 beta=args.beta, bias=args.bias, activation=args.activation, **ld_fields(args))
+    if getattr(args, "fp8_fast_accum", False):
+        data["fp8_fast_accum"] = True
     if args.dtype_c:
         data["dtype_c"] = args.dtype_c
     if args.dtype_d:
@@ -119,6 +124,9 @@ def choose(problem: GemmProblem, top_k: int = 3, backend: str = "cutlass") -> tu
     if best.chain:
         why.append("rewrite chain: " + " -> ".join(best.chain))
     cost = {"model": "cutegen.search.cost", "predicted_us": best.cost, "breakdown": bd}
+    if best.plan is not None:   # a stream-K kernel: the run-time decomposition the search chose
+        cost["launch_plan"] = best.plan.to_dict()
+        why.append(f"launch plan {best.plan.label()} (of {', '.join(bd.get('plans_considered', {}))})")
     return best.config, cost, why
 
 

@@ -18,6 +18,8 @@ def add_arguments(p) -> None:
     p.add_argument("--dtype-c", default=None, help="C type (f32 bf16 f16 void); default follows --dtype")
     p.add_argument("--dtype-d", default=None, help="D type (f32 bf16 f16); default follows --dtype")
     p.add_argument("--layout", default="tn", help="tn nt nn tt (A then B; t = row-major)")
+    p.add_argument("--fp8-fast-accum", action="store_true",
+                   help="FP8 only: fast accumulation (one WGMMA accumulator, like torch._scaled_mm(use_fast_accum=True))")
     from .generate import add_ld_arguments
     add_ld_arguments(p)
     p.add_argument("--top-k", type=int, default=5)
@@ -46,6 +48,8 @@ def problem_from_args(args):
         data["dtype_c"] = args.dtype_c
     if args.dtype_d is not None:
         data["dtype_d"] = args.dtype_d
+    if getattr(args, "fp8_fast_accum", False):
+        data["fp8_fast_accum"] = True
     return GemmProblem.from_dict(data, where="problem")
 
 
@@ -109,7 +113,8 @@ def run(args) -> int:
     for i, r in enumerate(result.ranked):
         tflops = problem.flops / (r.cost * 1e-6) / 1e12
         src = f"  [{r.prediction.source}]" if r.prediction is not None else ("  [prior]" if args.explain else "")
-        print(f"  {i + 1}. {label(r.config):58s} {r.cost:10.2f} us  {tflops:7.1f} TFLOP/s (predicted){src}")
+        print(f"  {i + 1}. {label(r.config):58s} {r.cost:10.2f} us  {tflops:7.1f} TFLOP/s (predicted){src}"
+              + (f"  plan {r.plan.label()}" if r.plan is not None else ""))
     if result.pruned_by_rule:
         print("pruned by rule: " + ", ".join(f"{k}={v}" for k, v in sorted(result.pruned_by_rule.items())))
     if args.explain:
@@ -153,6 +158,11 @@ def explain_dict(result) -> dict:
               if not form.startswith("ClusterSplit") or f", {cm}, {cn})  [" in form]
     chain.append(f"Pol({cfg.mainloop_schedule}, {cfg.epilogue_schedule}, {cfg.tile_scheduler}, auto) = "
                  f"Pol(..., {st})  [expand: StageCountAutoCarveout resolves auto]")
+    if best.plan is not None:
+        form = {"data_parallel": "DataParallel", "stream_k": "StreamKPlan"}.get(best.plan.decomposition,
+                                                                             f"SplitK({best.plan.splits})")
+        chain.append(f"Run(K, DataParallel) = Run(K, {form})  [plans: extracted the cheapest launch of the "
+                     f"kernel's Run e-class; run-time plan {best.plan.label()}]")
     runners = [{"config": label(r.config), "cost": round(r.cost, 3), "delta_us": round(r.cost - best.cost, 3),
                 "worse_in": _why_more(best.breakdown, r.breakdown)} for r in result.ranked[1:]]
     rejected = [{"config": KernelConfigName(x["config"]), "rules": x["rules"], "reasons": x["reasons"]}

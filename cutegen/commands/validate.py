@@ -147,7 +147,8 @@ def _kernel_record(info: R.KernelInfo, cases: list, verdict: str, reason: str = 
 def validate_one(worker: R.Worker, info: R.KernelInfo, shapes, args, say) -> dict:
     """Every case and probe of one kernel; stops at the first hang or crash of the kernel."""
     problem, config = info.problem, info.config
-    plan = R.validation_cases(problem, config, shapes, include_manifest=not args.no_manifest_shape)
+    plan = R.validation_cases(problem, config, shapes, include_manifest=not args.no_manifest_shape,
+                              launch_plan=info.manifest.get("launch_plan"))
     if not args.no_probes:
         plan += R.refusal_probes(problem, config)
     tol = R.tolerance(problem)
