@@ -181,3 +181,47 @@ def test_a_task_that_kills_its_worker_twice_is_reported(ex, cluster, tmp_path):
     text = ex.summary.text()
     assert "FAILED faulty kernel (CPU task): killed its worker" in text and '"tile_shape": [64, 64, 64]' in text
     cluster.wait_workers(2)  # the nannies bring the workers back
+
+
+# --- commands through the cluster -----------------------------------------------------------------
+ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
+
+
+def test_regen_check_through_dask_finds_no_drift(cluster, monkeypatch, capsys):
+    """The searches of `regen --check` run on the workers; the client compares: no byte may change."""
+    from cutegen.cli import main
+    monkeypatch.chdir(ROOT)
+    argv = ["regen", "--check", "--only", "sq1024_bf16_tn", "--only", "sq2048_bf16_tn"]
+    assert main(argv + ["--executor", "dask", "--scheduler", cluster.address]) == 0
+    err = capsys.readouterr().err
+    assert "executor dask: 4 task(s)" in err and "CPU task: 4 done, 0 failed" in err
+    # A drifted file is found through the cluster too.
+    out = ROOT / "generated"
+    import shutil
+    tmp_out = __import__("tempfile").mkdtemp(prefix="regen-dask-")
+    try:
+        from cutegen.commands.regen import baseline_dir, kernel_dir, select_suite
+        problem = select_suite("bench/suite.toml", ["sq1024_bf16_tn"])[0][1]
+        for d in (kernel_dir, baseline_dir):
+            shutil.copytree(d(out, problem), d(__import__("pathlib").Path(tmp_out), problem))
+        cu = kernel_dir(__import__("pathlib").Path(tmp_out), problem) / "kernel.cu"
+        cu.write_text(cu.read_text() + "// drift\n")
+        assert main(["regen", "--check", "--only", "sq1024_bf16_tn", "--out", tmp_out,
+                     "--executor", "dask", "--scheduler", cluster.address]) == 1
+        assert f"{problem.name}/kernel.cu" in capsys.readouterr().err
+    finally:
+        shutil.rmtree(tmp_out, ignore_errors=True)
+
+
+def test_bench_through_dask_matches_local_in_kind(cluster, tmp_path, monkeypatch):
+    """Without a GPU, both runs end the same way per problem and contender; the dask one on a GPU worker."""
+    import json
+    from cutegen.cli import main
+    monkeypatch.chdir(ROOT)
+    common = ["bench", "--only", "sq1024_bf16_tn", "--no-plot", "--kernels", str(tmp_path / "none"),
+              "--baselines", str(tmp_path / "none"), "--startup-timeout", "60", "--timeout", "30"]
+    main(common + ["--out", str(tmp_path / "local")])
+    main(common + ["--out", str(tmp_path / "dask"), "--executor", "dask", "--scheduler", cluster.address])
+    docs = [json.loads(next((tmp_path / d).glob("*.json")).read_text()) for d in ("local", "dask")]
+    kinds = [[(e["name"], {c: r["status"] for c, r in e["results"].items()}) for e in d["problems"]] for d in docs]
+    assert kinds[0] == kinds[1] and kinds[0][0][0] == "sq1024_bf16_tn"

@@ -66,6 +66,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="do not time libraries that hung or crashed in this `cutegen validate --json` report")
     p.add_argument("--versions-from", metavar="DIR",
                    help="CUTLASS include folder to read the version from (default: $CUTEGEN_CUTLASS_INCLUDE or the wheel)")
+    from .. import executor
+    executor.add_arguments(p)  # dask: one problem per GPU worker at a time (resource GPU=1)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -349,9 +351,15 @@ def run(args: argparse.Namespace) -> int:
         os.replace(tmp, path)
         return doc, path
 
+    if getattr(args, "executor", "local") != "local":
+        from .. import executor as X
+        with X.from_args(args) as ex:
+            entries[:], device = bench_remote(ex, suite, args, t0)
+            print(ex.summary.text(), file=sys.stderr)
+        vers = versions(device, args.versions_from)
     worker = R.Worker(startup_timeout=args.startup_timeout, init={"op": "init"})
     try:
-        for name, problem in suite:
+        for name, problem in suite[len(entries):]:
             if args.deadline and time.monotonic() - t0 > args.deadline:
                 entries.append(skipped_entry(name, problem, f"deadline of {args.deadline:g} s reached"))
                 print(f"SKIP  {name}: deadline reached", flush=True)
@@ -428,6 +436,12 @@ def failed_in_validation(path) -> dict[str, str]:
 
 
 def bench_problem(worker: R.Worker, name: str, problem: GemmProblem, args) -> dict:
+    task, ours, base = problem_request(problem, args)
+    return entry_from_reply(name, problem, worker.request(task, args.timeout), ours, base)
+
+
+def problem_request(problem: GemmProblem, args) -> tuple[dict, "R.KernelInfo | None", "R.KernelInfo | None"]:
+    """The worker request that benchmarks one problem, and the two kernels it names."""
     ours, why_ours = find_kernel(Path(args.kernels), problem)
     base, why_base = find_kernel(Path(args.baselines), problem)
     failed = failed_in_validation(getattr(args, "skip_failed", None))
@@ -448,7 +462,10 @@ def bench_problem(worker: R.Worker, name: str, problem: GemmProblem, args) -> di
         contenders.append({"name": "nvmmh", "library": str(nv.library) if nv else None, "reason": why_nv})
     task = {"op": "bench_problem", "problem": problem.to_dict(), "contenders": contenders,
             "warmup": args.warmup, "iters": args.iters, "l2_multiple": args.l2_multiple}
-    reply = worker.request(task, args.timeout)
+    return task, ours, base
+
+
+def entry_from_reply(name: str, problem: GemmProblem, reply: "R.Reply", ours, base) -> dict:
     if reply.ok:
         entry = dict(reply.value)
     else:
@@ -468,6 +485,60 @@ def bench_problem(worker: R.Worker, name: str, problem: GemmProblem, args) -> di
         if res.get("status") != "ok":
             print(f"  {name} {c}: {res.get('status')} {res.get('reason', '')}", flush=True)
     return entry
+
+
+# ------------------------------------------------------------------------------------------------
+# On a cluster: one problem per GPU task (cutegen.executor), libraries shipped by content
+# ------------------------------------------------------------------------------------------------
+
+_GPU_CHILD: dict = {}
+
+
+def remote_bench_task(item: dict) -> dict:
+    """Runs on a GPU worker: the same request, in this worker's own watchdog child (kept between tasks)."""
+    import threading
+    from ..executor.tasks import materialize
+    if item["deadline_epoch"] and time.time() > item["deadline_epoch"]:
+        return {"status": "skipped", "message": "deadline reached before this problem started"}
+    task = dict(item["task"])
+    task["contenders"] = [dict(c) for c in task["contenders"]]
+    for c in task["contenders"]:
+        if c.get("library"):
+            sha, data = item["libraries"][c["library"]]
+            c["library"] = str(materialize(sha, data))
+    lock = _GPU_CHILD.setdefault("lock", threading.Lock())
+    with lock:
+        worker = _GPU_CHILD.get("worker")
+        if worker is None:
+            worker = _GPU_CHILD["worker"] = R.Worker(startup_timeout=item["startup_timeout"], init={"op": "init"})
+        reply = worker.request(task, item["timeout"])
+        device = worker.init_reply.value if worker.init_reply is not None and worker.init_reply.ok else None
+    return {"status": reply.status, "value": reply.value, "message": reply.message, "device": device}
+
+
+def bench_remote(ex, suite, args, t0: float) -> tuple[list[dict], dict | None]:
+    """Every problem as a GPU task of ``ex``; entries in suite order, and the device of the first reply."""
+    from ..executor.tasks import library_bytes
+    items, kernels = [], []
+    for name, problem in suite:
+        task, ours, base = problem_request(problem, args)
+        libs = {c["library"]: library_bytes(c["library"]) for c in task["contenders"] if c.get("library")}
+        items.append({"task": task, "libraries": libs, "timeout": args.timeout,
+                      "startup_timeout": args.startup_timeout,
+                      "deadline_epoch": time.time() - (time.monotonic() - t0) + args.deadline if args.deadline else 0})
+        kernels.append((ours, base))
+    outcomes = ex.map_gpu(remote_bench_task, items, names=[n for n, _ in suite],
+                          details=[{"problem": p.to_dict()} for _, p in suite])
+    entries, device = [], None
+    for (name, problem), (ours, base), o in zip(suite, kernels, outcomes):
+        if o.ok and o.value["status"] == "skipped":
+            entries.append(skipped_entry(name, problem, o.value["message"]))
+            continue
+        reply = (R.Reply(o.value["status"], o.value["value"], o.value["message"]) if o.ok
+                 else R.Reply("crash", None, f"worker lost: {o.error}"))
+        device = device or (o.value.get("device") if o.ok else None)
+        entries.append(entry_from_reply(name, problem, reply, ours, base))
+    return entries, device
 
 
 def plot_module():

@@ -78,9 +78,16 @@ class DaskExecutor(Executor):
     # -- cluster facts --------------------------------------------------------------------------
     @property
     def dashboard(self) -> str | None:
+        import socket
+        from urllib.parse import urlparse
         try:
-            info = self.client.scheduler_info()
-            return self.client.dashboard_link if "dashboard" in info.get("services", {}) else None
+            if "dashboard" not in self.client.scheduler_info().get("services", {}):
+                return None
+            link = self.client.dashboard_link
+            url = urlparse(link)
+            # The scheduler names its dashboard port even when it serves none (--no-dashboard): ask it.
+            socket.create_connection((url.hostname, url.port), timeout=0.5).close()
+            return link
         except Exception:  # noqa: BLE001 - the address is a nicety
             return None
 
@@ -209,6 +216,8 @@ class DaskExecutor(Executor):
                 results[i] = BuildResult(job.name, status, lib, a["seconds"] if status == "built" else 0.0, key,
                                          "", a["log"] if status == "built" else "", a["stats"])
         for job, r in zip(jobs, results):
+            if not r.ok and self.progress_stream is not None:
+                print(f"{job.name}: FAILED\n{r.message}", file=self.progress_stream, flush=True)
             if r.ok and job.out_dir is not None:
                 dest = job.out_dir / "kernel.so"
                 _install(r.library, dest)
