@@ -36,6 +36,8 @@ class Cluster:
         env["PYTHONPATH"] = os.pathsep.join([str(TESTS), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         # A kernel that kills its worker twice is given up (KilledWorker), as cutegen documents.
         env["DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES"] = str(self.allowed_failures)
+        # Workers start the GPU watchdog child (multiprocessing): their processes must not be daemonic.
+        env["DASK_DISTRIBUTED__WORKER__DAEMON"] = "False"
         env.update(extra or {})
         return env
 

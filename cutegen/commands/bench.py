@@ -496,8 +496,13 @@ _GPU_CHILD: dict = {}
 
 def remote_bench_task(item: dict) -> dict:
     """Runs on a GPU worker: the same request, in this worker's own watchdog child (kept between tasks)."""
+    import multiprocessing
     import threading
     from ..executor.tasks import materialize
+    if multiprocessing.current_process().daemon:
+        # The watchdog child cannot start from a daemonic process (a nanny's worker by default).
+        raise CutegenError("this Dask worker is daemonic and cannot start the watchdog child: start GPU workers "
+                           "with DASK_DISTRIBUTED__WORKER__DAEMON=False (or --no-nanny)")
     if item["deadline_epoch"] and time.time() > item["deadline_epoch"]:
         return {"status": "skipped", "message": "deadline reached before this problem started"}
     task = dict(item["task"])

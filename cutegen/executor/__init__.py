@@ -30,7 +30,8 @@ on the worker (its own cache, by content hash).
 Cluster side: start workers with resources, e.g. per host
 ``dask worker tcp://S:8786 --nworkers 1 --nthreads 4 --resources "MEM_GB=14"`` for compiles (each
 compile asks for the builder's estimate, 3.5) and, per GPU, ``CUDA_VISIBLE_DEVICES=i dask worker
-tcp://S:8786 --nthreads 1 --resources "GPU=1"``; start the scheduler with
+tcp://S:8786 --nthreads 1 --resources "GPU=1"`` with ``DASK_DISTRIBUTED__WORKER__DAEMON=False`` (the
+GPU task starts its watchdog child process, which a nanny's daemonic worker may not); start the scheduler with
 ``DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES=1`` so a kernel that kills its worker twice is
 reported (KilledWorker) instead of tried three more times.
 """
