@@ -32,8 +32,8 @@ for n in dask distributed partd locket tblib zict tornado cloudpickle; do
   WHEELS+=( $(ls .whl/${n}-[0-9]*.whl 2> /dev/null | head -1) )
 done
 [ ${#WHEELS[@]} -eq 8 ] || { echo "gpu_dask: carried wheels missing (have: ${WHEELS[*]:-none}); carry .whl"; exit 2; }
-"$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "${WHEELS[@]}" || exit 2
-export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+"$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "${SITE:-/tmp/site}" "${WHEELS[@]}" || exit 2
+export PYTHONPATH=${SITE:-/tmp/site}${PYTHONPATH:+:$PYTHONPATH}
 
 . "$REPO/bench/stage_package.sh"   # cutegen importable from the bare tree (PYTHONPATH)
 
