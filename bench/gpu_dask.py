@@ -235,6 +235,8 @@ def main() -> int:
     ap.add_argument("--scaling-problem", default="sq1024_bf16_tn")
     ap.add_argument("--end", type=float, default=440.0, help="no phase or point starts that would end after this")
     ap.add_argument("--nvcc-timeout", type=float, default=240.0)
+    ap.add_argument("--gpus", type=int, default=1,
+                    help="GPU workers, one per GPU (CUDA_VISIBLE_DEVICES=i, GPU=1); issue 15 runs this with 2")
     ap.add_argument("--per-worker-locks", action="store_true",
                     help="each worker its own nvcc lock (a machine of our own); default: the machine-wide lock")
     args = ap.parse_args()
@@ -248,8 +250,8 @@ def main() -> int:
     cluster = Cluster(tmp, args.per_worker_locks)
     try:
         suite = None
-        if "gpu" in phases:
-            cluster.add_workers(["gpu0"], "GPU=1", {"CUDA_VISIBLE_DEVICES": "0"})
+        for i in range(args.gpus if "gpu" in phases else 0):
+            cluster.add_workers([f"gpu{i}"], "GPU=1", {"CUDA_VISIBLE_DEVICES": str(i)})
         if "build" in phases:
             _, suite = phase_build(args, tmp, cluster, doc)
         if "gpu" in phases and suite is not None and elapsed() < args.end - 60:

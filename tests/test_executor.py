@@ -75,6 +75,22 @@ def test_summary_says_where_retried_and_failed():
     assert "FAILED k3 (CPU compile): killed its worker" in text and '"tile_shape": [64, 64, 64]' in text
 
 
+def test_progress_line_counts_per_kind(tmp_path):
+    from cutegen.executor.progress import Progress, counts_line
+    line = counts_line({"compile": {"queued": 3, "running": 2, "done": 1, "failed": 0},
+                        "gpu": {"queued": 0, "running": 1, "done": 4, "failed": 1}}, "http://h:8787/status")
+    assert line == ("CPU compile: 3 queued, 2 running, 1 done, 0 failed | GPU time: 0 queued, 1 running, 4 done, "
+                    "1 failed | dashboard http://h:8787/status")
+    with open(tmp_path / "log", "w") as f:  # not a terminal: printed on change, throttled, last line at close
+        p = Progress(f, None, every=3600)
+        p.update({"gpu": {"queued": 2}})
+        p.update({"gpu": {"queued": 1, "running": 1}})   # within the throttle: not printed ...
+        p.close()                                         # ... but the last state is
+    lines = (tmp_path / "log").read_text().splitlines()
+    assert lines == ["GPU time: 2 queued, 0 running, 0 done, 0 failed",
+                     "GPU time: 1 queued, 1 running, 0 done, 0 failed"]
+
+
 # --- a real cluster -------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
@@ -226,3 +242,6 @@ def test_bench_through_dask_matches_local_in_kind(cluster, tmp_path, monkeypatch
     kinds = [[(e["name"], {c: (r["status"], r.get("reason", "")[:60]) for c, r in e["results"].items()})
               for e in d["problems"]] for d in docs]
     assert kinds[0] == kinds[1] and kinds[0][0][0] == "sq1024_bf16_tn"
+    ran = docs[1]["problems"][0]["ran_on"]  # where and when the GPU task ran; the local run has no such record
+    assert ran["gpu"] in ("0", "1") and ran["worker"].startswith("tcp://") and ran["finished"] >= ran["started"] > 0
+    assert "ran_on" not in docs[0]["problems"][0]

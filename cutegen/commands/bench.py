@@ -9,6 +9,9 @@ rotating among input sets that together are several times the L2): the kernel un
 is verified once against a float32 reference before it is timed. Writes
 ``<out>/<date>-<device>.json`` and a PNG plot beside it.
 
+With ``--executor dask`` each problem is one GPU task (resource ``GPU=1``) on the cluster's GPU workers;
+the libraries travel by content, and each entry records where and when it ran (``ran_on``).
+
 Also runnable without the rest of the CLI: ``python -m cutegen.commands.bench ...``.
 """
 from __future__ import annotations
@@ -542,7 +545,11 @@ def bench_remote(ex, suite, args, t0: float) -> tuple[list[dict], dict | None]:
         reply = (R.Reply(o.value["status"], o.value["value"], o.value["message"]) if o.ok
                  else R.Reply("crash", None, f"worker lost: {o.error}"))
         device = device or (o.value.get("device") if o.ok else None)
-        entries.append(entry_from_reply(name, problem, reply, ours, base))
+        entry = entry_from_reply(name, problem, reply, ours, base)
+        # Which GPU timed it and when (worker clock): no GPU may time two problems at once (issue 15).
+        entry["ran_on"] = {"worker": o.worker, "host": o.host, "gpu": o.gpu, "started": o.started,
+                           "finished": o.finished, "retried": o.retried}
+        entries.append(entry)
     return entries, device
 
 

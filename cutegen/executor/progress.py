@@ -28,7 +28,7 @@ class Progress:
         self.dashboard = dashboard
         self.every = every
         self._last_text = ""
-        self._last_time = 0.0
+        self._last_time = float("-inf")  # the first line prints at once
         self._live = None
         self._console = None
         if stream is None:
