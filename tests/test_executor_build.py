@@ -159,3 +159,15 @@ def _with_version(init, version):
         init(self, *a, **kw)
         self.nvcc_version = version
     return patched
+
+
+def test_cutegen_build_command_through_dask(fake, tmp_path, capsys):
+    from cutegen.cli import main
+    d = _kernels(tmp_path / "cli", 1, extra=" cli")[0]
+    argv = ["build", str(d), "--cache", str(tmp_path / "cache"), "--executor", "dask", "--scheduler", fake.address]
+    assert main(argv) == 0
+    out, err = capsys.readouterr()
+    assert f"built   {d / 'kernel.so'}" in out and "built 1, cached 0, failed 0" in out
+    assert "executor dask: 1 task(s)" in err and "CPU compile: 1 done, 0 failed, 0 retried" in err
+    assert (d / "kernel.so").read_bytes().startswith(b"ELF// kernel 0 cli")
+    assert main(argv) == 0 and "built 0, cached 1, failed 0" in capsys.readouterr().out
