@@ -8,11 +8,13 @@
 #   device call:  bash bench/gpu_dask.sh                          # carry: ["oracles/.cutlass", ".whl"]
 #
 # Phases (bench/gpu_dask.py; none starts that would end past END_S):
-#   1. build: 6 suite problems' picked + baseline kernels (9 distinct) from an empty cache, with the local
-#      executor (--jobs 9) and through 9 Dask compile workers; keys, statuses, sizes, statistics compared.
-#   2. gpu:   `cutegen bench --executor dask` on those 6 problems through the GPU worker (every contender
+#   1. build: 3 suite problems' picked + baseline kernels (6 distinct) from an empty cache, with the local
+#      executor (--jobs 6) and through 6 Dask compile workers; keys, statuses, sizes, statistics compared.
+#   2. gpu:   `cutegen bench --executor dask` on those 3 problems through the GPU worker (every contender
 #      verified against a float32 reference before it is timed).
-#   3. scaling: compile throughput with 1, 2, 4, 8, 16 workers (N copies of one kernel, distinct keys).
+#   3. scaling: compile throughput with 1, 16, 4, 8, 2 workers (N copies of one kernel, distinct keys), in
+#      that order, as far as END_S allows. A second call fills in the rest:
+#      PHASES=scaling POINTS=2,4,8 bash bench/gpu_dask.sh
 # Files in $OUT: log.txt, dask.json, <date>-<device>.json (the bench document).
 set -u -o pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -43,6 +45,7 @@ nvcc --version | tail -1
   || { echo "gpu_dask: imports failed"; exit 2; }
 [ -f "$CUTEGEN_CUTLASS_INCLUDE/include/cutlass/version.h" ] || echo "gpu_dask: no CUTLASS headers under $CUTEGEN_CUTLASS_INCLUDE (carry oracles/.cutlass)"
 
-timeout -k 10 $(( END_S + 40 )) "$PY" bench/gpu_dask.py --out "$OUT" --end "$END_S" --per-worker-locks
+timeout -k 10 $(( END_S + 40 )) "$PY" bench/gpu_dask.py --out "$OUT" --end "$END_S" --per-worker-locks \
+    --phases "${PHASES:-build,gpu,scaling}" --points "${POINTS:-1,16,4,8,2}" --gpus "${GPUS:-1}"
 echo "gpu_dask: exit code $? after ${SECONDS} s; files: $(cd "$OUT" && ls | tr '\n' ' ')"
 sleep 1  # let tee finish log.txt
