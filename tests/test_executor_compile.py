@@ -132,8 +132,9 @@ def test_dask_build_survives_a_killed_worker_and_matches_local(local, remote, cl
     summary = remote["summary"]
     assert summary.ok, [r.message for r in summary.results]
     assert [r.status for r in summary.results] == ["built"] * 3
-    # The killed compile was rescheduled, and the summary says so.
-    assert sum(o.killed_workers for o in remote["outcomes"]) == 1, remote["text"]
+    # The killed compile was rescheduled, and the summary says so. Dask counts a death against every task
+    # the dead worker held (the one compiling and any already assigned to it, waiting), hence ">= 1".
+    assert sum(o.killed_workers > 0 for o in remote["outcomes"]) >= 1, remote["text"]
     assert "1 worker death(s); then done on" in remote["text"]
     for lr, rr in zip(local.results, summary.results):
         assert rr.key == lr.key

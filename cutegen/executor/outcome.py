@@ -30,7 +30,7 @@ class TaskOutcome:
     started: float = 0.0
     finished: float = 0.0
     retried: int = 0
-    killed_workers: int = 0         # times a worker died while running this task
+    killed_workers: int = 0         # times a worker died holding this task (running it or assigned it)
     detail: dict | None = None      # the configuration/problem to report a failure with
 
     @property
