@@ -439,12 +439,12 @@ def failed_in_validation(path) -> dict[str, str]:
 
 
 def bench_problem(worker: R.Worker, name: str, problem: GemmProblem, args) -> dict:
-    task, ours, base = problem_request(problem, args)
-    return entry_from_reply(name, problem, worker.request(task, args.timeout), ours, base)
+    task, kernels = problem_request(problem, args)
+    return entry_from_reply(name, problem, worker.request(task, args.timeout), kernels)
 
 
-def problem_request(problem: GemmProblem, args) -> tuple[dict, "R.KernelInfo | None", "R.KernelInfo | None"]:
-    """The worker request that benchmarks one problem, and the two kernels it names."""
+def problem_request(problem: GemmProblem, args) -> tuple[dict, dict]:
+    """The worker request that benchmarks one problem, and the kernels it names (contender -> KernelInfo)."""
     ours, why_ours = find_kernel(Path(args.kernels), problem)
     base, why_base = find_kernel(Path(args.baselines), problem)
     failed = failed_in_validation(getattr(args, "skip_failed", None))
@@ -465,10 +465,13 @@ def problem_request(problem: GemmProblem, args) -> tuple[dict, "R.KernelInfo | N
         contenders.append({"name": "nvmmh", "library": str(nv.library) if nv else None, "reason": why_nv})
     task = {"op": "bench_problem", "problem": problem.to_dict(), "contenders": contenders,
             "warmup": args.warmup, "iters": args.iters, "l2_multiple": args.l2_multiple}
-    return task, ours, base
+    kernels = {"cutegen": ours, "cutlass_builder": base}
+    if getattr(args, "nvmmh", None):
+        kernels["nvmmh"] = nv
+    return task, kernels
 
 
-def entry_from_reply(name: str, problem: GemmProblem, reply: "R.Reply", ours, base) -> dict:
+def entry_from_reply(name: str, problem: GemmProblem, reply: "R.Reply", kernels: dict) -> dict:
     if reply.ok:
         entry = dict(reply.value)
     else:
@@ -480,10 +483,7 @@ def entry_from_reply(name: str, problem: GemmProblem, reply: "R.Reply", ours, ba
             c["status"] = reply.status
     entry["name"] = name
     entry.pop("device", None)
-    entry["kernels"] = {"cutegen": ours.to_dict() if ours else None,
-                        "cutlass_builder": base.to_dict() if base else None}
-    if getattr(args, "nvmmh", None):
-        entry["kernels"]["nvmmh"] = nv.to_dict() if nv else None
+    entry["kernels"] = {c: k.to_dict() if k else None for c, k in kernels.items()}
     for c, res in entry["results"].items():
         if res.get("status") != "ok":
             print(f"  {name} {c}: {res.get('status')} {res.get('reason', '')}", flush=True)
@@ -529,23 +529,23 @@ def bench_remote(ex, suite, args, t0: float) -> tuple[list[dict], dict | None]:
     from ..executor.tasks import library_bytes
     items, kernels = [], []
     for name, problem in suite:
-        task, ours, base = problem_request(problem, args)
+        task, kernels_ = problem_request(problem, args)
         libs = {c["library"]: library_bytes(c["library"]) for c in task["contenders"] if c.get("library")}
         items.append({"task": task, "libraries": libs, "timeout": args.timeout,
                       "startup_timeout": args.startup_timeout,
                       "deadline_epoch": time.time() - (time.monotonic() - t0) + args.deadline if args.deadline else 0})
-        kernels.append((ours, base))
+        kernels.append(kernels_)
     outcomes = ex.map_gpu(remote_bench_task, items, names=[n for n, _ in suite],
                           details=[{"problem": p.to_dict()} for _, p in suite])
     entries, device = [], None
-    for (name, problem), (ours, base), o in zip(suite, kernels, outcomes):
+    for (name, problem), named, o in zip(suite, kernels, outcomes):
         if o.ok and o.value["status"] == "skipped":
             entries.append(skipped_entry(name, problem, o.value["message"]))
             continue
         reply = (R.Reply(o.value["status"], o.value["value"], o.value["message"]) if o.ok
                  else R.Reply("crash", None, f"worker lost: {o.error}"))
         device = device or (o.value.get("device") if o.ok else None)
-        entry = entry_from_reply(name, problem, reply, ours, base)
+        entry = entry_from_reply(name, problem, reply, named)
         # Which GPU timed it and when (worker clock): no GPU may time two problems at once (issue 15).
         entry["ran_on"] = {"worker": o.worker, "host": o.host, "gpu": o.gpu, "started": o.started,
                            "finished": o.finished, "retried": o.retried}
