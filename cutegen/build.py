@@ -380,11 +380,16 @@ class Builder:
 
 
 def build(paths: Iterable[str | os.PathLike], *, jobs: int | None = None, cache: Path | None = None,
-          progress: IO[str] | None = sys.stderr, timeout: float | None = None) -> BuildSummary:
-    """Build kernel directories (kernel.cu + manifest.json) or .cu files; kernel.so lands beside them."""
+          progress: IO[str] | None = sys.stderr, timeout: float | None = None, executor=None) -> BuildSummary:
+    """Build kernel directories (kernel.cu + manifest.json) or .cu files; kernel.so lands beside them.
+
+    ``executor`` (``cutegen.executor``): where the compiles run; None is this machine, as always.
+    """
     job_list = [_job_for(Path(p)) for p in paths]
     builder = Builder(jobs=jobs, cache=cache, progress=progress, timeout=timeout)
-    return builder.build(job_list)
+    if executor is None:
+        return builder.build(job_list)
+    return BuildSummary(executor.compile(builder, job_list))
 
 
 def compile_stats(keep_dir: Path, log: str) -> dict:

@@ -9,6 +9,9 @@ rotating among input sets that together are several times the L2): the kernel un
 is verified once against a float32 reference before it is timed. Writes
 ``<out>/<date>-<device>.json`` and a PNG plot beside it.
 
+With ``--executor dask`` each problem is one GPU task (resource ``GPU=1``) on the cluster's GPU workers;
+the libraries travel by content, and each entry records where and when it ran (``ran_on``).
+
 Also runnable without the rest of the CLI: ``python -m cutegen.commands.bench ...``.
 """
 from __future__ import annotations
@@ -66,6 +69,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="do not time libraries that hung or crashed in this `cutegen validate --json` report")
     p.add_argument("--versions-from", metavar="DIR",
                    help="CUTLASS include folder to read the version from (default: $CUTEGEN_CUTLASS_INCLUDE or the wheel)")
+    from .. import executor
+    executor.add_arguments(p)  # dask: one problem per GPU worker at a time (resource GPU=1)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -349,9 +354,15 @@ def run(args: argparse.Namespace) -> int:
         os.replace(tmp, path)
         return doc, path
 
+    if getattr(args, "executor", "local") != "local":
+        from .. import executor as X
+        with X.from_args(args) as ex:
+            entries[:], device = bench_remote(ex, suite, args, t0)
+            print(ex.summary.text(), file=sys.stderr)
+        vers = versions(device, args.versions_from)
     worker = R.Worker(startup_timeout=args.startup_timeout, init={"op": "init"})
     try:
-        for name, problem in suite:
+        for name, problem in suite[len(entries):]:
             if args.deadline and time.monotonic() - t0 > args.deadline:
                 entries.append(skipped_entry(name, problem, f"deadline of {args.deadline:g} s reached"))
                 print(f"SKIP  {name}: deadline reached", flush=True)
@@ -428,6 +439,12 @@ def failed_in_validation(path) -> dict[str, str]:
 
 
 def bench_problem(worker: R.Worker, name: str, problem: GemmProblem, args) -> dict:
+    task, kernels = problem_request(problem, args)
+    return entry_from_reply(name, problem, worker.request(task, args.timeout), kernels)
+
+
+def problem_request(problem: GemmProblem, args) -> tuple[dict, dict]:
+    """The worker request that benchmarks one problem, and the kernels it names (contender -> KernelInfo)."""
     ours, why_ours = find_kernel(Path(args.kernels), problem)
     base, why_base = find_kernel(Path(args.baselines), problem)
     failed = failed_in_validation(getattr(args, "skip_failed", None))
@@ -449,7 +466,13 @@ def bench_problem(worker: R.Worker, name: str, problem: GemmProblem, args) -> di
         contenders.append({"name": "nvmmh", "library": str(nv.library) if nv else None, "reason": why_nv})
     task = {"op": "bench_problem", "problem": problem.to_dict(), "contenders": contenders,
             "warmup": args.warmup, "iters": args.iters, "l2_multiple": args.l2_multiple}
-    reply = worker.request(task, args.timeout)
+    kernels = {"cutegen": ours, "cutlass_builder": base}
+    if getattr(args, "nvmmh", None):
+        kernels["nvmmh"] = nv
+    return task, kernels
+
+
+def entry_from_reply(name: str, problem: GemmProblem, reply: "R.Reply", kernels: dict) -> dict:
     if reply.ok:
         entry = dict(reply.value)
     else:
@@ -461,14 +484,74 @@ def bench_problem(worker: R.Worker, name: str, problem: GemmProblem, args) -> di
             c["status"] = reply.status
     entry["name"] = name
     entry.pop("device", None)
-    entry["kernels"] = {"cutegen": ours.to_dict() if ours else None,
-                        "cutlass_builder": base.to_dict() if base else None}
-    if getattr(args, "nvmmh", None):
-        entry["kernels"]["nvmmh"] = nv.to_dict() if nv else None
+    entry["kernels"] = {c: k.to_dict() if k else None for c, k in kernels.items()}
     for c, res in entry["results"].items():
         if res.get("status") != "ok":
             print(f"  {name} {c}: {res.get('status')} {res.get('reason', '')}", flush=True)
     return entry
+
+
+# ------------------------------------------------------------------------------------------------
+# On a cluster: one problem per GPU task (cutegen.executor), libraries shipped by content
+# ------------------------------------------------------------------------------------------------
+
+_GPU_CHILD: dict = {}
+
+
+def remote_bench_task(item: dict) -> dict:
+    """Runs on a GPU worker: the same request, in this worker's own watchdog child (kept between tasks)."""
+    import multiprocessing
+    import threading
+    from ..executor.tasks import materialize
+    if multiprocessing.current_process().daemon:
+        # The watchdog child cannot start from a daemonic process (a nanny's worker by default).
+        raise CutegenError("this Dask worker is daemonic and cannot start the watchdog child: start GPU workers "
+                           "with DASK_DISTRIBUTED__WORKER__DAEMON=False (or --no-nanny)")
+    if item["deadline_epoch"] and time.time() > item["deadline_epoch"]:
+        return {"status": "skipped", "message": "deadline reached before this problem started"}
+    task = dict(item["task"])
+    task["contenders"] = [dict(c) for c in task["contenders"]]
+    for c in task["contenders"]:
+        if c.get("library"):
+            sha, data = item["libraries"][c["library"]]
+            c["library"] = str(materialize(sha, data))
+    lock = _GPU_CHILD.setdefault("lock", threading.Lock())
+    with lock:
+        worker = _GPU_CHILD.get("worker")
+        if worker is None:
+            worker = _GPU_CHILD["worker"] = R.Worker(startup_timeout=item["startup_timeout"], init={"op": "init"})
+        reply = worker.request(task, item["timeout"])
+        device = worker.init_reply.value if worker.init_reply is not None and worker.init_reply.ok else None
+    return {"status": reply.status, "value": reply.value, "message": reply.message, "device": device}
+
+
+def bench_remote(ex, suite, args, t0: float) -> tuple[list[dict], dict | None]:
+    """Every problem as a GPU task of ``ex``; entries in suite order, and the device of the first reply."""
+    from ..executor.tasks import library_bytes
+    items, kernels = [], []
+    for name, problem in suite:
+        task, kernels_ = problem_request(problem, args)
+        libs = {c["library"]: library_bytes(c["library"]) for c in task["contenders"] if c.get("library")}
+        items.append({"task": task, "libraries": libs, "timeout": args.timeout,
+                      "startup_timeout": args.startup_timeout,
+                      "deadline_epoch": time.time() - (time.monotonic() - t0) + args.deadline if args.deadline else 0})
+        kernels.append(kernels_)
+    outcomes = ex.map_gpu(remote_bench_task, items, names=[n for n, _ in suite],
+                          details=[{"problem": p.to_dict()} for _, p in suite])
+    entries, device = [], None
+    for (name, problem), named, o in zip(suite, kernels, outcomes):
+        if o.ok and o.value["status"] == "skipped":
+            entries.append(skipped_entry(name, problem, o.value["message"]))
+            continue
+        reply = (R.Reply(o.value["status"], o.value["value"], o.value["message"]) if o.ok
+                 else R.Reply("crash", None, f"worker lost: {o.error}"))
+        device = device or (o.value.get("device") if o.ok else None)
+        entry = entry_from_reply(name, problem, reply, named)
+        # Which GPU timed it and when (worker clock): no GPU may time two problems at once (issue 15).
+        entry["ran_on"] = {"worker": o.worker, "host": o.host, "gpu": o.gpu, "started": o.started,
+                           "finished": o.finished, "retried": o.retried}
+        entries.append(entry)
+    return entries, device
 
 
 def plot_module():

@@ -16,6 +16,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="parallel compiles (default: half the cores, at most MemAvailable / 3.5 GB)")
     p.add_argument("--cache", metavar="DIR", help="cache directory (default: $CUTEGEN_CACHE or ~/.cache/cutegen)")
     p.add_argument("--timeout", type=float, help="seconds before one nvcc is killed (default: none)")
+    from .. import executor
+    executor.add_arguments(p)
 
 
 def expand(paths: list[str]) -> list[str]:
@@ -61,9 +63,13 @@ def run(args: argparse.Namespace) -> int:
     paths = [p for p in paths if p not in dsl]
     if not paths:
         return 1 if failed else 0
-    summary = build(paths, jobs=args.jobs, cache=cache, progress=sys.stderr, timeout=args.timeout)
-    for r in summary.results:
-        if r.ok:
-            print(f"{r.status:7s} {r.library}")
-    print(summary.line())
+    from .. import executor as X
+    with X.from_args(args) as ex:
+        summary = build(paths, jobs=args.jobs, cache=cache, progress=sys.stderr, timeout=args.timeout, executor=ex)
+        for r in summary.results:
+            if r.ok:
+                print(f"{r.status:7s} {r.library}")
+        print(summary.line())
+        if ex.name != "local":
+            print(ex.summary.text(), file=sys.stderr)
     return 0 if summary.ok and not failed else 1

@@ -28,6 +28,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="every checked-in suite into its own tree: " + ", ".join(f"{s} -> {o}" for s, o in SUITES))
     p.add_argument("--only", action="append", default=[], metavar="NAME",
                    help="only the suite problems with this name (repeatable)")
+    from .. import executor
+    executor.add_arguments(p)  # the searches fan out; --from-manifests always renders here
 
 
 def select_suite(path: str | Path, only: list[str] | None) -> list[tuple[str, GemmProblem]]:
@@ -100,6 +102,22 @@ def _render_baseline(problem: GemmProblem):
     return render_mod.render(problem, KernelConfig.from_dict(baseline_config(problem)), "cutlass_builder")
 
 
+def render_task(item: tuple) -> tuple[str, object]:
+    """One rendering (an executor task): ("ok", kernel), ("illegal", why) or ("error", why)."""
+    kind, problem, directory, from_manifests = item
+    from .. import render as render_mod
+    try:
+        if from_manifests:
+            if not (directory / "manifest.json").is_file():
+                raise CutegenError(f"{directory}: no manifest.json to re-render from")
+            return "ok", render_mod.render_manifest(directory, keep_toolchain=False)
+        return "ok", (_render_searched if kind == "kernel" else _render_baseline)(problem)
+    except IllegalConfig as e:
+        return "illegal", str(e)
+    except CutegenError as e:
+        return "error", str(e)
+
+
 def run(args: argparse.Namespace) -> int:
     if getattr(args, "all", False):
         if args.only:
@@ -109,42 +127,44 @@ def run(args: argparse.Namespace) -> int:
             print(f"== {suite} -> {out}")
             status |= run(argparse.Namespace(**{**vars(args), "all": False, "suite": suite, "out": out}))
         return status
-    from .. import render as render_mod
+    from .. import executor as X
     root = Path(args.out)
     suite = select_suite(args.suite, args.only)
     changed: list[Path] = []
     failures: list[str] = []
     expected_dirs: set[Path] = set()
-    for name, problem in suite:
-        for kind, directory, make in (
-                ("kernel", kernel_dir(root, problem), _render_searched),
-                ("baseline", baseline_dir(root, problem), _render_baseline)):
-            expected_dirs.add(directory)
-            try:
-                if args.from_manifests:
-                    if not (directory / "manifest.json").is_file():
-                        raise CutegenError(f"{directory}: no manifest.json to re-render from")
-                    kernel = render_mod.render_manifest(directory, keep_toolchain=False)
-                else:
-                    kernel = make(problem)
-            except IllegalConfig as e:
-                if kind == "baseline":  # the fixed baseline does not fit every problem; say so, go on
-                    print(f"skip     {name} baseline: {e}", file=sys.stderr)
-                    expected_dirs.discard(directory)
-                    continue
-                failures.append(f"{name}: {e}")
+    items = [(name, (kind, problem, directory, args.from_manifests)) for name, problem in suite
+             for kind, directory in (("kernel", kernel_dir(root, problem)), ("baseline", baseline_dir(root, problem)))]
+    # Re-rendering from manifests reads this machine's files and searches nothing: it stays here.
+    with (X.LocalExecutor(progress=None) if args.from_manifests else X.from_args(args)) as ex:
+        outcomes = ex.map(render_task, [it for _, it in items], kind="cpu",
+                          names=[f"{name} {it[0]}" for name, it in items])
+        if ex.name != "local":
+            print(ex.summary.text(), file=sys.stderr)
+    for (name, (kind, problem, directory, _)), outcome in zip(items, outcomes):
+        expected_dirs.add(directory)
+        if not outcome.ok:
+            failures.append(f"{name} ({kind}): {outcome.error}")
+            continue
+        status, kernel = outcome.value
+        if status == "illegal":
+            if kind == "baseline":  # the fixed baseline does not fit every problem; say so, go on
+                print(f"skip     {name} baseline: {kernel}", file=sys.stderr)
+                expected_dirs.discard(directory)
                 continue
-            except CutegenError as e:
-                failures.append(f"{name} ({kind}): {e}")
-                continue
-            if args.check:
-                diff = kernel.differences(directory)
-                changed += diff
-                print(f"{'differs' if diff else 'same':8s} {directory} [{label(kernel.config)}]")
-            else:
-                written = kernel.write(directory)
-                changed += written
-                print(f"{'wrote' if written else 'same':8s} {directory} [{label(kernel.config)}]")
+            failures.append(f"{name}: {kernel}")
+            continue
+        if status == "error":
+            failures.append(f"{name} ({kind}): {kernel}")
+            continue
+        if args.check:
+            diff = kernel.differences(directory)
+            changed += diff
+            print(f"{'differs' if diff else 'same':8s} {directory} [{label(kernel.config)}]")
+        else:
+            written = kernel.write(directory)
+            changed += written
+            print(f"{'wrote' if written else 'same':8s} {directory} [{label(kernel.config)}]")
     # Stale means "in no problem of the suite": with --only, the rest of the suite is not stale.
     for _, problem in (load_suite(args.suite) if args.only else []):
         expected_dirs.update((kernel_dir(root, problem), baseline_dir(root, problem)))
