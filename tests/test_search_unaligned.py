@@ -59,7 +59,8 @@ def test_search_answers_every_problem(m, n, k, dtype, layout, pads):
     assert res.ranked, f"{p.name}: no kernel; rules: {res.pruned_by_rule}"
     cfg = res.ranked[0].config
     rep = check_config(p, cfg)
-    assert rep.legal and not rep.warnings
+    from cutegen.legality.cp_async import ADVISORY
+    assert rep.legal and not [w for w in rep.warnings if w.rule_id not in ADVISORY]
     tma_ok = tma_can_load(p)
     # the cp.async mainloop is reached exactly when TMA cannot read A or B
     assert (cfg.mainloop_load == "cp_async") == (not tma_ok)
