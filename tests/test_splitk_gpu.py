@@ -14,9 +14,7 @@ import pytest
 
 pytestmark = pytest.mark.gpu
 
-torch = pytest.importorskip("torch", reason="GPU tests need torch (pip install -e '.[gpu]')")
-if not torch.cuda.is_available():
-    pytest.skip("GPU tests need a CUDA device; none is visible", allow_module_level=True)
+# the tests are skipped at setup without a GPU (tests/conftest.py); collecting them needs no torch
 
 from cutegen import runner as R  # noqa: E402
 
