@@ -119,7 +119,7 @@ def tma_can_store(problem) -> bool:
 ADVISORY = frozenset({"SM90-CPASYNC-SYNCCHECK"})
 
 
-@_rule("SM90-CPASYNC-SYNCCHECK", enforced=False,
+@_rule("SM90-CPASYNC-SYNCCHECK", rulebook="F08", enforced=False,
        source="compute-sanitizer 13.0 synccheck on an H100, 2026-11-24 (bench/results/2026-11-24-nvidia-h100-80gb-"
        "hbm3-unaligned-sanitize.json, generated/validation/2026-11-24-nvidia-h100-80gb-hbm3-003318.jsonl): "
        "268-896 barrier errors per cp.async kernel, cutegen's explicit form and CUTLASS 4.2's CollectiveBuilder "
