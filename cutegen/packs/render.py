@@ -107,7 +107,8 @@ def pack_files(sel: Selection, fallbacks: dict[str, Fallback], name: str, shapes
         ctx = render_mod.template_context(k.problem, rk.config, "cutlass")
         files[f"kernels/{kdir}/plan.cu"] = env.get_template("cutegen_plan.inc.j2").render(
             kernel_hash=rk.kernel_hash, name=kernel_name(sel, j), c_is_void=ctx["c_is_void"],
-            has_bias=ctx["has_bias"], bias_element=ctx["bias_element"], swap_ab=ctx["swap_ab"])
+            has_bias=ctx["has_bias"], bias_element=ctx["bias_element"], swap_ab=ctx["swap_ab"],
+            stream_k=ctx["stream_k"])
         base = k.cls[len("fallback:"):] if k.cls.startswith("fallback:") else k.cls
         kernels_ctx.append({"hash": rk.kernel_hash, "name": kernel_name(sel, j), "dir": kdir,
                             "cls": cls_index[base]})
