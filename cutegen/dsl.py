@@ -93,7 +93,7 @@ def dsl_smem_bytes(problem: GemmProblem, config: KernelConfig) -> int:
     D buffers, each 1024-byte aligned (BUFFER_ALIGN). C is read from global memory, not staged."""
     tm, tn, tk = config.tile_shape
     stages = config.stages if isinstance(config.stages, int) else 0
-    total = 16 * stages + (16 if config.mainloop_schedule == "pingpong" else 0)  # + ping-pong's ordering pair
+    total = 16 * stages + (32 if config.mainloop_schedule == "pingpong" else 0)  # + ping-pong's ordering barriers (up to 2x2)
     total = _round_up(total, 1024) + tm * tk * DTYPES[problem.dtype_a].bits // 8 * stages
     total = _round_up(total, 1024) + tn * tk * DTYPES[problem.dtype_b].bits // 8 * stages
     epi = dsl_epilogue_tile(problem, config)
@@ -129,18 +129,6 @@ def dsl_supports(problem: GemmProblem, config: KernelConfig) -> list[str]:
     if DTYPES[problem.dtype_a].bits == 16 and problem.dtype_a != problem.dtype_b:
         out.append(f"DSL-AB-TYPE: 16-bit A ({problem.dtype_a}) and B ({problem.dtype_b}) differ; MmaF16BF16Op "
                    "takes one type for both")
-    if config.mainloop_schedule == "pingpong":
-        # H200, 2026-11-22 (bench/results/2026-11-22-nvidia-h200-dsl-validate.json): the DSL ping-pong kernel
-        # 128x96x128 e4m3 faulted ("unspecified launch failure") at 8192x3072x1024, where persistent CTAs
-        # take several tiles each, and passed only cases of at most one tile per CTA; the C++ kernel of the
-        # same configuration passed everything. H100, 2026-11-23 (bench/results/2026-11-23-nvidia-h100-dslpp-*):
-        # the pipeline checker showed the template lacked ping-pong's ordering barrier (a parity wait that
-        # cannot tell a stage's two phases apart); with it rendered, the own-size cases still hang (2) or
-        # fault (2) while every ragged, batched and sub-tile case passes and the sanitizer is clean on a
-        # small one: a defect outside the mainloop pipeline the checker models. Refused until it is found.
-        out.append("DSL-PINGPONG: the DSL ping-pong kernel faults or hangs once a persistent CTA takes more than "
-                   "one tile (H200 2026-11-22; H100 2026-11-23 with the ordering barrier `cutegen check pipeline` "
-                   "requires: 2 of 4 shapes hang, 2 fault); use the C++ backend or the cooperative schedule")
     if config.mainloop_schedule == "pingpong" and tuple(config.warpgroup_layout) != (1, 1, 1):
         out.append(f"DSL-PINGPONG-WG: pingpong gives each consumer warpgroup a whole tile; warpgroup_layout "
                    f"{config.warpgroup_layout} is not (1, 1, 1)")
@@ -280,6 +268,7 @@ def template_context(problem: GemmProblem, config: KernelConfig) -> dict[str, An
         "consumer_wgs": dsl_consumer_warpgroups(config),
         # Rendered from the pipeline term the checker proves (cutegen.pipelines, backend "dsl").
         "ordering": _pipeline_protocol(problem, config, "dsl")["ordering"],
+        "order_epilogue": _pipeline_protocol(problem, config, "dsl")["order_epilogue"],
         "schedule_comment": (f"{config.mainloop_schedule}: "
                              + ("persistent: as many clusters as fit at once, static tile scheduler"
                                 if persistent else "one work tile per CTA, the grid covers every tile")
@@ -330,10 +319,19 @@ def _checked(problem: GemmProblem, config: KernelConfig) -> KernelConfig:
     return config
 
 
+def _lint(kernel_py: str) -> str:
+    """Refuse a rendered module the DSL would trace into a different program (cutegen/dsl_lint.py)."""
+    from .dsl_lint import loop_state_violations
+    problems = loop_state_violations(kernel_py)
+    if problems:
+        raise CutegenError("the rendered CuTe DSL kernel is wrong: " + "; ".join(problems))
+    return kernel_py
+
+
 def render_dsl(problem: GemmProblem, config: KernelConfig) -> str:
     """The CuTe DSL module (kernel.py) for a configuration the DSL template can express."""
     config = _checked(problem, config)
-    return _environment().get_template(TEMPLATE).render(**template_context(problem, config))
+    return _lint(_environment().get_template(TEMPLATE).render(**template_context(problem, config)))
 
 
 def render_dsl_abi(problem: GemmProblem, config: KernelConfig) -> str:
@@ -352,6 +350,7 @@ def render_files(problem: GemmProblem, config: KernelConfig, *, check_legality: 
     ctx = template_context(problem, config)
     env = _environment()
     kernel_py = env.get_template(TEMPLATE).render(**ctx)
+    _lint(kernel_py)
     abi_cpp = env.get_template(ABI_TEMPLATE).render(**ctx)
     man = manifest_mod.build_manifest(
         problem=problem, config=config, backend=BACKEND, source=kernel_py,

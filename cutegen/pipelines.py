@@ -59,6 +59,9 @@ def protocol(problem: GemmProblem, config: KernelConfig, backend: str = "cutlass
         bytes_a=tm * tk * DTYPES[problem.dtype_a].bits // 8,
         bytes_b=tn * tk * DTYPES[problem.dtype_b].bits // 8,
         consumers=consumers, pingpong=pingpong, ordering=pingpong,
+        # ping-pong's ordering covers the mainloop; the epilogues may overlap (each warpgroup has its own
+        # D buffers in the DSL template) unless this orders them too (CUTLASS's OrderedSequenceBarrier<2,2>)
+        order_epilogue=False,
         release_lag=1, cluster=(cm, cn),
         multicast_a=done.tma_a == "tma_multicast" and cn > 1,
         multicast_b=done.tma_b == "tma_multicast" and cm > 1,
@@ -83,6 +86,7 @@ def pipeline_of(problem: GemmProblem, config: KernelConfig, backend: str = "cutl
     p = protocol(problem, config, backend)
     p.update(overrides)                 # a protocol variant (e.g. ordering=False), for mutants
     p.pop("readers_per_fill")
+    p.pop("order_epilogue")             # the epilogue's order is outside the mainloop's mbarrier protocol
     stages = p.pop("stages")
 
     def build(stages: int, k_blocks: int | None = None, cluster=p["cluster"], multicast_a=p["multicast_a"],

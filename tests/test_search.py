@@ -168,7 +168,8 @@ def test_dsl_search_prunes_what_the_dsl_backend_refuses():
     dsl = search(p, top_k=3, backend="dsl")
     assert any(r.config.mainloop_schedule == "pingpong" for r in cpp.ranked)
     assert dsl.ranked and all(dsl_supports(p, r.config) == [] for r in dsl.ranked)
-    assert dsl.pruned_by_rule.get("DSL-PINGPONG", 0) > 0 and "DSL-PINGPONG" not in cpp.pruned_by_rule
+    assert sum(n for r, n in dsl.pruned_by_rule.items() if r.startswith("DSL-")) > 0
+    assert not [r for r in cpp.pruned_by_rule if r.startswith("DSL-")]
     with pytest.raises(FieldError):
         search(p, backend="triton")
 
