@@ -204,6 +204,13 @@ def sanitizer_case(info: R.KernelInfo) -> R.Case:
     tm, tn, tk = info.config.tile_shape
     u = R.dim_units(info.problem)
     beta = 0.5 if info.problem.dtype_c != "void" else 0.0
+    if info.config.mainloop_schedule == "pingpong":
+        # ping-pong's second math warpgroup runs only when a persistent CTA takes several tiles: give
+        # every SM of a 132-SM part three (ragged in M, N, K; one batch), or the sanitizer never sees it
+        n_tiles = 8
+        m_tiles = -(-3 * 132 // n_tiles)
+        return R.Case("sanitize_multitile", R.ragged_extent(tm, u["m"], m_tiles - 1),
+                      R.ragged_extent(tn, u["n"], n_tiles - 1), R.ragged_extent(tk, u["k"], 2), 1, 1.0, beta, seed=21)
     return R.Case("sanitize", R.ragged_extent(tm, u["m"], 1), R.ragged_extent(tn, u["n"], 1),
                   R.ragged_extent(tk, u["k"], 2), 2, 1.0, beta, seed=21)
 
