@@ -129,6 +129,12 @@ def dsl_supports(problem: GemmProblem, config: KernelConfig) -> list[str]:
     if DTYPES[problem.dtype_a].bits == 16 and problem.dtype_a != problem.dtype_b:
         out.append(f"DSL-AB-TYPE: 16-bit A ({problem.dtype_a}) and B ({problem.dtype_b}) differ; MmaF16BF16Op "
                    "takes one type for both")
+    if problem.dtype_a in ("e4m3", "e5m2") and not problem.fp8_fast_accum:
+        # The template accumulates every k-block into one f32 WGMMA accumulator: the numerics of CUTLASS's
+        # ...FP8FastAccum schedules (WGMMA's FP8 accumulation keeps fewer mantissa bits than f32). The C++
+        # default promotes into a second accumulator every k-tile (GmmaFP8Accumulation); the DSL does not.
+        out.append("DSL-FP8-ACCUM: the DSL template accumulates FP8 only in the WGMMA accumulator (fast "
+                   "accumulation); ask for it with fp8_fast_accum (--fp8-fast-accum) or use the C++ backend")
     if config.mainloop_schedule == "pingpong" and tuple(config.warpgroup_layout) != (1, 1, 1):
         out.append(f"DSL-PINGPONG-WG: pingpong gives each consumer warpgroup a whole tile; warpgroup_layout "
                    f"{config.warpgroup_layout} is not (1, 1, 1)")

@@ -132,8 +132,18 @@ def test_supported_configs_have_no_reasons():
     assert dsl.dsl_supports(BF16, full()) == []
     nt = GemmProblem.from_dict({"m": 4096, "n": 4096, "k": 4096, "layout": "nt"})
     assert dsl.dsl_supports(nt, full(nt, tile_shape=(128, 128, 64), cluster_shape=(2, 1, 1))) == []
-    fp8 = GemmProblem.from_dict({"m": 1024, "n": 1024, "k": 1024, "dtype": "e4m3"})
+    fp8 = GemmProblem.from_dict({"m": 1024, "n": 1024, "k": 1024, "dtype": "e4m3", "fp8_fast_accum": True})
     assert dsl.dsl_supports(fp8, full(fp8, tile_shape=(128, 128, 128), cluster_shape=(1, 1, 1))) == []
+
+
+def test_fp8_needs_fast_accumulation_in_the_dsl():
+    # the template has one accumulator: the numerics of fast accumulation, so it must be asked for
+    slow = GemmProblem.from_dict({"m": 1024, "n": 1024, "k": 1024, "dtype": "e4m3"})
+    fast = GemmProblem.from_dict({"m": 1024, "n": 1024, "k": 1024, "dtype": "e4m3", "fp8_fast_accum": True})
+    cfg = dict(tile_shape=(128, 128, 128), cluster_shape=(1, 1, 1))
+    assert "DSL-FP8-ACCUM" in rule_ids(slow, full(slow, **cfg))
+    assert "DSL-FP8-ACCUM" not in rule_ids(fast, full(fast, **cfg))
+    assert "DSL-FP8-ACCUM" not in rule_ids(BF16, full())
 
 
 def test_refuses_what_the_template_cannot_express():
