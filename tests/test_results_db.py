@@ -207,3 +207,23 @@ def test_killed_at_random_moments_batches_all_or_none(tmp_path):
     assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     counts = [c for (c,) in conn.execute("SELECT count(*) FROM measurements GROUP BY source")]
     assert counts and set(counts) == {size}
+
+
+def test_readonly_open_leaves_the_file_byte_for_byte(tmp_path):
+    import hashlib
+    import shutil
+
+    from cutegen.results import ResultsDB
+    from cutegen.results.db import REPO_SEED
+    copy = tmp_path / "seed.sqlite"
+    shutil.copy(REPO_SEED, copy)
+    before = hashlib.sha256(copy.read_bytes()).hexdigest()
+    with ResultsDB(copy, seed=None, readonly=True) as db:
+        assert db.count() > 0 and db.measurements()
+        with pytest.raises(CutegenError, match="read-only"):
+            db.add_many(db.measurements()[:1])
+    assert hashlib.sha256(copy.read_bytes()).hexdigest() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["seed.sqlite"]      # no -wal / -shm left behind
+    with ResultsDB(tmp_path / "missing.sqlite", seed=None, readonly=True) as db:   # nothing measured yet
+        assert db.count() == 0
+    assert not (tmp_path / "missing.sqlite").exists()

@@ -21,9 +21,9 @@ def _common(p) -> None:
                    help="leave out the repository's read-only seed (bench/results/seed.sqlite)")
 
 
-def _open(args, seed: bool = True):
+def _open(args, seed: bool = True, readonly: bool = False):
     from ..results import ResultsDB
-    return ResultsDB(args.db, seed=None if (args.no_seed or not seed) else True)
+    return ResultsDB(args.db, seed=None if (args.no_seed or not seed) else True, readonly=readonly)
 
 
 def add_import(p) -> None:
@@ -56,7 +56,7 @@ def add_export(p) -> None:
 
 
 def run_export(args) -> int:
-    with _open(args) as db:
+    with _open(args, readonly=True) as db:
         rows = [m.to_dict() for m in db.measurements(device_kind=args.device)]
     if args.format == "jsonl":
         text = "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows)
@@ -102,7 +102,7 @@ def _count(xs) -> dict:
 
 
 def run_stats(args) -> int:
-    with _open(args) as db:
+    with _open(args, readonly=True) as db:
         s = stats(db.measurements())
         where = f"{db.path}" + (f" + seed {db.seed}" if db.seed else "")
     if args.json:

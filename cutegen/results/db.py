@@ -75,8 +75,12 @@ class ResultsDB:
     itself is not merged twice.
     """
 
-    def __init__(self, path: str | os.PathLike | None = None, seed: str | os.PathLike | None | bool = True):
+    def __init__(self, path: str | os.PathLike | None = None, seed: str | os.PathLike | None | bool = True,
+                 readonly: bool = False):
         self.path = Path(path).expanduser() if path is not None else default_path()
+        # readonly: never create, migrate or switch the journal mode (a file that is read, e.g. the committed
+        # seed through `cutegen db stats --db`, keeps its bytes); writes raise
+        self.readonly = readonly
         if seed is True:
             seed = REPO_SEED if REPO_SEED.exists() else None
         self.seed = Path(seed) if seed else None
@@ -87,6 +91,23 @@ class ResultsDB:
 
     # --- connections -------------------------------------------------------------------
     def _open(self) -> sqlite3.Connection:
+        if self._conn is None and self.readonly:
+            if not self.path.exists():         # nothing measured yet: an empty database, nothing created
+                conn = sqlite3.connect(":memory:", isolation_level=None)
+                conn.row_factory = sqlite3.Row
+                migrate(conn)
+                self._conn = conn
+                return conn
+            try:
+                conn = sqlite3.connect(f"file:{self.path.resolve()}?mode=ro", uri=True)
+                conn.row_factory = sqlite3.Row
+                version = conn.execute("PRAGMA user_version").fetchone()[0]
+            except sqlite3.Error as e:
+                raise CutegenError(f"results database {self.path}: {e}") from None
+            if version != SCHEMA_VERSION:
+                raise CutegenError(f"results database {self.path}: schema {version}, this cutegen reads "
+                                   f"{SCHEMA_VERSION}; open it once for writing to migrate it")
+            self._conn = conn
         if self._conn is None:
             try:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -140,6 +161,8 @@ class ResultsDB:
     def add_many(self, ms: Iterable[Measurement]) -> list[int]:
         """Store measurements in one transaction: all of them land or none does. Idempotent."""
         ms = list(ms)
+        if self.readonly:
+            raise CutegenError(f"results database {self.path} was opened read-only")
         conn = self._open()
         sql = (f"INSERT INTO measurements ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))}) "
                "ON CONFLICT(record_key) DO NOTHING")
