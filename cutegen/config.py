@@ -77,7 +77,7 @@ class SmemAtom:
 
 # Fields added after kernels were checked in: omitted from to_dict() (and so from the hash) at their
 # default, so the bytes and hash of every existing kernel stay the same.
-_OMITTED_AT_DEFAULT = frozenset({"swap_ab", "mainloop_load"})
+_OMITTED_AT_DEFAULT = frozenset({"swap_ab", "mainloop_load", "stage_a", "stage_b"})
 
 
 @dataclass(frozen=True)
@@ -101,6 +101,11 @@ class KernelConfig:
     # problem's N. Left out of to_dict() while False, so every unswapped kernel keeps its hash.
     swap_ab: bool = False
     mainloop_load: str = "tma"                             # MAINLOOP_LOADS
+    # Operand staging (cutegen/staging.py): the C ABI copies the caller's A (B) into the workspace with
+    # its leading dimension rounded up to 16 bytes, and the TMA kernel reads the copy. Left out of
+    # to_dict() while False, so every existing kernel keeps its hash.
+    stage_a: bool = False
+    stage_b: bool = False
 
     def __post_init__(self):
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731
@@ -129,6 +134,9 @@ class KernelConfig:
         if not isinstance(self.swap_ab, bool):
             raise FieldError("swap_ab", f"expected true or false, got {self.swap_ab!r}")
         as_choice("mainloop_load", self.mainloop_load, MAINLOOP_LOADS)
+        for name in ("stage_a", "stage_b"):
+            if not isinstance(getattr(self, name), bool):
+                raise FieldError(name, f"expected true or false, got {getattr(self, name)!r}")
 
     # --- derived ---------------------------------------------------------------------
     @property
@@ -188,4 +196,5 @@ class KernelConfig:
         sk = "_streamk" if self.tile_scheduler == "stream_k" else ""
         sw = "_swapab" if self.swap_ab else ""
         load = "_cpasync" if self.mainloop_load == "cp_async" else ""
-        return f"{t[0]}x{t[1]}x{t[2]}_{c[0]}x{c[1]}x{c[2]}_{st}_{sched}_{epi}{sk}{sw}{load}"
+        staged = "".join(f"_stage{op.upper()}" for op in "ab" if getattr(self, f"stage_{op}"))
+        return f"{t[0]}x{t[1]}x{t[2]}_{c[0]}x{c[1]}x{c[2]}_{st}_{sched}_{epi}{sk}{sw}{load}{staged}"

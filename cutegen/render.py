@@ -248,8 +248,12 @@ def _cstring(text: str) -> str:
 
 def _describe(problem: GemmProblem, config: KernelConfig, backend: str, khash: str) -> str:
     from . import __version__
-    return json.dumps({"backend": backend, "config": config.to_dict(), "cutegen": __version__, "hash": khash,
-                       "problem": problem.kernel_key()}, sort_keys=True, separators=(",", ":"))
+    from .staging import describe as staged
+    out = {"backend": backend, "config": config.to_dict(), "cutegen": __version__, "hash": khash,
+           "problem": problem.kernel_key()}
+    if staged(config):          # only staged kernels carry the key: every other kernel keeps its bytes
+        out["staged_operands"] = staged(config)
+    return json.dumps(out, sort_keys=True, separators=(",", ":"))
 
 
 def template_context(problem: GemmProblem, config: KernelConfig, backend: str) -> dict[str, Any]:
@@ -297,6 +301,10 @@ def template_context(problem: GemmProblem, config: KernelConfig, backend: str) -
         "smem_capacity": SMEM_CAPACITY,
         "describe_json": describe_json,
         "swap_ab": config.swap_ab,
+        # operand staging (cutegen/staging.py): the caller's A / B is copied into the workspace first
+        "stage_a": config.stage_a, "stage_b": config.stage_b,
+        "staged_ops": [(op, op.upper()) for op in ("a", "b") if getattr(config, f"stage_{op}")],
+        "staged_words": " and ".join(op.upper() for op in ("a", "b") if getattr(config, f"stage_{op}")),
         "is_fp8": problem.dtype_a in ("e4m3", "e5m2"),
         "cp_async": config.mainloop_load == "cp_async",
         # any operand below 16 bytes: the ABI checks each pointer against its own vector width
@@ -500,6 +508,14 @@ def render(problem: GemmProblem, config: KernelConfig, backend: str = "cutlass",
         man["numerics"] = FP8_FAST_ACCUM_NUMERICS
     if config.tile_scheduler == "stream_k":
         man["launch_plan"] = launch_plan_for(problem, config, cost).to_dict()
+    if config.stage_a or config.stage_b:
+        from . import staging
+        man["staging"] = {
+            "operands": staging.describe(config),
+            "how": "the C ABI copies each staged operand into the workspace with cudaMemcpy2DAsync "
+                   "(leading dimension rounded up to 16 bytes) before the TMA kernel reads it",
+            "staged_ld": {op: staging.staged_ld(problem, op) for op in staging.staged_operands(config)},
+            "workspace_bytes": staging.staging_workspace_bytes(problem, config)}
     return RenderedKernel(problem, config, backend, man["kernel_hash"],
                           {"kernel.cu": source, "manifest.json": manifest_mod.dumps(man)}, man)
 

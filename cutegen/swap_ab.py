@@ -35,5 +35,8 @@ def transposed(problem: GemmProblem) -> GemmProblem:
 
 
 def kernel_problem(problem: GemmProblem, config: KernelConfig) -> GemmProblem:
-    """The problem the kernel's CUTLASS types are written for: transposed when the config swaps."""
+    """The problem the kernel's CUTLASS types are written for: transposed when the config swaps, its
+    staged operands 16-byte aligned when it stages (cutegen/staging.py)."""
+    from .staging import staged_problem
+    problem = staged_problem(problem, config)
     return transposed(problem) if config.swap_ab else problem

@@ -140,6 +140,7 @@ from .cutlass_sm90 import CUTLASS_SM90_RULES  # noqa: E402
 from .cp_async import CP_ASYNC_RULES      # noqa: E402
 
 from .swap_ab import SWAP_AB_RULES, check_swap  # noqa: E402
+from .staging import STAGING_RULES, check_staging  # noqa: E402
 
 CONFIG_RULESETS: list[RuleSet] = [WGMMA_RULES, MBARRIER_RULES, RESOURCE_RULES, CUTLASS_SM90_RULES, CP_ASYNC_RULES]
 
@@ -155,6 +156,7 @@ def all_rules() -> list[Rule]:
     for rs in CONFIG_RULESETS:
         out.extend(rs)
     out.extend(SWAP_AB_RULES)
+    out.extend(STAGING_RULES)
     from .stream_k import STREAM_K_RULES   # judged on (problem, config, launch plan): check_plan
     out.extend(STREAM_K_RULES)
     return out
@@ -195,7 +197,20 @@ def check_config(problem: GemmProblem, config: KernelConfig) -> ConfigReport:
     """Complete ``config`` as CUTLASS 4.2's SM90 CollectiveBuilder would and evaluate every rule.
 
     A swapped configuration (``config.swap_ab``) is judged by the swap rules on ``problem``, then by
-    every other rule on the transposed problem its kernel is written for (legality/swap_ab.py)."""
+    every other rule on the transposed problem its kernel is written for (legality/swap_ab.py).
+    A staged configuration (``config.stage_a`` / ``stage_b``) likewise: the staging rules on
+    ``problem``, then every other rule on the aligned view its TMA kernel reads (legality/staging.py)."""
+    if getattr(config, "stage_a", False) or getattr(config, "stage_b", False):
+        from cutegen.staging import staged_problem
+        staging_violations = check_staging(problem, config)
+        if staging_violations:
+            return ConfigReport(False, staging_violations, [], None,
+                                config.stages if config.stages != "auto" else None, None)
+        flags = {"stage_a": config.stage_a, "stage_b": config.stage_b}
+        inner = check_config(staged_problem(problem, config), config.replace(stage_a=False, stage_b=False))
+        if inner.config is not None:
+            inner.config = inner.config.replace(**flags)
+        return inner
     if config.swap_ab:
         from cutegen.swap_ab import transposed
         swap_violations = check_swap(problem, config)
@@ -218,6 +233,6 @@ def check_config(problem: GemmProblem, config: KernelConfig) -> ConfigReport:
                         ctx.smem_bytes)
 
 
-__all__ = ["CONFIG_RULESETS", "SWAP_AB_RULES", "check_swap", "ConfigContext", "ConfigReport", "check_config", "evaluate_config", "first_violation",
+__all__ = ["CONFIG_RULESETS", "SWAP_AB_RULES", "check_swap", "STAGING_RULES", "check_staging", "ConfigContext", "ConfigReport", "check_config", "evaluate_config", "first_violation",
            "all_rules",
            "Rule", "RuleSet", "Violation"]

@@ -93,6 +93,11 @@ LOADS = ("tma", "cp_async")
 SM_CLOCK_HZ = 1.755e9
 CP_ASYNC_CYCLES_PER_WARP_COPY = 1.0
 SYNC_COPY_LATENCY_US = 0.5
+SYNC_ELEMENT_US = 0.34       # per element a producer thread copies synchronously (1-/2-byte vectors):
+                             # H100 2026-11-24 (bench/results/...-unaligned.json): bf16 TN 2048x2048x2047,
+                             # 256x128x128 cooperative, one wave of 16 k-blocks in 2.09 ms = 130 us per
+                             # k-block for 384 elements per thread (0.34 us); bf16 NT 4095x4096x4096
+                             # (A only 2-byte), 128x256x128, 128 k-blocks in 6.47 ms: 0.39 us per element
 CP_ASYNC_KBLOCK_US = 0.05    # per k-block: 128-256 producer threads each arrive on the stage's barrier
                              # and run the predicated copy loop, where TMA issues one instruction; priced
                              # like KBLOCK_OVERHEAD_US, the other per-k-block bookkeeping
@@ -226,8 +231,13 @@ def cost_arrays(problem, tm, tn, tk, cm, cn, sched, epi, scheduler, stages, rast
     # cp.async: the producer's per-thread copies (see CP_ASYNC_* above)
     vectors = tm * tk / problem.alignment_a + tn * tk / problem.alignment_b
     t_issue = vectors / 32.0 * CP_ASYNC_CYCLES_PER_WARP_COPY / SM_CLOCK_HZ * 1e6
-    sync_bytes = min(problem.alignment_a * DTYPES[problem.dtype_a].bits, problem.alignment_b * DTYPES[problem.dtype_b].bits) < 32
-    t_pipe = np.where(load == 1, t_pipe + (SYNC_COPY_LATENCY_US + t_issue if sync_bytes else 0.0), t_pipe)
+    # 1-/2-byte vectors are synchronous loads, one element after another per producer thread: each
+    # pays about a DRAM round trip (SYNC_ELEMENT_US, measured below)
+    sync_elems = (tm * tk * (problem.alignment_a * DTYPES[problem.dtype_a].bits < 32)
+                  + tn * tk * (problem.alignment_b * DTYPES[problem.dtype_b].bits < 32))
+    producers = np.where(sched == 0, 256.0, 128.0)
+    t_sync = sync_elems / producers * SYNC_ELEMENT_US
+    t_pipe = np.where(load == 1, t_pipe + np.where(sync_elems > 0, SYNC_COPY_LATENCY_US + t_issue + t_sync, 0.0), t_pipe)
     # a multicast stage is refilled only when every CTA of the cluster has released it: the wait for
     # the slowest grows with the cluster and saturates (4 CTAs already cost as much as 8 or 16)
     sync = CLUSTER_SYNC_US * np.minimum(cm * cn - 1.0, CLUSTER_SYNC_SATURATION - 1.0)
@@ -321,6 +331,25 @@ def cost_arrays(problem, tm, tn, tk, cm, cn, sched, epi, scheduler, stages, rast
     return total, parts
 
 
+# Operand staging (cutegen/staging.py): the C ABI copies an unaligned A or B into the workspace with
+# cudaMemcpy2DAsync before the kernel. Priced as the bytes it reads and writes over HBM bandwidth at
+# STAGE_COPY_EFFICIENCY, plus a launch per copy. Neither constant is measured yet: bench/gpu_stage.sh
+# times the bare copy at the unaligned suites' sizes so they can be checked.
+STAGE_COPY_EFFICIENCY = 0.7   # a device-to-device 2-D copy of rows a few KB long: below a stream's peak
+STAGE_COPY_LAUNCH_US = 2.0    # per cudaMemcpy2DAsync on the stream ahead of the kernel
+
+
+def staging_us(problem, operands, device=None) -> float:
+    """Predicted microseconds of the staged copies of ``operands`` ('a', 'b') of ``problem``."""
+    from cutegen.staging import moved_bytes
+
+    if not operands:
+        return 0.0
+    hbm = HBM_BYTES_PER_S if device is None else device.hbm_bytes_per_s
+    moved = sum(moved_bytes(problem, op) for op in operands)
+    return moved / (hbm * STAGE_COPY_EFFICIENCY) * 1e6 + STAGE_COPY_LAUNCH_US * len(operands)
+
+
 def config_codes(config) -> tuple[int, int, int]:
     load = LOADS.index(getattr(config, "mainloop_load", "tma"))
     return (SCHEDULES.index(config.mainloop_schedule) + len(SCHEDULES) * load, EPILOGUES.index(config.epilogue_schedule),
@@ -340,6 +369,17 @@ class Rates:
 def config_cost(problem, config, stages: int, plan=None, device=None) -> tuple[float, dict]:
     """Cost and breakdown of one configuration (stages resolved), under ``plan`` (a LaunchPlan) for a
     stream-K kernel (None: the stream-K decomposition); ``device`` as in cost_arrays."""
+    from cutegen.staging import staged_operands, staged_problem
+
+    ops = staged_operands(config)
+    if ops:       # the kernel reads the aligned copies; the copies are priced on the caller's problem
+        copy_us = staging_us(problem, ops, device)
+        total, breakdown = config_cost(staged_problem(problem, config), config.replace(stage_a=False, stage_b=False),
+                                       stages, plan, device)
+        breakdown["staging_us"] = round(copy_us, 4)
+        breakdown["predicted_us"] = round(total + copy_us, 3)
+        breakdown["predicted_tflops"] = round(problem.flops / ((total + copy_us) * 1e-6) / 1e12, 1)
+        return total + copy_us, breakdown
     s, e, sc = config_codes(config)
     t = config.tile_shape
     c = config.cluster_shape

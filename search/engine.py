@@ -281,7 +281,22 @@ def search(problem, top_k: int = 5, *, explain: bool = False, backend: str = "cu
     results = []
     swap_pruned: dict[str, int] = {}
     unjudged = 0
-    for swapped in orientations(problem):
+    forms = [(swapped, ()) for swapped in orientations(problem)]
+    stage = staging_form(problem, backend)
+    if stage:                       # the staged form: the same GEMM on aligned copies (cutegen/staging.py)
+        forms.insert(1, (False, stage))
+    for swapped, staged in forms:
+        if staged:
+            from cutegen.staging import staged_problem
+            flags = {f"stage_{op}": True for op in staged}
+            oriented = staged_problem(problem, _make_config((128, 128, 64), (1, 1), (1, 1, 0)).replace(**flags))
+            space = SearchSpace(oriented)
+            try:
+                results.append(((False, staged), _search(space, oriented, top_k, explain, t0, backend, device,
+                                                          predictor)))
+            finally:
+                space.egg.close()
+            continue
         if swapped:
             if backend == "dsl":        # DSL-SWAP-AB: the DSL renderer does not exchange operands
                 swap_pruned["DSL-SWAP-AB"] = swap_pruned.get("DSL-SWAP-AB", 0) + 1
@@ -306,19 +321,42 @@ def search(problem, top_k: int = 5, *, explain: bool = False, backend: str = "cu
                 if float(est.min()) * (1.0 + SWAP_MARGIN) >= stated_best:
                     unjudged += int(est.size)
                     continue
-            results.append((swapped, _search(space, oriented, top_k, explain, t0, backend, device, predictor)))
+            results.append(((swapped, ()), _search(space, oriented, top_k, explain, t0, backend, device, predictor)))
         finally:
             space.egg.close()
-    return _merge(problem, results, top_k, swap_pruned, t0, unjudged)
+    return _merge(problem, results, top_k, swap_pruned, t0, unjudged, device)
 
 
-def _merge(problem, results, top_k: int, swap_pruned: dict, t0: float, unjudged: int = 0) -> SearchResult:
+def staging_form(problem, backend: str) -> tuple[str, ...]:
+    """The operands a staged form of ``problem`` copies: every operand TMA cannot read ('a', 'b'), or
+    () when TMA can read both (STAGE-ALIGNED) or the backend does not render staging (the CuTe DSL
+    and the CollectiveBuilder templates do not include the staging ABI)."""
+    from cutegen.staging import tma_aligned
+
+    if backend != "cutlass":
+        return ()
+    return tuple(op for op in ("a", "b") if not tma_aligned(problem, op))
+
+
+def _merge(problem, results, top_k: int, swap_pruned: dict, t0: float, unjudged: int = 0,
+           device: str | None = None) -> SearchResult:
     """One SearchResult from the searches of each orientation: the kernels of a swapped orientation
     carry ``swap_ab`` (their costs are those of the transposed problem they compute, the same work);
     at equal cost the problem as stated wins."""
     ranked = []
-    for swapped, r in results:
+    for (swapped, staged), r in results:
         for x in r.ranked:
+            if staged:
+                # the staged copies are priced on the caller's problem and added (search/cost.py staging_us)
+                from .learned.device import rates as device_rates
+                copy_us = costmod.staging_us(problem, staged, device_rates(device))
+                flags = {f"stage_{op}": True for op in staged}
+                bd = {**x.breakdown, "staging_us": round(copy_us, 4),
+                      "predicted_us": round(x.cost + copy_us, 3)}
+                x = Ranked(x.config.replace(**flags), x.cost + copy_us, bd,
+                           [f"problem: Mul(A, B) = Mul(Restride(A), B) for {', '.join(o.upper() for o in staged)}  "
+                            f"[staging: cudaMemcpy2DAsync into the workspace, leading dimension rounded up to "
+                            f"16 bytes; copy {copy_us:.1f} us]"] + x.chain if x.chain else [], x.prediction, x.plan)
             if swapped:
                 x = Ranked(x.config.replace(swap_ab=True), x.cost, {**x.breakdown, "swap_ab": True},
                            ["problem: Mul(m,n,k,A,B,C) = Transpose(Mul(n,m,k,B^T,A^T,C^T))  [swap AB: D^T = B^T A^T]"]

@@ -1,0 +1,115 @@
+"""Operand staging: D = A B with an unaligned A is the same GEMM on A', a restrided copy of A.
+
+TMA reads an operand only when its global strides are multiples of 16 bytes (tensor maps, rule A08;
+``SM90-TMA-ALIGNMENT``). When A's (or B's) leading dimension or contiguous extent is not, the C ABI
+of a kernel with ``config.stage_a`` (``stage_b``) first copies the caller's operand into the
+caller-provided workspace with ``cudaMemcpy2DAsync`` (device to device, any source pitch, capturable
+in a CUDA graph), giving it the leading dimension ``staged_ld``: the contiguous extent rounded up to
+16 bytes. The copy keeps the extents: TMA zero-fills a box past the tensor's extent, so an odd K
+needs no zero padding, and the padding columns of the copy are never read. The kernel is then an
+ordinary TMA kernel compiled for 16-byte alignment of that operand.
+
+CUTLASS's ``can_implement`` checks an operand's contiguous *extent* against the alignment as a
+stand-in for its strides (NOTES.md, E15/E16). For a staged operand the strides are aligned by
+construction and the extent need not be, so the ABI asks ``can_implement`` about the extents rounded
+up to the alignment (``staged_problem`` is that view: the problem the kernel's types, rules and cost
+are judged on) and runs the real ones.
+
+Workspace layout (the ABI's ``cutegen_workspace_size`` reports the sum): the staged copy of A, then
+of B, each padded to ``WORKSPACE_ALIGN`` bytes, then CUTLASS's own workspace (stream-K partials).
+"""
+from __future__ import annotations
+
+from .dtypes import DTYPES
+from .problem import GemmProblem, default_alignment
+
+STAGE_BYTES = 16          # TMA's global-stride granule (cuTensorMapEncodeTiled: globalStrides % 16 == 0)
+WORKSPACE_ALIGN = 256     # each region of the workspace starts where a cudaMalloc'd buffer would
+OPERANDS = ("a", "b")
+
+
+def staged_operands(config) -> tuple[str, ...]:
+    """The operands ('a', 'b') the configuration stages."""
+    return tuple(op for op in OPERANDS if getattr(config, f"stage_{op}", False))
+
+
+def element_bytes(problem: GemmProblem, op: str) -> int:
+    return DTYPES[getattr(problem, f"dtype_{op}")].bits // 8
+
+
+def tma_aligned(problem: GemmProblem, op: str) -> bool:
+    """Are the operand's rows already 16-byte aligned (staging them would buy nothing)?"""
+    return getattr(problem, f"alignment_{op}") * DTYPES[getattr(problem, f"dtype_{op}")].bits % 128 == 0
+
+
+def outer_extent(problem: GemmProblem, op: str) -> int:
+    """The operand's extent with the leading-dimension stride: the rows of the copy."""
+    if op == "a":
+        return problem.m if problem.layout_a == "row" else problem.k
+    return problem.n if problem.layout_b == "col" else problem.k
+
+
+def round_up(x: int, q: int) -> int:
+    return -(-x // q) * q
+
+
+def staged_ld(problem: GemmProblem, op: str) -> int:
+    """Leading dimension (elements) of the staged copy: the contiguous extent rounded up to 16 bytes."""
+    return round_up(problem.contiguous_extent(op)[1], STAGE_BYTES // element_bytes(problem, op))
+
+
+def copy_bytes(problem: GemmProblem, op: str) -> int:
+    """Bytes of one staged copy in the workspace (every batch, padding columns included)."""
+    return staged_ld(problem, op) * outer_extent(problem, op) * problem.batch * element_bytes(problem, op)
+
+
+def moved_bytes(problem: GemmProblem, op: str) -> int:
+    """Bytes the copy reads plus writes: each row's contiguous extent, once each way."""
+    return 2 * problem.contiguous_extent(op)[1] * outer_extent(problem, op) * problem.batch * element_bytes(problem, op)
+
+
+def workspace_layout(problem: GemmProblem, config) -> dict[str, tuple[int, int]]:
+    """{op: (offset, bytes)} of each staged copy in the workspace; CUTLASS's own follows at
+    ``staging_workspace_bytes``."""
+    out, offset = {}, 0
+    for op in staged_operands(config):
+        n = copy_bytes(problem, op)
+        out[op] = (offset, n)
+        offset += round_up(n, WORKSPACE_ALIGN)
+    return out
+
+
+def staging_workspace_bytes(problem: GemmProblem, config) -> int:
+    """Workspace bytes the staged copies take (0 without staging), each padded to WORKSPACE_ALIGN."""
+    return sum(round_up(n, WORKSPACE_ALIGN) for _, n in workspace_layout(problem, config).values())
+
+
+def staged_problem(problem: GemmProblem, config) -> GemmProblem:
+    """The problem as the kernel sees it: each staged operand 16-byte aligned and packed at
+    ``staged_ld``, its contiguous extent rounded up to the alignment (the view CUTLASS's
+    ``can_implement`` is asked about; see the module docstring). Unchanged without staging;
+    idempotent."""
+    ops = staged_operands(config)
+    if not ops:
+        return problem
+    from .errors import FieldError
+
+    changes: dict = {}
+    rounded: dict = {}
+    for op in ops:
+        align = default_alignment(getattr(problem, f"dtype_{op}"))
+        changes[f"alignment_{op}"] = align
+        changes[f"ld{op}"] = 0
+        dim, ext = problem.contiguous_extent(op)
+        rounded[dim.lower()] = max(rounded.get(dim.lower(), 0), round_up(ext, align))
+    try:
+        return problem.replace(**changes, **rounded)
+    except FieldError:
+        # an operand that is not staged has an explicit leading dimension the rounded extent would
+        # overrun: keep the real extents (the rules then judge the real, unrounded view)
+        return problem.replace(**changes)
+
+
+def describe(config) -> str:
+    """The words cutegen_describe and the manifest use: 'A', 'B', 'A,B' or ''."""
+    return ",".join(op.upper() for op in staged_operands(config))

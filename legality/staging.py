@@ -1,0 +1,131 @@
+"""Operand staging (cutegen/staging.py): when the C ABI may copy A or B into the workspace first.
+
+A staged configuration is judged in two steps (``cutegen.legality.check_config``): the rules here,
+on the problem as the caller states it; then every other rule on ``staging.staged_problem``, the
+16-byte aligned view the kernel's TMA mainloop is written for. The copy is ``cudaMemcpy2DAsync``
+(device to device): its contract is the CUDA Runtime API's, and the copy it makes must satisfy the
+tensor-map stride rules the kernel's TMA descriptors are encoded with.
+
+Evaluated on ``StagingContext``; every rule holds for a configuration that stages nothing.
+"""
+from __future__ import annotations
+
+from .rule import RuleSet
+
+STAGING_RULES = RuleSet("staging")
+_rule = STAGING_RULES.rule
+_RT = "CUDA Runtime API 13.0, cudaMemcpy2DAsync"
+# cudaDeviceProp::memPitch, "the maximum pitch in bytes allowed by the memory copy functions that
+# involve memory regions allocated through cudaMallocPitch()"; cudaMemcpy2D "returns an error if
+# dpitch or spitch exceeds the maximum allowed". 2^31 - 1 on every CUDA device to date (Hopper
+# included); bench/gpu_stage.sh prints the device's value.
+MAX_PITCH_BYTES = 2**31 - 1
+TMA_STRIDE_LIMIT = 2**40          # cuTensorMapEncodeTiled: globalStrides[i] < 2^40 (rulebook A08)
+
+
+class StagingContext:
+    """The problem as the caller states it, the configuration, and (for STAGE-WORKSPACE) the bytes
+    of workspace a caller passes (None: not a call, only a configuration)."""
+
+    __slots__ = ("problem", "config", "workspace_bytes")
+
+    def __init__(self, problem, config, workspace_bytes: int | None = None):
+        self.problem = problem
+        self.config = config
+        self.workspace_bytes = workspace_bytes
+
+
+def _ops(c):
+    from cutegen.staging import staged_operands
+    return staged_operands(c.config)
+
+
+@_rule("STAGE-ALIGNED", source="cutegen/staging.py: staging exists to give TMA 16-byte strides "
+       "(cuTensorMapEncodeTiled globalStrides % 16 == 0, rulebook A08); a copy of rows that already have them "
+       "costs bandwidth and buys nothing",
+       summary="an operand is staged only when its rows are not 16-byte aligned (alignment x bits % 128 != 0)")
+def _aligned(c):
+    from cutegen.staging import tma_aligned
+    for op in _ops(c):
+        if tma_aligned(c.problem, op):
+            align = getattr(c.problem, f"alignment_{op}")
+            return (f"stage_{op}: {op.upper()} is already 16-byte aligned (alignment_{op}={align} elements of "
+                    f"{getattr(c.problem, f'dtype_{op}')}); staging it is pointless")
+    return None
+
+
+@_rule("STAGE-CP-ASYNC", source="cutegen/staging.py: the copy exists so that a TMA mainloop can read the "
+       "operand; the cp.async mainloop reads any alignment itself (legality/cp_async.py)",
+       summary="a staged operand is read by a TMA mainloop (mainloop_load=tma)")
+def _cp_async(c):
+    if _ops(c) and c.config.mainloop_load != "tma":
+        return (f"stage_{'/'.join(_ops(c))} with mainloop_load={c.config.mainloop_load}: the copy is for a TMA "
+                "mainloop; cp.async reads the unaligned operand as it is")
+    return None
+
+
+@_rule("STAGE-SWAP-AB", source="templates/cutegen_abi.inc.j2: the ABI stages the caller's operands and is not "
+       "rendered together with the swap-AB exchange (cutegen/swap_ab.py)",
+       summary="a staged kernel does not also swap A and B")
+def _swap(c):
+    if _ops(c) and c.config.swap_ab:
+        return "stage_a/stage_b with swap_ab: staging is not rendered for swapped kernels"
+    return None
+
+
+@_rule("STAGE-PITCH", source=f"{_RT}: 'width must not exceed either dpitch or spitch'; cudaErrorInvalidPitchValue "
+       "when dpitch or spitch exceeds the maximum allowed (cudaDeviceProp::memPitch = 2^31-1 bytes)",
+       summary="the copy's source pitch (ld x bytes) and staged pitch (staged_ld x bytes) are at most "
+               "2^31-1 bytes")
+def _pitch(c):
+    from cutegen.staging import element_bytes, staged_ld
+    p = c.problem
+    for op in _ops(c):
+        e = element_bytes(p, op)
+        for what, ld in (("source", p.leading_dimension(op)), ("staged", staged_ld(p, op))):
+            if ld * e > MAX_PITCH_BYTES:
+                return (f"stage_{op}: {what} pitch {ld} x {e} B = {ld * e} B exceeds cudaMemcpy2D's maximum pitch "
+                        f"{MAX_PITCH_BYTES} B")
+    return None
+
+
+@_rule("STAGE-TMA-STRIDE", rulebook="A08", source="CUDA Driver API cuTensorMapEncodeTiled: globalStrides[i] a "
+       "multiple of 16 and < 2^40 (the staged copy's leading dimension and batch stride are the staged "
+       "operand's TMA strides)",
+       summary="the staged copy's strides (staged_ld and, batched, staged_ld x rows) are multiples of 16 bytes "
+               "below 2^40 bytes")
+def _tma_stride(c):
+    from cutegen.staging import element_bytes, outer_extent, staged_ld
+    p = c.problem
+    for op in _ops(c):
+        e = element_bytes(p, op)
+        strides = [("leading dimension", staged_ld(p, op) * e)]
+        if p.batch > 1:
+            strides.append(("batch stride", staged_ld(p, op) * outer_extent(p, op) * e))
+        for what, s in strides:
+            if s % 16 or s >= TMA_STRIDE_LIMIT:
+                return f"stage_{op}: the staged copy's {what} of {s} B is not a multiple of 16 B below 2^40 B"
+    return None
+
+
+@_rule("STAGE-WORKSPACE", source="templates/cutegen_abi.inc.j2 gemm(): the staged copies live in the caller's "
+       "workspace, ahead of CUTLASS's own; cutegen_workspace_size reports both (cutegen/staging.py)",
+       summary="a call passes at least the staged copies' bytes (each padded to 256 B) of workspace")
+def _workspace(c):
+    from cutegen.staging import staging_workspace_bytes
+    if c.workspace_bytes is None or not _ops(c):
+        return None
+    need = staging_workspace_bytes(c.problem, c.config)
+    if c.workspace_bytes < need:
+        return (f"workspace of {c.workspace_bytes} B is smaller than the {need} B the staged copies of "
+                f"{'/'.join(o.upper() for o in _ops(c))} need")
+    return None
+
+
+def check_staging(problem, config, workspace_bytes: int | None = None):
+    """The staging rules a configuration (and, given, a call's workspace) breaks; empty when it stages
+    nothing."""
+    if not _ops(StagingContext(problem, config)):
+        return []
+    ctx = StagingContext(problem, config, workspace_bytes)
+    return [v for v in (r.evaluate(ctx) for r in STAGING_RULES.rules) if v is not None]
