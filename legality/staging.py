@@ -40,7 +40,7 @@ def _ops(c):
     return staged_operands(c.config)
 
 
-@_rule("STAGE-ALIGNED", source="cutegen/staging.py: staging exists to give TMA 16-byte strides "
+@_rule("STAGE-ALIGNED", rulebook="S01", source="cutegen/staging.py: staging exists to give TMA 16-byte strides "
        "(cuTensorMapEncodeTiled globalStrides % 16 == 0, rulebook A08); a copy of rows that already have them "
        "costs bandwidth and buys nothing",
        summary="an operand is staged only when its rows are not 16-byte aligned (alignment x bits % 128 != 0)")
@@ -54,7 +54,7 @@ def _aligned(c):
     return None
 
 
-@_rule("STAGE-CP-ASYNC", source="cutegen/staging.py: the copy exists so that a TMA mainloop can read the "
+@_rule("STAGE-CP-ASYNC", rulebook="S02", source="cutegen/staging.py: the copy exists so that a TMA mainloop can read the "
        "operand; the cp.async mainloop reads any alignment itself (legality/cp_async.py)",
        summary="a staged operand is read by a TMA mainloop (mainloop_load=tma)")
 def _cp_async(c):
@@ -64,7 +64,7 @@ def _cp_async(c):
     return None
 
 
-@_rule("STAGE-SWAP-AB", source="templates/cutegen_abi.inc.j2: the ABI stages the caller's operands and is not "
+@_rule("STAGE-SWAP-AB", rulebook="S03", source="templates/cutegen_abi.inc.j2: the ABI stages the caller's operands and is not "
        "rendered together with the swap-AB exchange (cutegen/swap_ab.py)",
        summary="a staged kernel does not also swap A and B")
 def _swap(c):
@@ -73,7 +73,7 @@ def _swap(c):
     return None
 
 
-@_rule("STAGE-PITCH", source=f"{_RT}: 'width must not exceed either dpitch or spitch'; cudaErrorInvalidPitchValue "
+@_rule("STAGE-PITCH", rulebook="S04", source=f"{_RT}: 'width must not exceed either dpitch or spitch'; cudaErrorInvalidPitchValue "
        "when dpitch or spitch exceeds the maximum allowed (cudaDeviceProp::memPitch = 2^31-1 bytes)",
        summary="the copy's source pitch (ld x bytes) and staged pitch (staged_ld x bytes) are at most "
                "2^31-1 bytes")
@@ -89,7 +89,7 @@ def _pitch(c):
     return None
 
 
-@_rule("STAGE-TMA-STRIDE", rulebook="A08", source="CUDA Driver API cuTensorMapEncodeTiled: globalStrides[i] a "
+@_rule("STAGE-TMA-STRIDE", rulebook="S05", source="CUDA Driver API cuTensorMapEncodeTiled: globalStrides[i] a "
        "multiple of 16 and < 2^40 (the staged copy's leading dimension and batch stride are the staged "
        "operand's TMA strides)",
        summary="the staged copy's strides (staged_ld and, batched, staged_ld x rows) are multiples of 16 bytes "
@@ -108,7 +108,7 @@ def _tma_stride(c):
     return None
 
 
-@_rule("STAGE-WORKSPACE", source="templates/cutegen_abi.inc.j2 gemm(): the staged copies live in the caller's "
+@_rule("STAGE-WORKSPACE", rulebook="S06", source="templates/cutegen_abi.inc.j2 gemm(): the staged copies live in the caller's "
        "workspace, ahead of CUTLASS's own; cutegen_workspace_size reports both (cutegen/staging.py)",
        summary="a call passes at least the staged copies' bytes (each padded to 256 B) of workspace")
 def _workspace(c):
