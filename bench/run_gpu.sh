@@ -115,7 +115,7 @@ echo "kernel directories with a library now: picked $(find "$KERNELS" -name kern
      "baselines $(find "$BASELINES" -name kernel.so 2> /dev/null | wc -l)"
 
 phase "2. compute-sanitizer (background)"
-# SAN_KERNEL (a kernel directory) overrides the choice below.
+# SAN_KERNEL (kernel directories, space-separated) overrides the choice below.
 [ -n "${SAN_KERNEL:-}" ] || SAN_KERNEL=$("$PY" - "$KERNELS" <<'EOF'
 import sys
 from cutegen import runner as R
@@ -129,7 +129,10 @@ SAN_LEFT=$(( VALIDATE_END_S + 30 - $(elapsed) ))
 [ "$SAN_LEFT" -lt "$SANITIZE_TIMEOUT_S" ] && SANITIZE_TIMEOUT_S=$SAN_LEFT
 if [ -n "$SAN_KERNEL" ] && [ "$SANITIZE_TIMEOUT_S" -ge 30 ]; then
   echo "sanitizing $SAN_KERNEL (${SANITIZE_TIMEOUT_S} s per tool)"
-  "$PY" -m cutegen.commands.validate "$SAN_KERNEL" --sanitize-only --sanitize-parallel \
+  # SAN_KERNEL may name several directories (space-separated); SAN_TOOLS picks the tools
+  # shellcheck disable=SC2086
+  "$PY" -m cutegen.commands.validate $SAN_KERNEL --sanitize-only --sanitize-parallel \
+      --sanitize-tools "${SAN_TOOLS:-memcheck,racecheck,synccheck}" \
       --sanitize-timeout "$SANITIZE_TIMEOUT_S" --json "$OUT/sanitize.json" > "$OUT/sanitize.txt" 2>&1 &
   SAN_PID=$!
 else

@@ -122,6 +122,9 @@ def dsl_supports(problem: GemmProblem, config: KernelConfig) -> list[str]:
     if config.swap_ab:
         out.append("DSL-SWAP-AB: the DSL template and its ABI do not exchange the operands (swap_ab); "
                    "use the C++ backend (cutlass or cutlass_builder)")
+    if getattr(config, "stage_a", False) or getattr(config, "stage_b", False):
+        out.append("DSL-STAGING: the DSL template's ABI does not make the restride copies of staged operands "
+                   "(cutegen/staging.py); use the C++ backend (cutlass)")
     for op, dt in (("A", problem.dtype_a), ("B", problem.dtype_b)):
         if dt == "tf32":
             out.append(f"DSL-TF32: operand {op} is tf32; CuTe DSL 4.8's warpgroup module has no tf32 WGMMA "

@@ -259,14 +259,16 @@ def _exact_costs(problem, rows: list, rates=None) -> list[tuple[float, tuple]]:
 
 
 def search(problem, top_k: int = 5, *, explain: bool = False, backend: str = "cutlass", device: str | None = None,
-           predictor=None) -> SearchResult:
+           predictor=None, staging: bool = True) -> SearchResult:
     """Search the legal Hopper GEMM kernels for ``problem``; the best ``top_k``, cheapest first.
 
     ``backend`` is the renderer the result is for: "cutlass" (explicit C++ types), "cutlass_builder"
     (CUTLASS's CollectiveBuilder) or "dsl" (CuTe DSL); each prunes what its renderer refuses.
     ``device``: a device kind ("h100-pcie", ...) whose SM count, bandwidth and peak the analytic model
     uses; None is the model as calibrated. ``predictor``: a ``learned.Predictor`` that re-ranks the prior's
-    best LEARNED_POOL legal kernels by measurement, learned correction or prior (each Ranked says which)."""
+    best LEARNED_POOL legal kernels by measurement, learned correction or prior (each Ranked says which).
+    ``staging``: offer the staged form (cutegen/staging.py) of a problem whose A or B TMA cannot read;
+    False for callers whose kernels run without the C ABI's copies (kernel packs' plan entry points)."""
     from cutegen.errors import FieldError
     from cutegen.problem import GemmProblem
     from cutegen.swap_ab import transposed
@@ -282,7 +284,7 @@ def search(problem, top_k: int = 5, *, explain: bool = False, backend: str = "cu
     swap_pruned: dict[str, int] = {}
     unjudged = 0
     forms = [(swapped, ()) for swapped in orientations(problem)]
-    stage = staging_form(problem, backend)
+    stage = staging_form(problem, backend) if staging else ()
     if stage:                       # the staged form: the same GEMM on aligned copies (cutegen/staging.py)
         forms.insert(1, (False, stage))
     for swapped, staged in forms:

@@ -123,7 +123,9 @@ def select(shapes: list[Shape], target: Target, *, max_kernels: int, tolerance: 
         if cls not in pool:
             classes.append(cls)
             pool[cls] = {}
-        result = search(s.problem, top_k, device=target.kind, predictor=predictor)
+        # no staged kernels (cutegen/staging.py): a pack's plan entry points build CUTLASS's arguments
+        # themselves (templates/cutegen_plan.inc.j2) and do not make the ABI's restride copies
+        result = search(s.problem, top_k, device=target.kind, predictor=predictor, staging=False)
         for r in result.ranked:
             pool[cls].setdefault(r.config.to_json(), r.config)
         for key, cfg in _measured(db, target, s.problem).items():
