@@ -285,8 +285,14 @@ def search(problem, top_k: int = 5, *, explain: bool = False, backend: str = "cu
     unjudged = 0
     forms = [(swapped, ()) for swapped in orientations(problem)]
     stage = staging_form(problem, backend) if staging else ()
-    if stage:                       # the staged form: the same GEMM on aligned copies (cutegen/staging.py)
-        forms.insert(1, (False, stage))
+    if stage:                       # the staged form: the same GEMM on aligned copies (cutegen/staging.py);
+        forms.insert(0, (False, stage))   # first, so its costs bound the unstaged (cp.async) form's judging
+    from .learned.device import rates as device_rates
+    copy_us = costmod.staging_us(problem, stage, device_rates(device)) if stage else 0.0
+
+    def costs_so_far() -> list[float]:
+        """Every ranked cost so far, the staged copies included, cheapest first."""
+        return sorted(x.cost + (copy_us if st else 0.0) for (_, st), r in results for x in r.ranked)
     for swapped, staged in forms:
         if staged:
             from cutegen.staging import staged_problem
@@ -312,13 +318,19 @@ def search(problem, top_k: int = 5, *, explain: bool = False, backend: str = "cu
         oriented = transposed(problem) if swapped else problem
         space = SearchSpace(oriented)
         try:
-            if swapped and results and results[0][1].ranked and predictor is None:
+            if not swapped and stage and predictor is None and len(costs_so_far()) >= top_k:
+                # the same bound between the staged form and the unstaged one: when the cheapest
+                # cp.async estimate cannot enter the staged form's top k, none is judged
+                est = rank_space(space, device_rates(device))[6]
+                if est.size == 0 or float(est.min()) >= costs_so_far()[top_k - 1]:
+                    unjudged += int(est.size)
+                    continue
+            if swapped and results and costs_so_far() and predictor is None:
                 # the cost bound the expansion uses within one orientation, across the two: when even
                 # the cheapest swapped estimate cannot beat the stated orientation's best by the
                 # margin, no swapped kernel is judged (they count as pruned by the cost bound). Not
                 # with a predictor: its costs are measured or learned, the estimates are the prior's.
-                from .learned.device import rates as device_rates
-                stated_best = results[0][1].ranked[0].cost
+                stated_best = costs_so_far()[0]
                 est = rank_space(space, device_rates(device))[6]
                 if float(est.min()) * (1.0 + SWAP_MARGIN) >= stated_best:
                     unjudged += int(est.size)
