@@ -366,7 +366,8 @@ def _merge(problem, results, top_k: int, swap_pruned: dict, t0: float, unjudged:
                 copy_us = costmod.staging_us(problem, staged, device_rates(device))
                 flags = {f"stage_{op}": True for op in staged}
                 bd = {**x.breakdown, "staging_us": round(copy_us, 4),
-                      "predicted_us": round(x.cost + copy_us, 3)}
+                      "predicted_us": round(x.cost + copy_us, 3),
+                      "predicted_tflops": round(problem.flops / ((x.cost + copy_us) * 1e-6) / 1e12, 1)}
                 x = Ranked(x.config.replace(**flags), x.cost + copy_us, bd,
                            [f"problem: Mul(A, B) = Mul(Restride(A), B) for {', '.join(o.upper() for o in staged)}  "
                             f"[staging: cudaMemcpy2DAsync into the workspace, leading dimension rounded up to "

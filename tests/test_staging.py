@@ -153,6 +153,9 @@ def test_search_stages_two_byte_rows_rather_than_copying_them_synchronously(m, n
     assert best.config.mainloop_load == "tma" and (best.config.stage_a or best.config.stage_b)
     assert any("staging" in line for line in best.chain)          # --explain shows the copy term
     assert best.breakdown["staging_us"] > 0
+    # the reported time and rate are the whole call's: copies plus kernel
+    assert best.breakdown["predicted_us"] == pytest.approx(best.cost, abs=1e-3)
+    assert best.breakdown["predicted_tflops"] == pytest.approx(p.flops / (best.cost * 1e-6) / 1e12, abs=0.1)
 
 
 def test_search_does_not_stage_aligned_problems():
