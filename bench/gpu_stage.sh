@@ -54,6 +54,7 @@ export KERNELS="$PLAN/sm90a"
 export BASELINES="$PLAN/baseline/sm90a"
 export SAN_KERNEL=${SAN_KERNEL:-"$PLAN/sm90a/bf16_tn_m2048n2048k2047_cbf16dbf16_a1_b1 $PLAN/sm90a/bf16_nt_m4095n4096k4096_cbf16dbf16_a1"}
 export SAN_TOOLS=${SAN_TOOLS:-memcheck,synccheck}
+export SANITIZE_TIMEOUT_S=${SANITIZE_TIMEOUT_S:-60}   # per tool and kernel; the last run took ~10 s per tool
 # 16 kernels (11 picks, 5 baselines) at 16 nvcc jobs: one wave of compiles; the copy step takes ~20 s
 export BUILD_END_S=${BUILD_END_S:-270} VALIDATE_END_S=${VALIDATE_END_S:-360} BENCH_END_S=${BENCH_END_S:-420}
 # run_gpu.sh's log.txt holds its phases; copy.json was written above
