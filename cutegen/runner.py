@@ -668,6 +668,13 @@ def refusal_probes(problem: GemmProblem, config: KernelConfig) -> list[Case]:
     u = dim_units(problem)
     m, n, k = ceil_to(tm + 1, u["m"]), ceil_to(tn + 1, u["n"]), ceil_to(tk + 1, u["k"])
     g = geometries(problem, m, n, k)
+    # A staged operand (cutegen/staging.py) is copied by cudaMemcpy2DAsync, which takes any pointer,
+    # pitch and batch stride, into an aligned workspace: nothing about its alignment can be refused.
+    staged = {"A": bool(getattr(config, "stage_a", False)), "B": bool(getattr(config, "stage_b", False))}
+
+    def aligned(op: str, geo) -> bool:
+        return geo[op].tma_alignment > 1 and not staged.get(op, False)
+
     # Each probe breaks one operand's alignment by one element, so it exists only where that operand's
     # alignment is above one element (an alignment-1 operand of a cp.async kernel takes any pointer,
     # leading dimension and batch stride).
@@ -678,9 +685,10 @@ def refusal_probes(problem: GemmProblem, config: KernelConfig) -> list[Case]:
         (Case("probe_ld_D", m, n, k, ld_pad={"D": 1}, expect=("CUTLASS-EPILOGUE-TMA-ALIGNMENT",), seed=14), "D"),
         (Case("probe_batch_stride_A", m, n, k, batch=2, batch_pad={"A": 1},
               expect=("CUTLASS-MAINLOOP-TMA-ALIGNMENT",), seed=15), "A"),
-    ) if g[op].tma_alignment > 1]
+    ) if aligned(op, g)]
     # An extent that is not a multiple of the 16-byte unit, with the leading dimension padded back
-    # to a multiple so that only the extent rule breaks.
+    # to a multiple so that only the extent rule breaks: a probe only while an operand that is read
+    # in place (not staged) has that extent contiguous.
     a = g["A"]
     if a.tma_alignment > 1:
         dim = "k" if a.row_major else "m"
@@ -688,8 +696,9 @@ def refusal_probes(problem: GemmProblem, config: KernelConfig) -> list[Case]:
         bad[dim] += 1
         ga = geometries(problem, bad["m"], bad["n"], bad["k"])
         pads = {name: ceil_to(gg.contiguous, gg.tma_alignment) - gg.contiguous for name, gg in ga.items()}
-        probes.append(Case(f"probe_extent_{dim.upper()}", bad["m"], bad["n"], bad["k"], ld_pad=pads,
-                           expect=("CUTLASS-MAINLOOP-TMA-ALIGNMENT",), seed=16))
+        if any(aligned(x, ga) and ga[x].contiguous % ga[x].tma_alignment for x in ("A", "B")):
+            probes.append(Case(f"probe_extent_{dim.upper()}", bad["m"], bad["n"], bad["k"], ld_pad=pads,
+                               expect=("CUTLASS-MAINLOOP-TMA-ALIGNMENT",), seed=16))
     d = g["D"]
     if d.tma_alignment > 1:
         dim = "n" if d.row_major else "m"
@@ -699,7 +708,7 @@ def refusal_probes(problem: GemmProblem, config: KernelConfig) -> list[Case]:
         pads = {name: ceil_to(gg.contiguous, gg.tma_alignment) - gg.contiguous for name, gg in gd.items()}
         expect = ["CUTLASS-EPILOGUE-TMA-ALIGNMENT"]
         # Moving an M or N extent of D can move one of A's or B's contiguous extents too.
-        if any(gd[x].contiguous % gd[x].tma_alignment for x in ("A", "B")):
+        if any(aligned(x, gd) and gd[x].contiguous % gd[x].tma_alignment for x in ("A", "B")):
             expect.append("CUTLASS-MAINLOOP-TMA-ALIGNMENT")
         probes.append(Case(f"probe_extent_D_{dim.upper()}", bad["m"], bad["n"], bad["k"], ld_pad=pads,
                            expect=tuple(expect), seed=17))

@@ -172,3 +172,21 @@ def test_cp_async_stays_in_the_space():
     r = check_config(GemmProblem(2048, 2048, 2047),
                      KernelConfig(tile_shape=(128, 128, 64), epilogue_schedule="no_smem", mainloop_load="cp_async"))
     assert r.legal
+
+
+def test_refusal_probes_leave_staged_operands_alone():
+    # a staged operand is copied by cudaMemcpy2DAsync: any pointer, pitch or batch stride is taken,
+    # so the validation harness must not expect the kernel to refuse one (H100 2026-11-24: 3 staged
+    # kernels "failed" 10 such probes while all 102 numeric cases passed)
+    from cutegen.runner import refusal_probes
+    p = GemmProblem.from_dict({"m": 4096, "n": 4096, "k": 4096, "lda": 4100})          # A 4-element rows
+    base = dict(tile_shape=(128, 256, 64), cluster_shape=(1, 2, 1), mainloop_schedule="cooperative",
+                epilogue_schedule="tma_warp_specialized_cooperative")
+    unstaged = {c.name for c in refusal_probes(p, KernelConfig(**base))}
+    staged = {c.name for c in refusal_probes(p, KernelConfig(**base, stage_a=True))}
+    assert {"probe_ptr_A", "probe_batch_stride_A"} <= unstaged
+    assert not {"probe_ptr_A", "probe_batch_stride_A"} & staged
+    assert "probe_extent_K" in staged            # B (K-contiguous, read in place) still breaks at K + 1
+    both = GemmProblem.from_dict({"m": 8192, "n": 1024, "k": 1022})                     # A and B 2-element rows
+    names = {c.name for c in refusal_probes(both, KernelConfig(**base, stage_a=True, stage_b=True))}
+    assert names == {"probe_ptr_D", "probe_ld_D", "probe_extent_D_N"}
