@@ -92,18 +92,6 @@ def test_progress_line_counts_per_kind(tmp_path):
 
 
 # --- a real cluster -------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("dask")
-    # Two workers, two threads each, each with one "GPU" of its own and memory for one 3.5 GB compile.
-    c = Cluster(tmp, [{"resources": {"GPU": 1, "MEM_GB": 4}, "env": {"CUDA_VISIBLE_DEVICES": str(i)}}
-                      for i in range(2)])
-    try:
-        yield c.start()
-    finally:
-        c.close()
-
-
 @pytest.fixture
 def ex(cluster):
     cluster.wait_workers(2)  # a test that killed a worker leaves the nanny restarting it
