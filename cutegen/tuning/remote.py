@@ -78,7 +78,7 @@ class RemoteGPU:
             [o] = self.executor.map_gpu(device_task, [{"factory": self.factory, "options": self.options}],
                                         names=["device"])
             if not o.ok:
-                raise CutegenError(f"the GPU worker did not start: {o.error}")
+                raise CutegenError(f"the GPU worker did not start its runner: {o.error}")
             self._device = o.value
         return self._device
 
