@@ -137,6 +137,14 @@ def test_compile_tasks_are_bounded_by_memory(ex):
     assert all(not _overlaps(iv) for iv in per_worker.values()), per_worker
 
 
+def test_running_counts_at_most_a_workers_slots(ex):
+    # Dask calls a task "processing" once it is assigned, also while it waits on the worker for its GPU:
+    # the live line counts at most threads (bounded by the resource) per worker as running.
+    slots = ex._slots({"GPU": 1})
+    assert len(slots) == 2 and set(slots.values()) == {1}
+    assert set(ex._slots(None).values()) == {2} and set(ex._slots({"MEM_GB": 3.5}).values()) == {1}
+
+
 def test_missing_resource_is_refused_not_waited_for(ex):
     with pytest.raises(CutegenError, match="no Dask worker declares MEM_GB >= 64"):
         ex._require("MEM_GB", 64)
