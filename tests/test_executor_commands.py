@@ -166,3 +166,18 @@ def test_tune_command_through_dask_without_a_gpu_fails_clearly(cluster, plan_dir
     err = capsys.readouterr().err
     assert rc == 2 and "the GPU worker did not start" in err
     assert not (tmp_path / "k").exists()
+
+
+def test_tune_deadline_and_timing_only_requests_through_dask(ex, plan_dir, tmp_path):
+    # a problem whose GPU task starts past the deadline is skipped there: nothing timed, nothing recorded
+    db = new_db(tmp_path)
+    tuner = Tuner(Plan.load(plan_dir), plan_dir, tmp_path / "k", db=db, single=True, builder=FakeBuilder(),
+                  timer=RemoteGPU(ex, F.tune_gpu, OPTIONS), deadline=time.monotonic() - 1)
+    [o] = tuner.run()
+    assert o.source == "skipped" and "deadline" in o.notes[0] and db.transactions == 0
+    # timing only (the DSL screen's request): the results, the library shipped by content
+    lib = tmp_path / "search1.so"
+    lib.write_bytes(b"fake library of search1")
+    res = RemoteGPU(ex, F.tune_gpu, OPTIONS)(PROBLEM, [{"name": "search1", "library": str(lib)}, {"name": "cublas"}])
+    assert res["search1"]["median_ms"] == pytest.approx(0.12) and res["cublas"]["status"] == "ok"
+    assert res["search1"]["library_seen"] != str(lib)   # the worker's own copy

@@ -139,7 +139,8 @@ class DaskExecutor(Executor):
                 try:
                     # Dask counts a task as processing once it is assigned to a worker, also while it waits
                     # there for a thread or its resource: at most the worker's slots of them are running.
-                    running = sum(min(caps.get(w, len(ks)), sum(1 for k in ks if k in by_key and by_key[k] in pending))
+                    running = sum(min(caps.get(w, len(ks)),
+                                      sum(1 for k in ks if k in by_key and by_key[k] in pending))
                                   for w, ks in self.client.processing().items())
                 except Exception:  # noqa: BLE001 - progress only
                     running = 0

@@ -99,8 +99,9 @@ class Tuner:
         problem name. ``timer``: ``timer(problem, contenders) -> {name: result}`` and
         ``timer.device() -> {name, sm_count, ...}``; None when no GPU is at hand (then every problem
         must be answered from the database). A timer with ``measure`` (``tuning.remote.RemoteGPU``) times
-        and validates each problem in a GPU task of its executor, all problems submitted at once. ``measurement`` and ``kind_of`` default to
-        ``cutegen.results.Measurement`` and ``cutegen.results.device_kind``. ``deadline`` (a
+        and validates each problem in a GPU task of its executor, all problems submitted at once.
+        ``measurement`` and ``kind_of`` default to ``cutegen.results.Measurement`` and
+        ``cutegen.results.device_kind``. ``deadline`` (a
         ``time.monotonic()`` value): no problem starts timing after it; the rest are reported skipped."""
         from .progress import Display
         self.plan, self.plan_dir, self.out = plan, Path(plan_dir), Path(out)
@@ -306,8 +307,8 @@ class Tuner:
         deadline_epoch = None if self.deadline is None else time.time() + (self.deadline - time.monotonic())
         replies = self.timer.measure([(pp.name, pp.problem, c, k) for pp, c, k in asks], deadline_epoch)
         for (pp, _, _), reply in zip(asks, replies):
-            ran_on = {"worker": reply.worker, "host": reply.host, "pid": reply.pid, "gpu": reply.gpu, "started": reply.started,
-                      "finished": reply.finished, "retried": reply.retried}
+            ran_on = {"worker": reply.worker, "host": reply.host, "pid": reply.pid, "gpu": reply.gpu,
+                      "started": reply.started, "finished": reply.finished, "retried": reply.retried}
             if not reply.ok:
                 # No finished attempt: nothing of an interrupted one reaches the database.
                 outcomes[pp.name] = Outcome(pp.name, pp.problem, "measured", ran_on=ran_on,
