@@ -150,3 +150,9 @@ class DryValidator:
 
 def dry_gpu(**_):
     return DryTimer(), DryValidator()
+
+
+def second_len(item: tuple) -> int:
+    """len() of the item's second member: a shared object, resolved on the worker."""
+    assert isinstance(item[1], dict), type(item[1])
+    return len(item[1])

@@ -181,3 +181,12 @@ def test_tune_deadline_and_timing_only_requests_through_dask(ex, plan_dir, tmp_p
     res = RemoteGPU(ex, F.tune_gpu, OPTIONS)(PROBLEM, [{"name": "search1", "library": str(lib)}, {"name": "cublas"}])
     assert res["search1"]["median_ms"] == pytest.approx(0.12) and res["cublas"]["status"] == "ok"
     assert res["search1"]["library_seen"] != str(lib)   # the worker's own copy
+
+
+def test_a_shared_object_travels_once_and_is_resolved_inside_items(ex):
+    big = {"model": b"m" * 100_000}
+    handle = ex.share(big)
+    assert type(handle).__name__ == "Future"            # not the bytes: what the items carry is small
+    outs = ex.map(F.second_len, [("a", handle), ("b", handle)], names=["a", "b"])
+    assert [o.value for o in outs] == [1, 1] and all(o.ok for o in outs)
+    assert X.LocalExecutor(progress=None).share(big) is big

@@ -184,6 +184,12 @@ class DaskExecutor(Executor):
             o.retried = o.killed_workers + max(0, self.retries - int(got["retries_left"] or 0))
 
     # -- the executor API -----------------------------------------------------------------------
+    def share(self, obj):
+        # A Future: Dask replaces it inside a task's arguments (nested too) by the object, on the worker.
+        # In a list: scatter would take a dict or list itself for a collection of objects.
+        [future] = self.client.scatter([obj], broadcast=False, hash=False)
+        return future
+
     def map(self, fn, items, *, kind="cpu", names=None, details=None):
         names = _names(items, names)
         resources = {GPU_RESOURCE: 1} if kind == "gpu" else None

@@ -139,7 +139,9 @@ def select(shapes: list[Shape], target: Target, *, max_kernels: int, tolerance: 
         predictor = Predictor(target.kind, db.measurements())
         say(f"  {target.kind}: {predictor.samples} measured samples of this kind, "
             + ("a learned correction" if predictor.learned else "no learned correction (too little data)"))
-    found = run_searches(search_task, [(s.problem, top_k, target.kind, predictor) for s in shapes],
+    # The learned model is megabytes: on a cluster it travels once, not once per shape.
+    model = executor.share(predictor) if executor is not None and predictor is not None else predictor
+    found = run_searches(search_task, [(s.problem, top_k, target.kind, model) for s in shapes],
                          [f"{target.kind} {s.label}" for s in shapes], executor)
     say(f"  searched {len(shapes)} shapes for {target.kind}")
     for s, configs in zip(shapes, found):
