@@ -190,3 +190,14 @@ def test_a_shared_object_travels_once_and_is_resolved_inside_items(ex):
     outs = ex.map(F.second_len, [("a", handle), ("b", handle)], names=["a", "b"])
     assert [o.value for o in outs] == [1, 1] and all(o.ok for o in outs)
     assert X.LocalExecutor(progress=None).share(big) is big
+
+
+def test_a_shared_object_outlives_the_worker_that_held_it(ex, cluster):
+    import os
+    handle = ex.share({"model": b"m" * 1000})
+    assert ex.map(F.second_len, [("a", handle)], names=["a"])[0].value == 1
+    [holder] = ex.client.who_has(handle)[handle.key]
+    pid = ex.client.run(os.getpid, workers=[holder])[holder]
+    Cluster.kill_tree(pid)                           # the only copy of the shared object dies with it
+    out = ex.map(F.second_len, [("b", handle)], names=["b"])[0]
+    assert out.ok and out.value == 1 and out.pid != pid

@@ -26,7 +26,7 @@ from ..errors import CutegenError
 from .local import Executor, _names
 from .outcome import TaskOutcome
 from .progress import Progress
-from .tasks import compile_kernel, run_task
+from .tasks import compile_kernel, identity, run_task
 
 GPU_RESOURCE = "GPU"
 MEMORY_RESOURCE = "MEM_GB"
@@ -186,9 +186,9 @@ class DaskExecutor(Executor):
     # -- the executor API -----------------------------------------------------------------------
     def share(self, obj):
         # A Future: Dask replaces it inside a task's arguments (nested too) by the object, on the worker.
-        # In a list: scatter would take a dict or list itself for a collection of objects.
-        [future] = self.client.scatter([obj], broadcast=False, hash=False)
-        return future
+        # A task, not client.scatter: scattered data dies with the worker holding it, while a task's result
+        # is computed again from its arguments (kept by the scheduler) when that worker dies.
+        return self.client.submit(identity, obj, pure=False)
 
     def map(self, fn, items, *, kind="cpu", names=None, details=None):
         names = _names(items, names)

@@ -31,7 +31,7 @@ class Executor:
 
     def share(self, obj: Any) -> Any:
         """A stand-in for ``obj`` to put inside many items (a model every task needs): ``obj`` itself here;
-        on Dask one copy scattered to the cluster, which a worker fetches once, not one copy per task."""
+        on Dask one task holding it, whose result a worker fetches once, not one copy per task."""
         return obj
 
     def map_gpu(self, fn: Callable, items: Sequence[Any], *, names: Sequence[str] | None = None,

@@ -2,8 +2,9 @@
 
 ``RemoteGPU`` stands where ``gpu.RunnerTimer`` stands in a ``Tuner``: ``device()``, ``timer(problem,
 contenders)`` (the DSL screen) and ``measure(requests)``, which sends each problem as one task needing
-the ``GPU`` resource (``Executor.map_gpu``): the libraries go by content (``tasks.library_bytes`` here,
-``tasks.materialize`` into the worker's own cache there, so no shared file system is needed), the worker
+the ``GPU`` resource (``Executor.map_gpu``): the libraries go by content, each once (``tasks.library_bytes``
+and ``Executor.share`` here, ``tasks.materialize`` into the worker's own cache there, so no shared file
+system is needed), the worker
 times every contender and validates the fastest verified kernel, the next when it fails, exactly as the
 local run does (``measure.time_and_validate``), and the reply comes back to the client, which alone
 writes the results database, the cache and the output directories. A worker that dies mid-timing
@@ -82,17 +83,24 @@ class RemoteGPU:
             self._device = o.value
         return self._device
 
-    def _item(self, problem: GemmProblem, contenders: list[dict], kernels: dict, validate: bool,
-              deadline_epoch: float | None) -> dict:
+    def _libraries(self, contender_lists) -> dict:
+        """{client path: (sha256, bytes)} of every library named, each shared once (``Executor.share``): a
+        library several problems time (the CUTLASS default) travels to the cluster once."""
         from ..executor.tasks import library_bytes
-        libs = {c["library"]: library_bytes(c["library"]) for c in contenders if c.get("library")}
+        paths = dict.fromkeys(c["library"] for cs in contender_lists for c in cs if c.get("library"))
+        return {p: self.executor.share(library_bytes(p)) for p in paths}
+
+    def _item(self, problem: GemmProblem, contenders: list[dict], kernels: dict, validate: bool,
+              deadline_epoch: float | None, shared: dict) -> dict:
+        libs = {c["library"]: shared[c["library"]] for c in contenders if c.get("library")}
         return {"factory": self.factory, "options": self.options, "problem": problem.to_dict(),
                 "contenders": contenders, "libraries": libs, "validate": validate, "deadline_epoch": deadline_epoch,
                 "kernels": {n: (str(d), cfg.to_dict(), lib) for n, (d, cfg, lib) in kernels.items()}}
 
     def __call__(self, problem: GemmProblem, contenders: list[dict]) -> dict[str, dict]:
         """Time only (the DSL screen): one GPU task; a lost task is a crash of every contender."""
-        [o] = self.executor.map_gpu(gpu_task, [self._item(problem, contenders, {}, False, None)],
+        shared = self._libraries([contenders])
+        [o] = self.executor.map_gpu(gpu_task, [self._item(problem, contenders, {}, False, None, shared)],
                                     names=[problem.name], details=[{"problem": problem.to_dict()}])
         if not o.ok:
             return {c["name"]: {"status": "crash", "reason": f"the GPU task failed: {o.error}"} for c in contenders}
@@ -101,7 +109,8 @@ class RemoteGPU:
     def measure(self, requests: list[tuple], deadline_epoch: float | None = None) -> list:
         """``requests``: (name, problem, contenders, kernels) per problem; one ``TaskOutcome`` each, in order.
         Its value is ``time_and_validate``'s reply plus the worker's device, or a skip past the deadline."""
-        items = [self._item(p, c, k, True, deadline_epoch) for _, p, c, k in requests]
+        shared = self._libraries([c for _, _, c, _ in requests])
+        items = [self._item(p, c, k, True, deadline_epoch, shared) for _, p, c, k in requests]
         return self.executor.map_gpu(gpu_task, items, names=[n for n, *_ in requests],
                                      details=[{"problem": p.to_dict()} for _, p, _, _ in requests])
 
