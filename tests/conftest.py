@@ -99,3 +99,21 @@ def pytest_sessionfinish(session, exitstatus):
     config = session.config
     if config.getoption("--no-cpu-skips") and LEDGER.forbidden and exitstatus == 0:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory):
+    """A real Dask cluster on 127.0.0.1 (tests/dask_cluster.py), shared by the executor tests: two workers
+    under nannies, two threads each, each with one "GPU" of its own (CUDA_VISIBLE_DEVICES=0, 1), memory
+    for one 3.5 GB compile (MEM_GB=4) and a cache of its own (``cluster.worker_caches``)."""
+    pytest.importorskip("distributed", reason="the cluster extra (dask.distributed) is not installed")
+    from dask_cluster import Cluster
+    tmp = tmp_path_factory.mktemp("dask")
+    caches = [tmp / f"cache-w{i}" for i in range(2)]
+    c = Cluster(tmp, [{"resources": {"GPU": 1, "MEM_GB": 4},
+                       "env": {"CUDA_VISIBLE_DEVICES": str(i), "CUTEGEN_CACHE": str(caches[i])}} for i in range(2)])
+    c.worker_caches = caches
+    try:
+        yield c.start()
+    finally:
+        c.close()

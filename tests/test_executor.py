@@ -92,18 +92,6 @@ def test_progress_line_counts_per_kind(tmp_path):
 
 
 # --- a real cluster -------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("dask")
-    # Two workers, two threads each, each with one "GPU" of its own and memory for one 3.5 GB compile.
-    c = Cluster(tmp, [{"resources": {"GPU": 1, "MEM_GB": 4}, "env": {"CUDA_VISIBLE_DEVICES": str(i)}}
-                      for i in range(2)])
-    try:
-        yield c.start()
-    finally:
-        c.close()
-
-
 @pytest.fixture
 def ex(cluster):
     cluster.wait_workers(2)  # a test that killed a worker leaves the nanny restarting it
@@ -147,6 +135,14 @@ def test_compile_tasks_are_bounded_by_memory(ex):
         assert o.ok
         per_worker.setdefault(o.worker, []).append((o.value["start"], o.value["end"]))
     assert all(not _overlaps(iv) for iv in per_worker.values()), per_worker
+
+
+def test_running_counts_at_most_a_workers_slots(ex):
+    # Dask calls a task "processing" once it is assigned, also while it waits on the worker for its GPU:
+    # the live line counts at most threads (bounded by the resource) per worker as running.
+    slots = ex._slots({"GPU": 1})
+    assert len(slots) == 2 and set(slots.values()) == {1}
+    assert set(ex._slots(None).values()) == {2} and set(ex._slots({"MEM_GB": 3.5}).values()) == {1}
 
 
 def test_missing_resource_is_refused_not_waited_for(ex):

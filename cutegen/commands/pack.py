@@ -1,7 +1,9 @@
 """cutegen pack: a set of GEMM shapes in, a dispatching kernel library out (CMake package + PyTorch op).
 
-The command writes source only (searching and rendering run on this machine); the pack's own CMake
-project compiles its kernels in parallel (``cmake --build B -j N``), on whatever machine builds it.
+The command writes source only; the pack's own CMake project compiles its kernels in parallel
+(``cmake --build B -j N``), on whatever machine builds it. The searches (one per sampled shape and one
+per class's fallback) are the command's parallel work: ``--executor dask`` runs them as CPU tasks on a
+Dask cluster; selection, rendering and writing stay here, and the files are byte-identical either way.
 """
 from __future__ import annotations
 
@@ -29,6 +31,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="use measured times from this results database ('default': cutegen.results' default "
                         "path); without it the selection uses the cost model's predictions only")
     p.add_argument("--check", action="store_true", help="write nothing; exit 1 naming every file that would change")
+    from .. import executor
+    executor.add_arguments(p)  # dask: the per-shape searches run on the cluster's workers
 
 
 def _open_db(spec: str | None):
@@ -42,16 +46,25 @@ def _open_db(spec: str | None):
 
 
 def run(args: argparse.Namespace) -> int:
-    from .. import packs
+    from .. import executor as X
     if args.max_kernels < 1:
         raise FieldError("--max-kernels", f"expected a positive integer, got {args.max_kernels}")
+    with X.from_args(args) as ex:
+        status = _run(args, None if ex.name == "local" else ex)
+        if ex.name != "local":
+            print(ex.summary.text(), file=sys.stderr)
+    return status
+
+
+def _run(args: argparse.Namespace, ex) -> int:
+    from .. import packs
     targets = list(dict.fromkeys(args.target or ["h100-sxm"]))
     db = _open_db(args.db)
     say = lambda msg: print(msg, file=sys.stderr)  # noqa: E731
     stale_total = 0
     for kind in targets:
         files = packs.make_pack(args.shapes, kind, max_kernels=args.max_kernels, tolerance=args.tolerance,
-                                name=args.name, db=db, say=say)
+                                name=args.name, db=db, say=say, executor=ex)
         root = Path(args.out) / kind
         if args.check:
             stale = packs.differences(root, files)

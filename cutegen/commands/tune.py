@@ -136,11 +136,19 @@ def run(args: argparse.Namespace) -> int:
             from ..results import ResultsDB
         except ImportError:
             raise CutegenError("the results database (cutegen.results, issue 11 part 1) is not installed") from None
-        from ..tuning.gpu import Builder, RunnerTimer, RunnerValidator
+        from ..tuning.gpu import Builder, RunnerTimer, RunnerValidator, runner_gpu
         ex = _executor_module()
         executor = ex.from_args(args) if ex is not None and getattr(args, "executor", "local") != "local" else None
-        timer = RunnerTimer(warmup=args.warmup, iters=args.iters, timeout=args.timeout)
-        validator = RunnerValidator(say=display.log)
+        if executor is not None:
+            # Each problem's timing and validation is one GPU task on the cluster (resource GPU=1);
+            # the records, the cache and the kernel directories are written here only.
+            from ..tuning.remote import RemoteGPU
+            timer = RemoteGPU(executor, runner_gpu, {"warmup": args.warmup, "iters": args.iters,
+                                                     "timeout": args.timeout})
+            validator = None
+        else:
+            timer = RunnerTimer(warmup=args.warmup, iters=args.iters, timeout=args.timeout)
+            validator = RunnerValidator(say=display.log)
         versions = _versions()
         try:
             tuner = Tuner(plan, plan_dir, out, db=ResultsDB(args.db), builder=Builder(
@@ -152,13 +160,19 @@ def run(args: argparse.Namespace) -> int:
             outcomes = tuner.run()
         finally:
             timer.close()
-            validator.close()
+            if validator is not None:
+                validator.close()
+            if executor is not None:
+                executor.close()
     from .._atomic import atomic_write
+    if executor is not None:
+        print(executor.summary.text(), file=sys.stderr)   # what ran where, what was retried, what failed
     if args.records:
         atomic_write(Path(args.records), records_lines(tuner.records).encode())
         print(f"wrote {args.records} ({len(tuner.records)} measurements)")
     if args.summary:
-        doc = records_document(outcomes, tuner.records, tuner._device, versions)
+        doc = records_document(outcomes, tuner.records, tuner._device, versions, seconds=tuner.seconds,
+                               executor=executor.summary.lines() if executor is not None else None)
         atomic_write(Path(args.summary), (json.dumps(doc, indent=1, default=str) + "\n").encode())
         print(f"wrote {args.summary}")
     print(format_table(outcomes))

@@ -13,6 +13,7 @@ API for commands (a new command wires in with one call each)::
         summary = cutegen.build.build(paths, jobs=..., executor=ex)   # compile fan-out
         outs = ex.map(fn, items, kind="cpu", names=[...])             # CPU work (search, render)
         outs = ex.map_gpu(fn, items, names=[...], details=[...])      # GPU timing, 1 task per GPU
+        model = ex.share(obj)                # inside many items: sent to the cluster once, not per task
         print(ex.summary.text())             # what ran where, what was retried, what failed
 
 ``map``/``map_gpu`` call ``fn(item)`` (``fn`` a module-level function; ``item`` picklable) and return

@@ -26,7 +26,7 @@ from ..errors import CutegenError
 from .local import Executor, _names
 from .outcome import TaskOutcome
 from .progress import Progress
-from .tasks import compile_kernel, run_task
+from .tasks import compile_kernel, identity, run_task
 
 GPU_RESOURCE = "GPU"
 MEMORY_RESOURCE = "MEM_GB"
@@ -102,6 +102,20 @@ class DaskExecutor(Executor):
             raise CutegenError(f"no Dask worker declares {resource} >= {amount:g} (have: {have}); start workers "
                                f"with --resources \"{resource}=N\" or these tasks would wait forever")
 
+    def _slots(self, resources: dict | None) -> dict[str, int]:
+        """Per worker, how many of these tasks it can run at once: its threads, bounded by its resources."""
+        try:
+            info = self.client.scheduler_info(n_workers=-1) if _takes_n_workers(self.client) else self.client.scheduler_info()
+        except Exception:  # noqa: BLE001 - progress only
+            return {}
+        out = {}
+        for addr, w in info.get("workers", {}).items():
+            n = int(w.get("nthreads") or 1)
+            for r, need in (resources or {}).items():
+                n = min(n, int((w.get("resources") or {}).get(r, 0) // need))
+            out[addr] = n
+        return out
+
     # -- the one submission loop ----------------------------------------------------------------
     def _run(self, kind: str, calls: list[tuple], names: list[str], keys: list[str], resources: dict | None,
              details: Sequence[dict | None] | None) -> list[TaskOutcome]:
@@ -109,6 +123,7 @@ class DaskExecutor(Executor):
         futures = [self.client.submit(run_task, *call, key=key, resources=resources, retries=self.retries,
                                       pure=False) for call, key in zip(calls, keys)]
         by_key = {f.key: i for i, f in enumerate(futures)}
+        caps = self._slots(resources)
         progress = Progress(self.progress_stream, self.dashboard)
         outcomes: list[TaskOutcome | None] = [None] * len(futures)
         try:
@@ -122,8 +137,11 @@ class DaskExecutor(Executor):
                     if not outcomes[i].ok:
                         progress.log(f"FAILED {names[i]}: {outcomes[i].error}")
                 try:
-                    running = sum(1 for ks in self.client.processing().values() for k in ks if k in by_key
-                                  and by_key[k] in pending)
+                    # Dask counts a task as processing once it is assigned to a worker, also while it waits
+                    # there for a thread or its resource: at most the worker's slots of them are running.
+                    running = sum(min(caps.get(w, len(ks)),
+                                      sum(1 for k in ks if k in by_key and by_key[k] in pending))
+                                  for w, ks in self.client.processing().items())
                 except Exception:  # noqa: BLE001 - progress only
                     running = 0
                 done = len(futures) - len(pending)
@@ -166,6 +184,12 @@ class DaskExecutor(Executor):
             o.retried = o.killed_workers + max(0, self.retries - int(got["retries_left"] or 0))
 
     # -- the executor API -----------------------------------------------------------------------
+    def share(self, obj):
+        # A Future: Dask replaces it inside a task's arguments (nested too) by the object, on the worker.
+        # A task, not client.scatter: scattered data dies with the worker holding it, while a task's result
+        # is computed again from its arguments (kept by the scheduler) when that worker dies.
+        return self.client.submit(identity, obj, pure=False)
+
     def map(self, fn, items, *, kind="cpu", names=None, details=None):
         names = _names(items, names)
         resources = {GPU_RESOURCE: 1} if kind == "gpu" else None

@@ -29,6 +29,11 @@ class Executor:
             names: Sequence[str] | None = None, details: Sequence[dict | None] | None = None) -> list[TaskOutcome]:
         raise NotImplementedError
 
+    def share(self, obj: Any) -> Any:
+        """A stand-in for ``obj`` to put inside many items (a model every task needs): ``obj`` itself here;
+        on Dask one task holding it, whose result a worker fetches once, not one copy per task."""
+        return obj
+
     def map_gpu(self, fn: Callable, items: Sequence[Any], *, names: Sequence[str] | None = None,
                 details: Sequence[dict | None] | None = None) -> list[TaskOutcome]:
         return self.map(fn, items, kind="gpu", names=names, details=details)

@@ -40,6 +40,11 @@ def run_task(fn: Callable, *args: Any) -> dict:
     return info
 
 
+def identity(obj: Any) -> Any:
+    """The task behind ``Executor.share``: its result is the object, recomputable if its worker dies."""
+    return obj
+
+
 # --- compiling -----------------------------------------------------------------------------------
 @functools.lru_cache(maxsize=8)
 def _builder(cache: str, timeout: float | None):

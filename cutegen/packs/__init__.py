@@ -16,8 +16,10 @@ from ..errors import FieldError
 
 
 def make_pack(shapes_file: str, target_kind: str, *, max_kernels: int = 16, tolerance: float = 0.03,
-              name: str = "cutegen_pack", db=None, say=lambda msg: None) -> dict[str, str]:
-    """Every file of the pack for one target: {path relative to the pack's folder: text}."""
+              name: str = "cutegen_pack", db=None, say=lambda msg: None, executor=None) -> dict[str, str]:
+    """Every file of the pack for one target: {path relative to the pack's folder: text}. ``executor`` (a
+    ``cutegen.executor.Executor``; None: this process) runs the searches, per shape and per class's
+    fallback; the files are the same wherever they ran."""
     from . import render, select, shapes, targets
     if not render.pack_name_ok(name):
         raise FieldError("--name", f"{name!r} is not a C/CMake identifier (letters, digits, _; 64 at most)")
@@ -25,8 +27,8 @@ def make_pack(shapes_file: str, target_kind: str, *, max_kernels: int = 16, tole
     entries = shapes.load(shapes_file)
     points = shapes.expand(entries, t.sms)
     say(f"{t.kind}: {len(points)} shapes from {len(entries)} entries of {shapes_file}")
-    sel = select.select(points, t, max_kernels=max_kernels, tolerance=tolerance, db=db, say=say)
-    fallbacks = render.add_fallbacks(sel, say=say)
+    sel = select.select(points, t, max_kernels=max_kernels, tolerance=tolerance, db=db, say=say, executor=executor)
+    fallbacks = render.add_fallbacks(sel, say=say, executor=executor)
     return render.pack_files(sel, fallbacks, name, Path(shapes_file).name)
 
 

@@ -12,7 +12,7 @@ from .. import __version__
 from ..search import cost as costmod
 from ..swap_ab import kernel_problem
 from .dispatch import Fallback, find_fallback, tables
-from .select import Kernel, Selection, class_key, geomean
+from .select import Kernel, Selection, class_key, geomean, run_searches
 from .shapes import SAMPLING_NOTE
 
 TORCH_DTYPES = {"bf16": ("at::kBFloat16", "torch.bfloat16"), "f16": ("at::kHalf", "torch.float16"),
@@ -25,18 +25,23 @@ def pack_name_ok(name: str) -> bool:
     return bool(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,63}", name))
 
 
-def add_fallbacks(sel: Selection, say=lambda msg: None) -> dict[str, Fallback]:
+def fallback_task(item: tuple):
+    """One class's fallback search (an executor task): ``find_fallback(problem, kind)``."""
+    return find_fallback(*item)
+
+
+def add_fallbacks(sel: Selection, say=lambda msg: None, executor=None) -> dict[str, Fallback]:
     """For each class, the smallest-alignment legal kernel the search finds (appended to the pack's
-    kernels), or the reason there is none."""
+    kernels), or the reason there is none. ``executor``: where the searches run (None: here)."""
     out = {}
-    for cls in sel.classes:
-        served = [k for k in sel.kernels if k.cls == cls]
-        if not served:
-            continue
-        alignment, config, problem = find_fallback(served[0].problem, sel.target.kind)
+    firsts = [(cls, next((k for k in sel.kernels if k.cls == cls), None)) for cls in sel.classes]
+    firsts = [(cls, k) for cls, k in firsts if k is not None]
+    found = run_searches(fallback_task, [(k.problem, sel.target.kind) for _, k in firsts],
+                         [f"{sel.target.kind} fallback {k.problem.kernel_class_name}" for _, k in firsts], executor)
+    for (cls, first), (alignment, config, problem) in zip(firsts, found):
         if config is None:
             out[cls] = Fallback(None, None, problem)
-            say(f"  {served[0].problem.kernel_class_name}: {problem}")
+            say(f"  {first.problem.kernel_class_name}: {problem}")
             continue
         sel.kernels.append(Kernel("fallback:" + cls, config, problem))
         out[cls] = Fallback(alignment, len(sel.kernels) - 1,

@@ -99,9 +99,32 @@ def _measured(db: Any, target: Target, problem: GemmProblem) -> dict[str, Kernel
     return out
 
 
-def select(shapes: list[Shape], target: Target, *, max_kernels: int, tolerance: float,
-           db: Any = None, top_k: int = TOP_K, say=lambda msg: None) -> Selection:
+def search_task(item: tuple) -> list[KernelConfig]:
+    """One shape's search (an executor task: here, or on a Dask worker): its ``top_k`` configurations."""
     from ..search import search
+    problem, top_k, kind, predictor = item
+    # no staged kernels (cutegen/staging.py): a pack's plan entry points build CUTLASS's arguments
+    # themselves (templates/cutegen_plan.inc.j2) and do not make the ABI's restride copies
+    return [r.config for r in search(problem, top_k, device=kind, predictor=predictor, staging=False).ranked]
+
+
+def run_searches(fn, items: list, names: list[str], executor=None) -> list:
+    """``fn(item)`` for every item, in order: in this process, or as CPU tasks of ``executor``. A task that
+    failed is an error naming it (the same error a search raises here, so both executors stop alike)."""
+    if executor is None:
+        return [fn(it) for it in items]
+    outs = executor.map(fn, items, kind="cpu", names=names)
+    bad = [o for o in outs if not o.ok]
+    if bad:
+        raise CutegenError(f"{len(bad)} of {len(outs)} searches failed on the {executor.name} executor; first: "
+                           f"{bad[0].name}: {bad[0].error}")
+    return [o.value for o in outs]
+
+
+def select(shapes: list[Shape], target: Target, *, max_kernels: int, tolerance: float,
+           db: Any = None, top_k: int = TOP_K, say=lambda msg: None, executor=None) -> Selection:
+    """``executor`` (a ``cutegen.executor.Executor``, or None: this process): where the per-shape searches
+    run; the selection itself, and so the pack's bytes, do not depend on it."""
     if not isinstance(max_kernels, int) or max_kernels < 1:
         raise FieldError("--max-kernels", f"expected a positive integer, got {max_kernels!r}")
     if not (isinstance(tolerance, (int, float)) and 0 <= tolerance < 10):
@@ -118,20 +141,20 @@ def select(shapes: list[Shape], target: Target, *, max_kernels: int, tolerance: 
         predictor = Predictor(target.kind, db.measurements())
         say(f"  {target.kind}: {predictor.samples} measured samples of this kind, "
             + ("a learned correction" if predictor.learned else "no learned correction (too little data)"))
-    for i, s in enumerate(shapes):
+    # The learned model is megabytes: on a cluster it travels once, not once per shape.
+    model = executor.share(predictor) if executor is not None and predictor is not None else predictor
+    found = run_searches(search_task, [(s.problem, top_k, target.kind, model) for s in shapes],
+                         [f"{target.kind} {s.label}" for s in shapes], executor)
+    say(f"  searched {len(shapes)} shapes for {target.kind}")
+    for s, configs in zip(shapes, found):
         cls = class_key(s.problem)
         if cls not in pool:
             classes.append(cls)
             pool[cls] = {}
-        # no staged kernels (cutegen/staging.py): a pack's plan entry points build CUTLASS's arguments
-        # themselves (templates/cutegen_plan.inc.j2) and do not make the ABI's restride copies
-        result = search(s.problem, top_k, device=target.kind, predictor=predictor, staging=False)
-        for r in result.ranked:
-            pool[cls].setdefault(r.config.to_json(), r.config)
+        for cfg in configs:
+            pool[cls].setdefault(cfg.to_json(), cfg)
         for key, cfg in _measured(db, target, s.problem).items():
             pool[cls].setdefault(key, cfg)
-        if (i + 1) % 25 == 0:
-            say(f"  searched {i + 1}/{len(shapes)} shapes for {target.kind}")
     # every candidate of the class, priced (or measured) on every shape of the class
     times: dict[int, dict[str, tuple[float, str]]] = {}
     for i, s in enumerate(shapes):

@@ -166,3 +166,16 @@ class RunnerValidator:
 def device_info_line(info: dict) -> str:
     return re.sub(r"\s+", " ", f"{info.get('name')} ({info.get('sm_count')} SMs), torch {info.get('torch')}, "
                                f"cuBLAS {info.get('cublas')}")
+
+
+def runner_gpu(warmup: int = 10, iters: int = 50, l2_multiple: int = 4, timeout: float = 240.0,
+               validate_timeout: float = 45.0, startup_timeout: float = 180.0) -> tuple[RunnerTimer, RunnerValidator]:
+    """The timer and validator a cluster's GPU worker builds for ``tuning.remote`` (the same as a local run's)."""
+    import multiprocessing
+    if multiprocessing.current_process().daemon:
+        # The runner's watchdog child cannot start from a daemonic process (a nanny's worker by default).
+        raise CutegenError("this Dask worker is daemonic and cannot start the runner's child: start GPU workers "
+                           "with DASK_DISTRIBUTED__WORKER__DAEMON=False (or --no-nanny)")
+    return (RunnerTimer(warmup=warmup, iters=iters, l2_multiple=l2_multiple, timeout=timeout,
+                        startup_timeout=startup_timeout),
+            RunnerValidator(timeout=validate_timeout, startup_timeout=startup_timeout, say=lambda s: None))

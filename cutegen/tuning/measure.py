@@ -43,6 +43,7 @@ class Outcome:
     cublas_us: float | None = None
     directory: str | None = None
     notes: list[str] = field(default_factory=list)
+    ran_on: dict | None = None                    # on a cluster: the GPU task's worker, GPU, clock, retries
 
     def ratio(self, name: str) -> float | None:
         """How many times faster the chosen kernel is than candidate ``name`` (> 1: faster)."""
@@ -58,11 +59,35 @@ class Outcome:
                 "speedup_vs_first_pick": self.ratio("search1"),
                 "speedup_vs_cublas": (self.cublas_us / ch["median_us"]) if self.cublas_us and ch else None,
                 "speedup_vs_nvmmh": self.ratio("nvmmh"), "speedup_vs_cutlass_default": self.ratio("cutlass_default"),
-                "notes": self.notes}
+                "notes": self.notes, **({"ran_on": self.ran_on} if self.ran_on else {})}
 
 
 def _us(res: dict) -> float | None:
     return res["median_ms"] * 1e3 if res.get("status") == "ok" and res.get("median_ms") else None
+
+
+def validation_order(results: dict, names) -> list[str]:
+    """The verified, timed kernels among ``names``, fastest first (ties: by name): the order validation walks."""
+    timed = [(_us(results[n]), n) for n in names
+             if n in results and _us(results[n]) and (results[n].get("verify") or {}).get("ok")]
+    return [n for _, n in sorted(timed)]
+
+
+def time_and_validate(timer, validator, problem: GemmProblem, contenders: list[dict], kernels: dict) -> dict:
+    """The GPU half of one problem, the same in this process and in a cluster's GPU task: time every
+    contender (cuBLAS among them), then validate the fastest verified kernel, the next when it fails, until
+    one passes. ``kernels``: {name: (directory, config, library)} of the candidates (not cuBLAS).
+    Returns {"results": {name: timing}, "validations": [[name, ok, why], ...] in the order they ran}."""
+    results = timer(problem, contenders)
+    validations = []
+    for name in validation_order(results, kernels):
+        directory, config, library = kernels[name]
+        ok, why = (True, "not validated (no validator)") if validator is None else \
+            validator(directory, problem, config, library)
+        validations.append([name, bool(ok), why])
+        if ok:
+            break
+    return {"results": results, "validations": validations}
 
 
 class Tuner:
@@ -73,8 +98,10 @@ class Tuner:
         """``out``: the kernel directory (``single``: one problem) or the folder of one directory per
         problem name. ``timer``: ``timer(problem, contenders) -> {name: result}`` and
         ``timer.device() -> {name, sm_count, ...}``; None when no GPU is at hand (then every problem
-        must be answered from the database). ``measurement`` and ``kind_of`` default to
-        ``cutegen.results.Measurement`` and ``cutegen.results.device_kind``. ``deadline`` (a
+        must be answered from the database). A timer with ``measure`` (``tuning.remote.RemoteGPU``) times
+        and validates each problem in a GPU task of its executor, all problems submitted at once.
+        ``measurement`` and ``kind_of`` default to ``cutegen.results.Measurement`` and
+        ``cutegen.results.device_kind``. ``deadline`` (a
         ``time.monotonic()`` value): no problem starts timing after it; the rest are reported skipped."""
         from .progress import Display
         self.plan, self.plan_dir, self.out = plan, Path(plan_dir), Path(out)
@@ -87,6 +114,7 @@ class Tuner:
         self.records: list = []
         self._dropped: set[tuple[str, str]] = set()   # (problem, candidate) screened out by the DSL
         self.deadline = deadline
+        self.seconds: dict[str, float] = {}          # wall time of the build and timing phases
         self._measurement_cls, self._kind_of = measurement, kind_of
         # One run: its records share this start time and a source prefix, which is how the tuning
         # curve (bench/tuning_curve.py) groups a problem's candidates back together.
@@ -112,10 +140,13 @@ class Tuner:
     @property
     def measured_kind(self) -> str:
         """The kind of the GPU at hand: what every new measurement is filed under, whatever was asked."""
+        return self._kind_of_device(self.device())
+
+    def _kind_of_device(self, d: dict) -> str:
+        """The kind a measurement on GPU ``d`` is filed under (on a cluster: the GPU that timed it)."""
         kind_of = self._kind_of
         if kind_of is None:
             from ..results import device_kind as kind_of
-        d = self.device()
         return kind_of(d.get("name") or "", d.get("sm_count"))
 
     def out_dir(self, pp: ProblemPlan) -> Path:
@@ -141,18 +172,29 @@ class Tuner:
             screened = self._screen(todo) if self.plan.finalists else {}
             if self.records:                  # the DSL screen's times
                 self.db.add_many(self.records)
+            t = time.monotonic()
             built = self._build(todo, screened)
+            self.seconds["build"] = round(time.monotonic() - t, 3)
+            t = time.monotonic()
             self.display.stage("time", "timing", len(todo))
-            for pp in todo:
-                if self.deadline is not None and time.monotonic() > self.deadline:
-                    outcomes[pp.name] = Outcome(pp.name, pp.problem, "skipped", notes=["the timing deadline passed"])
-                    self.display.log(f"SKIP   {pp.name}: the timing deadline passed")
-                    continue
-                done = len(self.records)
-                outcomes[pp.name] = self._measure(pp, built, screened.get(pp.name, {}))
-                if len(self.records) > done:   # one transaction per problem: a run cut short keeps what it measured
-                    self.db.add_many(self.records[done:])
+            if hasattr(self.timer, "measure"):    # GPU tasks on an executor (tuning.remote.RemoteGPU)
+                self._measure_remote(todo, built, screened, outcomes)
+            else:
+                self._measure_here(todo, built, screened, outcomes)
+            self.seconds["time"] = round(time.monotonic() - t, 3)
         return [outcomes[pp.name] for pp in self.plan.problems]
+
+    def _measure_here(self, todo: list[ProblemPlan], built: dict, screened: dict,
+                      outcomes: dict[str, Outcome]) -> None:
+        for pp in todo:
+            if self.deadline is not None and time.monotonic() > self.deadline:
+                outcomes[pp.name] = Outcome(pp.name, pp.problem, "skipped", notes=["the timing deadline passed"])
+                self.display.log(f"SKIP   {pp.name}: the timing deadline passed")
+                continue
+            done = len(self.records)
+            outcomes[pp.name] = self._measure(pp, built, screened.get(pp.name, {}))
+            if len(self.records) > done:   # one transaction per problem: a run cut short keeps what it measured
+                self.db.add_many(self.records[done:])
 
     def _from_database(self, pp: ProblemPlan) -> Outcome | None:
         from ..render import render
@@ -231,11 +273,11 @@ class Tuner:
             return {}
         return self.builder(dirs)
 
-    def _measure(self, pp: ProblemPlan, built: dict, dsl_us: dict | None = None) -> Outcome:
-        out = Outcome(pp.name, pp.problem, "measured", notes=list(pp.notes))
+    def _contenders(self, pp: ProblemPlan, built: dict) -> tuple[list[dict], dict[str, Candidate]]:
+        """What one problem's timing request names: every candidate not screened out (its library, or why
+        there is none), then cuBLAS."""
         contenders = []
         by_name: dict[str, Candidate] = {}
-        dsl_us = dsl_us or {}
         for c in pp.candidates:
             if (pp.name, c.name) in self._dropped:
                 continue
@@ -246,8 +288,54 @@ class Tuner:
             contenders.append({"name": c.name, "library": str(lib) if ok else None,
                                "reason": "" if ok else f"build failed: {(msg or '').strip().splitlines()[0] if msg else ''}"})
         contenders.append({"name": "cublas"})
-        self.display.timing(pp.name, len(contenders) - 1)
-        results = self.timer(pp.problem, contenders)
+        return contenders, by_name
+
+    def _kernels(self, by_name: dict[str, Candidate]) -> dict:
+        """{name: (directory, config, library)}: what validation needs of each candidate."""
+        return {n: (self.plan_dir / c.directory, c.config, str(self.plan_dir / c.directory / "kernel.so"))
+                for n, c in by_name.items()}
+
+    def _measure_remote(self, todo: list[ProblemPlan], built: dict, screened: dict,
+                        outcomes: dict[str, Outcome]) -> None:
+        """Every problem one GPU task of the timer's executor (``timer.measure``), all submitted at once; the
+        replies are recorded here, the only writer of the database and the output directories."""
+        asks = []
+        for pp in todo:
+            contenders, by_name = self._contenders(pp, built)
+            asks.append((pp, contenders, self._kernels(by_name)))
+            self.display.timing(pp.name, len(contenders) - 1)
+        deadline_epoch = None if self.deadline is None else time.time() + (self.deadline - time.monotonic())
+        replies = self.timer.measure([(pp.name, pp.problem, c, k) for pp, c, k in asks], deadline_epoch)
+        for (pp, _, _), reply in zip(asks, replies):
+            ran_on = {"worker": reply.worker, "host": reply.host, "pid": reply.pid, "gpu": reply.gpu,
+                      "started": reply.started, "finished": reply.finished, "retried": reply.retried}
+            if not reply.ok:
+                # No finished attempt: nothing of an interrupted one reaches the database.
+                outcomes[pp.name] = Outcome(pp.name, pp.problem, "measured", ran_on=ran_on,
+                                            notes=[f"the GPU task failed: {reply.error}"])
+                self.display.log(f"FAIL   {pp.name}: GPU task: {reply.error}")
+                continue
+            if reply.value.get("status") == "skipped":
+                outcomes[pp.name] = Outcome(pp.name, pp.problem, "skipped", notes=[reply.value["message"]])
+                self.display.log(f"SKIP   {pp.name}: {reply.value['message']}")
+                continue
+            done = len(self.records)
+            outcomes[pp.name] = self._measure(pp, built, screened.get(pp.name, {}), measured=reply.value)
+            outcomes[pp.name].ran_on = ran_on
+            if len(self.records) > done:
+                self.db.add_many(self.records[done:])
+
+    def _measure(self, pp: ProblemPlan, built: dict, dsl_us: dict | None = None,
+                 measured: dict | None = None) -> Outcome:
+        """One problem: time and validate here (``measured`` None) or take a GPU task's reply; then the
+        candidates' statuses, the records and the kernel directory of the one that won."""
+        out = Outcome(pp.name, pp.problem, "measured", notes=list(pp.notes))
+        contenders, by_name = self._contenders(pp, built)
+        dsl_us = dsl_us or {}
+        if measured is None:
+            self.display.timing(pp.name, len(contenders) - 1)
+            measured = time_and_validate(self.timer, self.validator, pp.problem, contenders, self._kernels(by_name))
+        results = measured["results"]
         cub = results.get("cublas", {})
         out.cublas_us = _us(cub)
         for c in pp.candidates:
@@ -266,14 +354,10 @@ class Tuner:
                 "predicted_us": c.predicted_us, "status": res.get("status"), "median_us": _us(res),
                 "rel_err": verify.get("rel_err"), "reason": res.get("reason", ""),
                 **({"dsl_us": dsl_us[c.name]} if c.name in dsl_us else {})})
-        ranked = sorted((x for x in out.candidates if x["median_us"] and (results[x["name"]].get("verify") or {}).get("ok")),
-                        key=lambda x: (x["median_us"], x["name"]))
-        device = self.device()
-        for x in ranked:
-            c = by_name[x["name"]]
-            d = self.plan_dir / c.directory
-            ok, why = (True, "not validated (no validator)") if self.validator is None else \
-                self.validator(d, pp.problem, c.config, str(d / "kernel.so"))
+        device = measured.get("device") or self.device()
+        by_cand = {x["name"]: x for x in out.candidates}
+        for name, ok, why in measured["validations"]:   # fastest verified first, up to the first that passed
+            x = by_cand[name]
             x["validation"] = why if ok else f"FAILED: {why}"
             if ok:
                 out.chosen = x
@@ -311,7 +395,7 @@ class Tuner:
         return Measurement(
             problem=pp.problem, config=c.config, kernel_hash=c.dsl_hash if dsl else c.kernel_hash,
             backend="dsl" if dsl else c.backend,
-            device_name=device.get("name") or "", device_kind=self.measured_kind, sm_count=device.get("sm_count"),
+            device_name=device.get("name") or "", device_kind=self._kind_of_device(device), sm_count=device.get("sm_count"),
             sm_clock_mhz=device.get("sm_clock_mhz"), driver=self.versions.get("driver"),
             cuda=device.get("torch_cuda"), cutlass=self.versions.get("cutlass"), cutegen=__version__,
             timing_method=TIMING_METHOD, times_us=tuple(t * 1e3 for t in res.get("times_ms") or ()),
@@ -336,10 +420,17 @@ def records_lines(records: list) -> str:
     return "".join(json.dumps(m.to_dict(), sort_keys=True) + "\n" for m in records)
 
 
-def records_document(outcomes: list[Outcome], records: list, device: dict | None, versions: dict) -> dict:
-    """The run as JSON: every outcome (what won, by how much, what failed) and every measurement."""
-    return {"schema": "cutegen-tune/1", "device": device or {}, "versions": versions,
-            "timing_method": TIMING_METHOD,
-            "problems": [o.to_dict() for o in outcomes],
-            "measurements": [m.to_dict() for m in records]}
+def records_document(outcomes: list[Outcome], records: list, device: dict | None, versions: dict, *,
+                     seconds: dict | None = None, executor: list[str] | None = None) -> dict:
+    """The run as JSON: every outcome (what won, by how much, what failed) and every measurement; with
+    ``seconds`` the phases' wall times (``Tuner.seconds``), with ``executor`` its summary lines."""
+    doc = {"schema": "cutegen-tune/1", "device": device or {}, "versions": versions,
+           "timing_method": TIMING_METHOD,
+           "problems": [o.to_dict() for o in outcomes],
+           "measurements": [m.to_dict() for m in records]}
+    if seconds is not None:
+        doc["seconds"] = seconds
+    if executor is not None:
+        doc["executor"] = executor
+    return doc
 
