@@ -24,7 +24,7 @@ from pathlib import Path
 
 
 def prepare(args) -> int:
-    from cutegen.commands.regen import load_suite
+    from cutegen.suites import load_suite
     from cutegen.render import render
     from cutegen.search import search
 

@@ -94,7 +94,7 @@ def choose(problem):
 def prepare(args) -> int:
     _import_cutegen()
     from cutegen import dsl
-    from cutegen.commands.regen import load_suite
+    from cutegen.suites import load_suite
     from cutegen.render import render
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

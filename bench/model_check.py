@@ -24,7 +24,7 @@ EXTRA_TILES = 1
 
 
 def prepare(args) -> int:
-    from cutegen.commands.regen import load_suite
+    from cutegen.suites import load_suite
     from cutegen.render import render
     from cutegen.results import ResultsDB
     from cutegen.search import search

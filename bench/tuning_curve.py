@@ -33,7 +33,7 @@ def main(argv=None) -> int:
 
     ms = ResultsDB(args.db, seed=None if args.no_seed else True).measurements(device_kind=args.device_kind)
     if args.suite:
-        from cutegen.commands.regen import load_suite
+        from cutegen.suites import load_suite
         wanted = {prob for _, prob in load_suite(args.suite)}
         ms = [m for m in ms if m.problem in wanted]
     ks = tuple(int(x) for x in args.ks.split(","))

@@ -9,7 +9,7 @@ import pytest
 
 from cutegen import manifest as manifest_mod
 from cutegen import render as render_mod
-from cutegen.commands.regen import load_suite
+from cutegen.suites import load_suite
 
 ROOT = Path(__file__).resolve().parents[1]
 GENERATED = ROOT / "generated"

@@ -196,7 +196,7 @@ def test_validation_plans_of_the_unaligned_suite_agree_with_the_launch_contract(
     case passes the launch contract, each refusal probe breaks exactly the rules it expects."""
     from pathlib import Path
     from cutegen import runner as R
-    from cutegen.commands.regen import load_suite
+    from cutegen.suites import load_suite
     from cutegen.manifest import load
     from cutegen.search import search
     root = Path(__file__).resolve().parents[1]

@@ -5,7 +5,7 @@ import importlib.util
 import json
 from pathlib import Path
 
-from cutegen.commands.regen import load_suite
+from cutegen.suites import load_suite
 from cutegen.results import ResultsDB
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -10,7 +10,7 @@ import cutegen.commands.generate as generate_cmd
 import cutegen.render as render_mod
 from cutegen import KernelConfig
 from cutegen.cli import main
-from cutegen.commands.regen import load_suite
+from cutegen.suites import load_suite
 from cutegen.errors import FieldError
 
 SUITE = """

@@ -77,16 +77,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 # Inputs
 # ------------------------------------------------------------------------------------------------
 
-def load_suite(path) -> list[tuple[str, GemmProblem]]:
-    """The suite as ``cutegen regen`` reads it (one source of truth for the format)."""
-    from .regen import load_suite as _load
-    return _load(path)
-
-
-def select_suite(path, only) -> list[tuple[str, GemmProblem]]:
-    """The suite restricted by ``--only``, as ``cutegen regen`` selects it."""
-    from .regen import select_suite as _select
-    return _select(path, only)
+from ..suites import load_suite, select_suite  # noqa: E402,F401 - the one reader of suite files
 
 
 def find_kernel(root: Path, problem: GemmProblem) -> tuple[R.KernelInfo | None, str]:

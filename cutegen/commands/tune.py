@@ -74,7 +74,7 @@ def _problems(args) -> tuple[list, bool]:
     if args.suite:
         if args.m is not None or args.problem:
             raise FieldError("--suite", "give a suite or one problem, not both")
-        from .regen import select_suite
+        from ..suites import select_suite
         return select_suite(args.suite, args.only), False
     if args.only:
         raise FieldError("--only", "needs --suite")

@@ -23,7 +23,7 @@ def main(argv=None) -> int:
     p.add_argument("--count", type=int, default=32, help="proposals asked for per problem [32]")
     p.add_argument("--report", metavar="JSON", help="also write every pick and rejection as JSON")
     args = p.parse_args(argv)
-    from ..commands.regen import select_suite
+    from ..suites import select_suite
     from ..render import render
     from . import pick
 
