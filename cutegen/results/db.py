@@ -67,6 +67,19 @@ def _measurement(r: sqlite3.Row) -> Measurement:
         measured_at=r["measured_at"])
 
 
+def _open_readonly(path: Path, what: str, flags: str, remedy: str) -> sqlite3.Connection:
+    """A read-only connection to an existing database of this schema version (``flags``: URI extras)."""
+    try:
+        conn = sqlite3.connect(f"file:{path.resolve()}?mode=ro{flags}", uri=True)
+        conn.row_factory = sqlite3.Row
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+    except sqlite3.Error as e:
+        raise CutegenError(f"{what} {path}: {e}") from None
+    if version != SCHEMA_VERSION:
+        raise CutegenError(f"{what} {path}: schema {version}, this cutegen reads {SCHEMA_VERSION} ({remedy})")
+    return conn
+
+
 class ResultsDB:
     """The user's results database (created on first use) merged with the repository's read-only seed.
 
@@ -98,16 +111,7 @@ class ResultsDB:
                 migrate(conn)
                 self._conn = conn
                 return conn
-            try:
-                conn = sqlite3.connect(f"file:{self.path.resolve()}?mode=ro", uri=True)
-                conn.row_factory = sqlite3.Row
-                version = conn.execute("PRAGMA user_version").fetchone()[0]
-            except sqlite3.Error as e:
-                raise CutegenError(f"results database {self.path}: {e}") from None
-            if version != SCHEMA_VERSION:
-                raise CutegenError(f"results database {self.path}: schema {version}, this cutegen reads "
-                                   f"{SCHEMA_VERSION}; open it once for writing to migrate it")
-            self._conn = conn
+            self._conn = _open_readonly(self.path, "results database", "", "open it once for writing to migrate it")
         if self._conn is None:
             try:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -128,17 +132,8 @@ class ResultsDB:
             return None
         if self._seed_conn is None:
             # immutable=1: never writes, never takes a lock, works from a read-only checkout.
-            uri = f"file:{self.seed.resolve()}?mode=ro&immutable=1"
-            try:
-                conn = sqlite3.connect(uri, uri=True)
-                conn.row_factory = sqlite3.Row
-                version = conn.execute("PRAGMA user_version").fetchone()[0]
-            except sqlite3.Error as e:
-                raise CutegenError(f"results seed {self.seed}: {e}") from None
-            if version != SCHEMA_VERSION:
-                raise CutegenError(f"results seed {self.seed}: schema {version}, this cutegen reads "
-                                   f"{SCHEMA_VERSION} (re-import it with `cutegen db import`)")
-            self._seed_conn = conn
+            self._seed_conn = _open_readonly(self.seed, "results seed", "&immutable=1",
+                                             "re-import it with `cutegen db import`")
         return self._seed_conn
 
     def close(self) -> None:
