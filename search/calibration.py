@@ -42,7 +42,9 @@ from . import cost as costmod
 # The knobs a fit may move. The launch cost and the TMA latency stay physical figures (a fit on
 # differently-timed data sets drives them to sub-microsecond values no kernel launch reaches).
 KNOBS = ("L2_BYTES_PER_S", "KBLOCK_OVERHEAD_US", "CLUSTER_SYNC_US", "TILE_SWITCH_US",
-         "STORE_BYTES_PER_S", "NOSMEM_EPILOGUE_FACTOR", "INSTRUCTION_N_HALF", "PINGPONG_EPILOGUE_HIDDEN")
+         "STORE_BYTES_PER_S", "NOSMEM_EPILOGUE_FACTOR", "INSTRUCTION_N_HALF", "PINGPONG_EPILOGUE_HIDDEN",
+         "HBM_EFFICIENCY", "STREAMK_LINK_US", "CLUSTER_WIDE_WAIT_US")
+CAPPED = {"PINGPONG_EPILOGUE_HIDDEN": 1.0, "HBM_EFFICIENCY": 1.0}     # shares: a fit may not pass 1
 
 
 def load(path: str) -> list[tuple]:
@@ -126,7 +128,9 @@ def spearman(a, b) -> float:
 def score(records) -> dict:
     """Spearman over all records; within each problem (group), the mean Spearman and whether the
     model's cheapest measured kernel is the measured fastest (within PICK_TOLERANCE)."""
-    pred = [costmod.config_cost(r[0], r[1], r[2])[0] for r in records]
+    from .learned.device import rates
+
+    pred = [costmod.config_cost(r[0], r[1], r[2], device=rates(r[5]) if len(r) > 5 else None)[0] for r in records]
     meas = [r[3] for r in records]
     logerr = [abs(math.log(x / y)) for x, y in zip(pred, meas)]
     groups: dict[str, list[int]] = {}
@@ -147,7 +151,8 @@ def score(records) -> dict:
         if len(set(q.round(6))) > 1:
             within.append(spearman(q, m))
     return {"records": len(records), "spearman": round(spearman(pred, meas), 4),
-            "median_abs_log_error": round(float(np.median(logerr)), 4), "missed": missed,
+            "median_abs_log_error": round(float(np.median(logerr)), 4),
+            "mean_abs_log_error": round(float(np.mean(logerr)), 4), "missed": missed,
             "groups_with_a_choice": picks, "fastest_picked": int(hits),
             "geomean_pick_regret": round(float(np.exp(np.mean(np.log(regret)))) if regret else 1.0, 4),
             "mean_within_problem_spearman": round(float(np.mean(within)), 4) if within else None}
@@ -161,17 +166,17 @@ def objective(s: dict) -> tuple:
     return round(picked + within + s["spearman"] - 0.5 * s["median_abs_log_error"], 4)
 
 
-def fit(records, rounds: int = 3) -> dict:
-    """Coordinate descent on the knobs (multiplicative steps), maximising ``objective``."""
+def fit(records, rounds: int = 3, knobs=KNOBS) -> dict:
+    """Coordinate descent on ``knobs`` (multiplicative steps), maximising ``objective``."""
     def objective_now():
         return objective(score(records))
 
     best = objective_now()
     for _ in range(rounds):
-        for name in KNOBS:
+        for name in knobs:
             for factor in (0.25, 0.5, 0.7, 0.85, 1.2, 1.4, 2.0, 4.0):
                 old = getattr(costmod, name)
-                if name == "PINGPONG_EPILOGUE_HIDDEN" and old * factor > 1.0:
+                if name in CAPPED and old * factor > CAPPED[name]:
                     continue
                 setattr(costmod, name, old * factor)
                 val = objective_now()
@@ -179,23 +184,135 @@ def fit(records, rounds: int = 3) -> dict:
                     best = val
                 else:
                     setattr(costmod, name, old)
-    return {name: getattr(costmod, name) for name in KNOBS}
+    return {name: getattr(costmod, name) for name in knobs}
+
+
+def load_db(db=None, device_kind: str | None = None) -> list[tuple]:
+    """Records from the results database (cutegen.results): validated benchmark timings of the bench
+    harness (never a validation run's single call, nor the warm-L2 oracle or interleaved DSL comparison,
+    whose times sit on another scale), one device kind or all. A swap-AB kernel is costed as the search
+    costs it, on the transposed problem; its group is the problem as stated, so both orientations are
+    alternatives of one choice. The sixth field is the device kind (the prior's rates for it)."""
+    from cutegen.results import ResultsDB
+
+    from .learned.samples import from_measurements
+
+    db = db if db is not None else ResultsDB(seed=True)
+    out = []
+    for s in from_measurements(db.measurements(device_kind=device_kind), device_kind):
+        if s.harness != "bench":
+            continue
+        out.append((s.problem, s.config, s.stages, s.measured_us, "db:" + _problem_key(s.stated_problem),
+                    s.device_kind, s.stated_problem))
+    return out
+
+
+def family_of(grouping: str, models: dict | None = None):
+    """Shape families for held-out scores: all problems of one M (``m``: the M the caller asked for,
+    before any swap), or all layers of one model (``model``: ``models`` maps a problem's (n, k) to its
+    model, e.g. from bench/llm.toml; other problems are the family "other")."""
+    if grouping == "m":
+        return lambda r: f"m={r[6].m}"
+    if grouping == "model":
+        return lambda r: (models or {}).get((r[6].n, r[6].k), "other")
+    raise ValueError(f"unknown grouping {grouping!r} (m, model)")
+
+
+def held_out(records, grouping: str, models: dict | None = None, rounds: int = 1, knobs=KNOBS) -> dict:
+    """Fit the knobs on every family but one, score that family with them; the held-out records of all
+    folds scored together, next to the constants as they stand on the same records. The module's
+    constants are restored afterwards."""
+    key = family_of(grouping, models)
+    start = {name: getattr(costmod, name) for name in KNOBS}
+    fams = sorted({key(r) for r in records})
+    held, before, after = [], [], []
+    try:
+        for f in fams:
+            train = [r for r in records if key(r) != f]
+            test = [r for r in records if key(r) == f]
+            if len(train) < 20 or not test:
+                continue
+            for name, v in start.items():
+                setattr(costmod, name, v)
+            fit(train, rounds=rounds, knobs=knobs)
+            held += test
+            after += [costmod.config_cost(r[0], r[1], r[2], device=_rates(r))[0] for r in test]
+            for name, v in start.items():
+                setattr(costmod, name, v)
+            before += [costmod.config_cost(r[0], r[1], r[2], device=_rates(r))[0] for r in test]
+    finally:
+        for name, v in start.items():
+            setattr(costmod, name, v)
+    return {"grouping": grouping, "families": len(fams), "before": score_predictions(held, before),
+            "after": score_predictions(held, after)}
+
+
+def _rates(r):
+    from .learned.device import rates
+
+    return rates(r[5]) if len(r) > 5 else None
+
+
+def score_predictions(records, pred) -> dict:
+    """Mean |ln(pred / measured)|, mean within-problem Spearman (>= 3 configurations) and the geomean
+    top-1 regret among the measured configurations of each problem (>= 2), for given predictions."""
+    meas = np.array([r[3] for r in records])
+    pred = np.asarray(pred, dtype=np.float64)
+    groups: dict = {}
+    for i, r in enumerate(records):
+        groups.setdefault(r[4], {}).setdefault(r[1].to_json() + str(r[0] != r[6] if len(r) > 6 else ""), []).append(i)
+    rhos, regrets = [], []
+    for configs in groups.values():
+        m = np.array([np.median(meas[v]) for v in configs.values()])
+        q = np.array([np.median(pred[v]) for v in configs.values()])
+        if len(m) >= 3 and len(set(q.round(6))) > 1 and len(set(m)) > 1:
+            rhos.append(spearman(q, m))
+        if len(m) >= 2:
+            regrets.append(m[int(np.argmin(q))] / m.min())
+    return {"records": len(records), "problems": len(groups),
+            "mean_abs_log_error": round(float(np.mean(np.abs(np.log(pred / meas)))), 4) if len(records) else None,
+            "spearman": round(float(np.mean(rhos)), 3) if rhos else None,
+            "regret_geomean": round(float(np.exp(np.mean(np.log(regrets)))), 4) if regrets else None,
+            "regret_worst": round(float(max(regrets)), 3) if regrets else None}
+
+
+def llm_models(path: str) -> dict:
+    """(n, k) -> model name prefix ("llama8b", ...) of a suite file's problems (bench/llm.toml)."""
+    import tomllib
+
+    with open(path, "rb") as f:
+        suite = tomllib.load(f)
+    return {(p["n"], p["k"]): p["name"].split("_")[0] for p in suite.get("problem", [])}
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("records", nargs="+", help="oracle/bench JSON lines, or bench/calibrate.py run .json results")
+    ap.add_argument("records", nargs="*", help="oracle/bench JSON lines, or bench/calibrate.py run .json results")
+    ap.add_argument("--db", nargs="?", const="", default=None,
+                    help="also read the results database (PATH, or the default merged with the seed)")
+    ap.add_argument("--device", help="with --db: one device kind (h100-sxm, h200, ...)")
     ap.add_argument("--fit", action="store_true")
+    ap.add_argument("--knobs", default=",".join(KNOBS), help="comma list of the knobs a fit may move")
+    ap.add_argument("--held-out", default="", help="comma list of m,model: fit without each family, score it")
+    ap.add_argument("--models", default="bench/llm.toml", help="suite naming each (n, k)'s model, for model")
     args = ap.parse_args(argv)
     recs = []
     for path in args.records:
         recs += load_bench(path) if path.endswith(".json") else load(path)
+    if args.db is not None:
+        from cutegen.results import ResultsDB
+
+        recs += load_db(ResultsDB(args.db or None, seed=True), args.device)
     if not recs:
         print("no usable records (correct, legal, timed)", file=sys.stderr)
         return 2
     print("model as committed:", json.dumps(score(recs)))
+    if args.held_out:
+        models = llm_models(args.models) if "model" in args.held_out else None
+        for g in args.held_out.split(","):
+            print(f"held out by {g}:", json.dumps(held_out(recs, g, models, knobs=args.knobs.split(","))))
     if args.fit:
-        knobs = fit(recs)
+        knobs = fit(recs, knobs=args.knobs.split(","))
         print("fitted knobs:", json.dumps({k: round(v, 6) for k, v in knobs.items()}))
         print("model fitted:   ", json.dumps(score(recs)))
     return 0

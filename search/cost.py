@@ -72,6 +72,24 @@ TILE_SWITCH_US = 0.25        # fitted (was 0.35): per tile a persistent CTA star
 INSTRUCTION_N_HALF = 40.0    # fitted (was 20): efficiency 1 / (1 + this / N) of wgmma m64nNk; the
                              # oracle's 64x128 pingpong (356-371) vs 128x128 coop (502) needs narrow
                              # tiles dearer than the H100 guess
+# H100 SXM, 2026-11-24 (bench/results/2026-11-24-*-llm.json and the tune runs, seed.sqlite): three terms the
+# H200 fit could not see, because its suite has no decode, no stream-K benchmark and few small tiles.
+HBM_EFFICIENCY = 0.86        # share of the brief's HBM bandwidth a streaming GEMM sustains: decode GEMMs that
+                             # read 134-940 MB of weights ran at 2.77-2.91 TB/s of the H100's 3.35 (e.g.
+                             # 1x57344x8192 bf16: 329 us); the model read them 15-20% fast
+STREAMK_LINK_US = 3.0        # per extra CTA sharing one tile under stream-K: CUTLASS's deterministic fix-up
+                             # (ReductionMode::Deterministic) chains the partials of a tile in order, each
+                             # waiting for its predecessor's workspace write, then reading, adding and writing
+                             # a whole f32 tile; with fewer tiles than CTAs every tile is split over
+                             # CTAs / tiles of them. The measured stream-K kernels at M = 1-128 ran 20-33%
+                             # slower than the model, those with tiles >> CTAs within 4%
+CLUSTER_WIDE_WAIT_US = 0.3   # a stage multicast to 4 or more CTAs is refilled only after the last of them
+                             # released it: a cross-SM round trip per k-block that overlaps that k-block's
+                             # MMA and is exposed only when the MMA is shorter. 4-CTA clusters of small
+                             # tiles (64x32, 64x64, 64x96, 128x128x128) ran 17-44% slower than the same tile
+                             # on 2 CTAs, while 128x256x64 on 1x8 and 64x256x64 on 1x4 did not
+MEMORY_OVERLAP_NORM = 4.0    # the mainloop and the DRAM stream overlap as the p-norm of the two times: p -> inf
+                             # is perfect overlap (the max), p = 1 none (the sum)
 # Resident CTAs by cluster size: a cluster must fit in one GPC, so big clusters strand SMs.
 ACTIVE_CTAS = {1: 132, 2: 132, 4: 128, 8: 120, 16: 112}
 
@@ -175,7 +193,7 @@ def cost_arrays(problem, tm, tn, tk, cm, cn, sched, epi, scheduler, stages, rast
     decomposition. Returns (total_us, parts) where parts is a dict of arrays, one per term.
     """
     sms = SMS if device is None else device.sms
-    hbm = HBM_BYTES_PER_S if device is None else device.hbm_bytes_per_s
+    hbm = (HBM_BYTES_PER_S if device is None else device.hbm_bytes_per_s) * HBM_EFFICIENCY
     peak_scale = 1.0 if device is None else device.peak_scale
     from cutegen.dtypes import DTYPES
 
@@ -241,6 +259,9 @@ def cost_arrays(problem, tm, tn, tk, cm, cn, sched, epi, scheduler, stages, rast
     # a multicast stage is refilled only when every CTA of the cluster has released it: the wait for
     # the slowest grows with the cluster and saturates (4 CTAs already cost as much as 8 or 16)
     sync = CLUSTER_SYNC_US * np.minimum(cm * cn - 1.0, CLUSTER_SYNC_SATURATION - 1.0)
+    # clusters of 4+: the round trip of the cluster-wide release, where the MMA does not cover it
+    wide = np.clip((np.minimum(cm * cn, 4.0) - 2.0) / 2.0, 0.0, 1.0)
+    sync = sync + wide * np.maximum(CLUSTER_WIDE_WAIT_US - t_mma, 0.0)
 
     def kblock_us(busy_ctas):
         """One k-block with ``busy_ctas`` CTAs pulling their operands through L2 at once."""
@@ -278,10 +299,12 @@ def cost_arrays(problem, tm, tn, tk, cm, cn, sched, epi, scheduler, stages, rast
     t_k_sk, _ = kblock_us(active_sk)
     sk_tiles = np.where(tiles % active_all != 0, tiles % active_all, 0.0)
     sk_partials = np.where(sk_tiles > 0, np.maximum(active_sk - sk_tiles, 0.0), 0.0)
+    # the deterministic fix-up chains the pieces of a split tile: CTAs per split tile - 1 links in series
+    chain = np.where(sk_tiles > 0, np.maximum(np.ceil(active_sk / np.maximum(sk_tiles, 1.0)) - 1.0, 0.0), 0.0)
     t_sk = (np.ceil(total_blocks / active_sk) * t_k_sk / STREAMK_EFFICIENCY
             + t_epi_exposed * np.ceil(tiles / active)
             + np.where(sk_tiles > 0, STREAMK_FIXUP_US + 2 * t_epi, 0.0) + TILE_SWITCH_US + TMA_LATENCY_US + t_k_sk
-            + sk_partials * partial_tile_us)
+            + sk_partials * partial_tile_us + chain * STREAMK_LINK_US)
 
     # split-K by s: s work units per tile, each ceil(kblocks / s) k-blocks; s - 1 partials per tile,
     # and the deterministic turnstile makes a tile's final piece wait for the others (fix-up)
@@ -291,7 +314,7 @@ def cost_arrays(problem, tm, tn, tk, cm, cn, sched, epi, scheduler, stages, rast
     t_k_split, _ = kblock_us(active_split)
     per_unit = np.ceil(kblocks / s) * t_k_split + TILE_SWITCH_US
     t_split = (np.ceil(units / active_split) * per_unit + np.ceil(tiles / active) * t_epi_exposed
-               + tiles * (s - 1.0) * partial_tile_us
+               + tiles * (s - 1.0) * partial_tile_us + (s - 1.0) * STREAMK_LINK_US
                + np.where(s > 1, STREAMK_FIXUP_US, 0.0) + TMA_LATENCY_US + t_k_split)
 
     decomp = np.asarray(decomposition)
@@ -311,7 +334,8 @@ def cost_arrays(problem, tm, tn, tk, cm, cn, sched, epi, scheduler, stages, rast
     # compulsory DRAM traffic is a floor no tiling beats
     t_hbm = (M * K + N * K) * L * in_bytes / hbm * 1e6 + M * N * L * (out_bytes + c_bytes) / hbm * 1e6
     # smooth maximum: a memory-bound problem still prefers the kernel with the shorter mainloop
-    total = (t_main ** 4 + np.maximum(t_hbm, t_dram) ** 4) ** 0.25 + LAUNCH_US
+    total = (t_main ** MEMORY_OVERLAP_NORM + np.maximum(t_hbm, t_dram) ** MEMORY_OVERLAP_NORM) \
+        ** (1.0 / MEMORY_OVERLAP_NORM) + LAUNCH_US
     ragged = 1.0 - (M * N * L) / (np.ceil(M / tm) * tm * np.ceil(N / tn) * tn * L)
     parts = {
         "waves": waves, "tiles": tiles, "active_ctas": active, "kblocks": kblocks,

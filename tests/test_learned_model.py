@@ -144,7 +144,9 @@ def test_score_regret_and_spearman():
 
 
 def test_device_rates():
-    assert rates("h200") is None and rates("h100-sxm") is None and rates(None) is None and rates("x") is None
+    assert rates("h100-sxm") is None and rates(None) is None and rates("x") is None
+    h200 = rates("h200")          # its own bandwidth since the prior scales every kind's by HBM_EFFICIENCY
+    assert h200.sms == 132 and h200.peak_scale == 1.0 and h200.hbm_bytes_per_s == 4.8e12
     pcie, h20 = rates("h100-pcie"), rates("h20")
     assert pcie.sms == 114 and h20.sms == 78 and h20.peak_scale < 0.2
     p, cfg = GemmProblem(8192, 8192, 8192), complete(GemmProblem(8192, 8192, 8192), CONFIGS[0])

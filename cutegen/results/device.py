@@ -16,8 +16,9 @@ class DeviceKind:
     sm_count: int
     hbm_gbps: float            # peak DRAM bandwidth from the product brief, GB/s
     dense_bf16_tflops: float   # dense bf16 tensor peak from the product brief
-    # The bandwidth the analytic prior uses: the brief's, except where the model's constants were fitted
-    # on that device with the H100 SXM figure (the H200 runs of 2026-11-22, search/cost.py).
+    # The bandwidth the analytic prior uses: the brief's (search/cost.py scales it by HBM_EFFICIENCY, the
+    # share a streaming GEMM sustains). The H200 used the H100's 3,350 until that factor existed: with it,
+    # its own 4,800 scores the H200 runs of 2026-11-22 better (mean |ln| 0.106 vs 0.116, search/calibration.py --db).
     prior_hbm_gbps: float
 
 
@@ -27,7 +28,7 @@ KINDS: dict[str, DeviceKind] = {k.kind: k for k in (
     DeviceKind("h100-sxm", 132, 3350.0, 989.4, 3350.0),
     DeviceKind("h100-pcie", 114, 2000.0, 756.0, 2000.0),
     DeviceKind("h100-nvl", 132, 3900.0, 835.0, 3900.0),
-    DeviceKind("h200", 132, 4800.0, 989.4, 3350.0),
+    DeviceKind("h200", 132, 4800.0, 989.4, 4800.0),
     DeviceKind("h20", 78, 4000.0, 148.0, 4000.0),
     DeviceKind("gh200", 132, 4000.0, 989.4, 4000.0),
 )}

@@ -22,6 +22,11 @@ NAMES = (
     "accumulator_registers", "load_over_mma", "pipeline_over_mma", "epilogue_share", "mainloop_share",
     "memory_floor_share", "ragged_waste", "log_flops_per_byte", "harness_same_inputs", "harness_interleaved",
     "device_sms", "device_hbm_gbps",
+    # what the H100 runs of 2026-11-24 showed the prior misjudging (search/cost.py): the mainloop's load,
+    # the cluster's size, how much of the last wave is filled, how long each CTA's k-loop is, and how many
+    # CTAs share one tile under stream-K (the fix-up chain) with its reduction's share of the time
+    "cp_async", "cluster_size", "cluster_wide", "last_wave_fill", "log2_kblocks_per_cta",
+    "streamk_ctas_per_tile", "reduction_share", "tile_rows_used",
 )
 
 
@@ -46,7 +51,18 @@ def row(s) -> list[float]:
         max(bd["hbm_floor_us"], bd["dram_us"]) / prior, bd["ragged_waste"],
         math.log(p.flops / bytes_moved), s.harness == "same-inputs", s.harness == "interleaved",
         *_device(s.device_kind),
+        getattr(c, "mainloop_load", "tma") == "cp_async", cl[0] * cl[1], cl[0] * cl[1] >= 4,
+        _last_wave_fill(bd), math.log2(max(bd["kblocks"] * bd["tiles"] / max(min(bd["active_ctas"], bd["tiles"]), 1.0), 1.0)),
+        (bd["active_ctas"] / bd["tiles"] if c.tile_scheduler == "stream_k" and bd["tiles"] < bd["active_ctas"] else 0.0),
+        bd.get("reduction_us", 0.0) / prior, min(1.0, p.m / t[0]),
     ]
+
+
+def _last_wave_fill(bd) -> float:
+    """Share of the CTAs the last wave keeps busy (1.0: every wave full)."""
+    active = max(bd["active_ctas"], 1.0)
+    rest = bd["tiles"] % active
+    return 1.0 if rest == 0 else rest / active
 
 
 def _device(kind: str) -> tuple[float, float]:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .model import Correction
-from .samples import complete, from_measurements, sample
+from .samples import complete, from_measurements, oriented, sample
 
 MIN_SAMPLES = 20      # fewer than this in all and the correction is not fitted: the prior answers
 MIN_OWN = 5           # nor with fewer than this of the device kind itself: the search uses what the kind measured
@@ -97,5 +97,6 @@ class Predictor:
 
     def predict_measurement_config(self, problem, config) -> Prediction | None:
         """A prediction for a possibly partial configuration (completed as the rules complete it)."""
+        problem, config = oriented(problem, config)
         done = complete(problem, config)
         return None if done is None else self.predict(problem, [done])[0]

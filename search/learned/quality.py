@@ -28,10 +28,10 @@ def _suite_of(problem, suites: dict) -> str:
 
 
 GROUPINGS = {
-    "m": lambda s, ctx: f"m={s.problem.m}",
-    "shape": lambda s, ctx: f"{s.problem.m}x{s.problem.n}x{s.problem.k}x{s.problem.batch}",
-    "dtype": lambda s, ctx: s.problem.dtype_a,
-    "suite": lambda s, ctx: _suite_of(s.problem, ctx.get("suites", {})),
+    "m": lambda s, ctx: f"m={s.stated_problem.m}",
+    "shape": lambda s, ctx: f"{s.stated_problem.m}x{s.stated_problem.n}x{s.stated_problem.k}x{s.stated_problem.batch}",
+    "dtype": lambda s, ctx: s.stated_problem.dtype_a,
+    "suite": lambda s, ctx: _suite_of(s.stated_problem, ctx.get("suites", {})),
 }
 
 
@@ -50,7 +50,7 @@ def score(samples, predicted) -> dict:
     out = {"samples": len(samples), "log_error": float(np.mean(np.abs(np.log(pred / meas)))) if len(samples) else None}
     by_problem: dict = defaultdict(lambda: defaultdict(lambda: ([], [])))
     for s, p, m in zip(samples, pred, meas):
-        cell = by_problem[s.problem][s.config.to_json()]
+        cell = by_problem[s.stated_problem][(s.problem != s.stated_problem, s.config.to_json())]
         cell[0].append(p)
         cell[1].append(m)
     rhos, regrets = [], []

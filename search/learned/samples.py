@@ -8,7 +8,7 @@ accumulators that spill) is left out: the search never ranks it.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from .. import cost as costmod
@@ -28,6 +28,12 @@ class Sample:
     harness: str            # how it was timed (see harness()); predictions are for "bench"
     source: str
     device_kind: str = ""
+    stated: object = None   # the problem as measured, where the kernel swaps AB (``problem`` is then its transpose)
+
+    @property
+    def stated_problem(self):
+        """The problem the caller asked for: the kernels of both orientations are alternatives for it."""
+        return self.problem if self.stated is None else self.stated
 
 
 @lru_cache(maxsize=8192)
@@ -35,8 +41,15 @@ def complete(problem, config):
     """(completed config, stages) as the rules resolve them, or None when the rules reject it."""
     from cutegen.legality import check_config
 
+    from cutegen.legality.cp_async import ADVISORY
+    from cutegen.legality.cutlass_sm90 import MOOT_UNDER_CUTEGEN_ABI
+
     rep = check_config(problem, config)
-    if not rep.legal or rep.warnings or rep.config is None or rep.stages is None:
+    # the warnings the search ranks through (search/legality_analysis.py): the stream-K relaunch hazard
+    # cutegen's ABI makes moot and the cp.async synccheck finding. Dropping them dropped every stream-K
+    # benchmark (43 on the H100 of 2026-11-24), so neither model ever saw one
+    broken = [w for w in (rep.warnings or []) if w.rule_id not in MOOT_UNDER_CUTEGEN_ABI | ADVISORY]
+    if not rep.legal or broken or rep.config is None or rep.stages is None:
         return None
     return rep.config, int(rep.stages)
 
@@ -69,9 +82,24 @@ def from_measurements(measurements, device_kind: str | None = None) -> list[Samp
         if ((device_kind is not None and m.device_kind != device_kind) or not m.validated or not m.is_benchmark
                 or m.backend not in BACKENDS):
             continue
-        done = complete(m.problem, m.config)
+        problem, config = oriented(m.problem, m.config)
+        done = complete(problem, config)
         if done is None:
             continue
-        out.append(sample(m.problem, done[0], done[1], m.device_kind, m.median_us,
-                          harness=harness(m.timing_method), source=m.source))
+        s = sample(problem, done[0], done[1], m.device_kind, m.median_us, harness=harness(m.timing_method),
+                   source=m.source)
+        out.append(s if problem == m.problem else replace(s, stated=m.problem))
     return out
+
+
+def oriented(problem, config):
+    """(problem, config) as the search costs them: a swap-AB kernel computes the transposed problem
+    with an unswapped configuration (search/engine.py costs each orientation so, and sets ``swap_ab``
+    only on the ranked result). Costing the stated problem with the swapped kernel's tile put its
+    64-256-row tile mode over the few rows of M: the prior read 3-9x too slow on every measured
+    swapped decode kernel (H100, 2026-11-24)."""
+    if getattr(config, "swap_ab", False):
+        from cutegen.swap_ab import transposed
+
+        return transposed(problem), config.replace(swap_ab=False)
+    return problem, config
