@@ -5,8 +5,8 @@
 Reads the results database (default: the user's database merged with bench/results/seed.sqlite), turns
 every validated CUTLASS benchmark into a sample (cutegen.search.learned.samples) and cross-validates the
 correction by whole shape families (cutegen.search.learned.quality): all problems of one M, one shape,
-one input type, one suite (bench/suite.toml, bench/coverage.toml, the rest). The model never sees the
-family it is scored on.
+one model's layers (bench/llm.toml: llama8b, llama70b, the rest), one input type, one suite (bench/suite.toml,
+bench/coverage.toml, the rest). The model never sees the family it is scored on.
 """
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def main(argv=None) -> int:
     ap.add_argument("--db")
     ap.add_argument("--no-seed", action="store_true")
     ap.add_argument("--device", help="one device kind (default: every kind with data)")
-    ap.add_argument("--groupings", default="m,shape,dtype,suite")
+    ap.add_argument("--groupings", default="m,model,shape,dtype,suite")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
 
@@ -52,7 +52,9 @@ def main(argv=None) -> int:
     db = ResultsDB(args.db, seed=None if args.no_seed else True)
     ms = db.measurements(device_kind=args.device)
     kinds = sorted({m.device_kind for m in ms})
-    ctx = {"suites": suites()}
+    from cutegen.search.calibration import llm_models
+
+    ctx = {"suites": suites(), "models": llm_models(str(ROOT / "bench" / "llm.toml"))}
     report, by_kind = {}, {}
     for kind in kinds:
         samples = by_kind[kind] = from_measurements([m for m in ms if m.device_kind == kind], kind)
@@ -69,7 +71,7 @@ def main(argv=None) -> int:
                 # as the search uses it: this kind's data plus every other kind's, the family held out of all
                 rows[g + "+other"] = cross_validate(samples, g, ctx, others=others)
         report[kind] = {"samples": len(samples), "bench_samples": sum(s.harness == "bench" for s in samples),
-                        "problems": len({s.problem for s in samples}), "cv": rows}
+                        "problems": len({s.stated_problem for s in samples}), "cv": rows}
     for kind in report:
         # the other kinds' data, as if this kind had none: what a fresh device kind would get
         for other in report:

@@ -43,7 +43,7 @@ from . import cost as costmod
 # differently-timed data sets drives them to sub-microsecond values no kernel launch reaches).
 KNOBS = ("L2_BYTES_PER_S", "KBLOCK_OVERHEAD_US", "CLUSTER_SYNC_US", "TILE_SWITCH_US",
          "STORE_BYTES_PER_S", "NOSMEM_EPILOGUE_FACTOR", "INSTRUCTION_N_HALF", "PINGPONG_EPILOGUE_HIDDEN",
-         "HBM_EFFICIENCY", "STREAMK_LINK_US", "CLUSTER_WIDE_WAIT_US")
+         "HBM_EFFICIENCY", "STREAMK_LINK_US", "CLUSTER_WIDE_WAIT_US", "SYNC_COPY_LATENCY_US")
 CAPPED = {"PINGPONG_EPILOGUE_HIDDEN": 1.0, "HBM_EFFICIENCY": 1.0}     # shares: a fit may not pass 1
 
 
@@ -218,12 +218,15 @@ def family_of(grouping: str, models: dict | None = None):
     raise ValueError(f"unknown grouping {grouping!r} (m, model)")
 
 
-def held_out(records, grouping: str, models: dict | None = None, rounds: int = 1, knobs=KNOBS) -> dict:
+def held_out(records, grouping: str, models: dict | None = None, rounds: int = 1, knobs=KNOBS,
+             start_from: dict | None = None) -> dict:
     """Fit the knobs on every family but one, score that family with them; the held-out records of all
-    folds scored together, next to the constants as they stand on the same records. The module's
-    constants are restored afterwards."""
+    folds scored together, next to the constants as they stand on the same records. ``start_from``: values
+    each fold's fit starts from instead of the committed ones (far from them, so the held-out figure does not
+    inherit constants chosen with the held-out family in view). The module's constants are restored afterwards."""
     key = family_of(grouping, models)
-    start = {name: getattr(costmod, name) for name in KNOBS}
+    start = {name: getattr(costmod, name) for name in set(KNOBS) | set(knobs)}
+    origin = {**start, **(start_from or {})}
     fams = sorted({key(r) for r in records})
     held, before, after = [], [], []
     try:
@@ -232,7 +235,7 @@ def held_out(records, grouping: str, models: dict | None = None, rounds: int = 1
             test = [r for r in records if key(r) == f]
             if len(train) < 20 or not test:
                 continue
-            for name, v in start.items():
+            for name, v in origin.items():
                 setattr(costmod, name, v)
             fit(train, rounds=rounds, knobs=knobs)
             held += test
@@ -276,6 +279,33 @@ def score_predictions(records, pred) -> dict:
             "regret_worst": round(float(max(regrets)), 3) if regrets else None}
 
 
+def baseline_module(path: str):
+    """Another version of search/cost.py (e.g. ``git show main~3:search/cost.py > old.py``), loaded as its own
+    module, so the same records can be scored by the model before a change and after it."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("cutegen_baseline_cost", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def baseline_predictions(records, mod) -> list[float]:
+    """``mod``'s predictions for ``records``: on the kinds its constants describe (h100-sxm and h200, which
+    the models before this one costed as their own) with no device rates, on any other kind with its SM count,
+    brief bandwidth and peak."""
+    from cutegen.results.device import KINDS
+
+    out = []
+    for r in records:
+        kind = r[5] if len(r) > 5 else None
+        k = KINDS.get(kind or "")
+        dev = None if k is None or kind in ("h100-sxm", "h200") else mod.Rates(k.sm_count, k.hbm_gbps * 1e9,
+                                                                                 k.dense_bf16_tflops / 989.4)
+        out.append(mod.config_cost(r[0], r[1], r[2], device=dev)[0])
+    return out
+
+
 def llm_models(path: str) -> dict:
     """(n, k) -> model name prefix ("llama8b", ...) of a suite file's problems (bench/llm.toml)."""
     import tomllib
@@ -295,6 +325,8 @@ def main(argv=None) -> int:
     ap.add_argument("--knobs", default=",".join(KNOBS), help="comma list of the knobs a fit may move")
     ap.add_argument("--held-out", default="", help="comma list of m,model: fit without each family, score it")
     ap.add_argument("--models", default="bench/llm.toml", help="suite naming each (n, k)'s model, for model")
+    ap.add_argument("--start-from", default="", help="NAME=VALUE,...: where each held-out fold's fit starts")
+    ap.add_argument("--baseline", help="another search/cost.py to score the same records with (before/after)")
     args = ap.parse_args(argv)
     recs = []
     for path in args.records:
@@ -307,10 +339,20 @@ def main(argv=None) -> int:
         print("no usable records (correct, legal, timed)", file=sys.stderr)
         return 2
     print("model as committed:", json.dumps(score(recs)))
+    kinds = sorted({r[5] for r in recs if len(r) > 5})
+    for kind in kinds or [None]:
+        sub = [r for r in recs if kind is None or (len(r) > 5 and r[5] == kind)]
+        now = score_predictions(sub, [costmod.config_cost(r[0], r[1], r[2], device=_rates(r))[0] for r in sub])
+        line = f"{kind or 'all'}: this model {json.dumps(now)}"
+        if args.baseline:
+            line += f"\n{kind or 'all'}: baseline   {json.dumps(score_predictions(sub, baseline_predictions(sub, baseline_module(args.baseline))))}"
+        print(line)
     if args.held_out:
         models = llm_models(args.models) if "model" in args.held_out else None
         for g in args.held_out.split(","):
-            print(f"held out by {g}:", json.dumps(held_out(recs, g, models, knobs=args.knobs.split(","))))
+            origin = {k: float(v) for k, v in (kv.split("=") for kv in args.start_from.split(",") if kv)}
+            print(f"held out by {g}:", json.dumps(held_out(recs, g, models, knobs=args.knobs.split(","),
+                                                           start_from=origin)))
     if args.fit:
         knobs = fit(recs, knobs=args.knobs.split(","))
         print("fitted knobs:", json.dumps({k: round(v, 6) for k, v in knobs.items()}))

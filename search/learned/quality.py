@@ -32,6 +32,8 @@ GROUPINGS = {
     "shape": lambda s, ctx: f"{s.stated_problem.m}x{s.stated_problem.n}x{s.stated_problem.k}x{s.stated_problem.batch}",
     "dtype": lambda s, ctx: s.stated_problem.dtype_a,
     "suite": lambda s, ctx: _suite_of(s.stated_problem, ctx.get("suites", {})),
+    # one model's layers (ctx["models"]: (n, k) -> model, e.g. bench/llm.toml's name prefixes); the rest is "other"
+    "model": lambda s, ctx: ctx.get("models", {}).get((s.stated_problem.n, s.stated_problem.k), "other"),
 }
 
 
