@@ -44,11 +44,12 @@ def main(argv=None) -> int:
     ap.add_argument("--device", help="one device kind (default: every kind with data)")
     ap.add_argument("--family", choices=("m", "model"), default="m", help="what is held out of the learned fit")
     ap.add_argument("--models", default=str(ROOT / "bench" / "llm.toml"))
+    ap.add_argument("--baseline", help="another search/cost.py: its picks too, as \"baseline\" (the prior before a change)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
 
     from cutegen.results import ResultsDB
-    from cutegen.search.calibration import llm_models
+    from cutegen.search.calibration import baseline_module, baseline_predictions, llm_models
     from cutegen.search.learned.model import Correction
     from cutegen.search.learned.samples import from_measurements
 
@@ -60,6 +61,8 @@ def main(argv=None) -> int:
     for m in ms:
         if m.cublas_us and m.is_benchmark:
             cublas[(m.device_kind, m.problem)].append(m.cublas_us)
+    base = baseline_module(args.baseline) if args.baseline else None
+    models = ("baseline", "prior", "learned") if base else ("prior", "learned")
     report = {}
     kinds = [args.device] if args.device else sorted({s.device_kind for s in everything})
     for kind in kinds:
@@ -82,13 +85,17 @@ def main(argv=None) -> int:
             cb = float(np.median(cublas[(kind, p)])) if cublas.get((kind, p)) else None
             row = {"problem": f"{p.m}x{p.n}x{p.k} {p.dtype_a} {p.layout_a[0]}{p.layout_b[0]}", "candidates": len(meas),
                    "best_us": float(meas.min()), "cublas_us": cb}
-            for name, pred in (("prior", prior), ("learned", learned)):
+            preds = {"prior": prior, "learned": learned}
+            if base:
+                preds["baseline"] = np.array(baseline_predictions(
+                    [(s.problem, s.config, s.stages, s.measured_us, "", kind) for s in reps], base))
+            for name, pred in preds.items():
                 t = float(meas[int(np.argmin(pred))])
                 row[name] = {"us": t, "x_best": t / float(meas.min()), "x_cublas": (cb / t) if cb else None}
             row["best_x_cublas"] = cb / float(meas.min()) if cb else None
             rows.append(row)
         summary = {}
-        for name in ("prior", "learned"):
+        for name in models:
             xb = [r[name]["x_best"] for r in rows]
             xc = [r[name]["x_cublas"] for r in rows if r[name]["x_cublas"]]
             summary[name] = {"x_best_geomean": float(np.exp(np.mean(np.log(xb)))) if xb else None,
@@ -115,7 +122,7 @@ def main(argv=None) -> int:
             print(f"  {row['problem']:28s} {row['candidates']:3d} | {f(P['x_best']):>7s} {f(L['x_best']):>7s} | "
                   f"{f(P['x_cublas']):>7s} {f(L['x_cublas']):>7s} {f(row['best_x_cublas']):>6s}")
         s = r["summary"]
-        for name in ("prior", "learned"):
+        for name in models:
             x = s[name]
             print(f"  {name:8s}: x best geomean {f(x['x_best_geomean'])} (worst {f(x['x_best_worst'], 2)}, picked the "
                   f"fastest {x['picked_best']}/{r['problems']}); x cuBLAS geomean {f(x['x_cublas_geomean'])}, "
