@@ -43,7 +43,7 @@ from . import cost as costmod
 # differently-timed data sets drives them to sub-microsecond values no kernel launch reaches).
 KNOBS = ("L2_BYTES_PER_S", "KBLOCK_OVERHEAD_US", "CLUSTER_SYNC_US", "TILE_SWITCH_US",
          "STORE_BYTES_PER_S", "NOSMEM_EPILOGUE_FACTOR", "INSTRUCTION_N_HALF", "PINGPONG_EPILOGUE_HIDDEN",
-         "HBM_EFFICIENCY", "STREAMK_LINK_US", "CLUSTER_WIDE_WAIT_US", "SYNC_COPY_LATENCY_US")
+         "HBM_EFFICIENCY", "STREAMK_LINK_US", "CLUSTER_WIDE_WAIT_US", "SYNC_ELEMENT_US")
 CAPPED = {"PINGPONG_EPILOGUE_HIDDEN": 1.0, "HBM_EFFICIENCY": 1.0}     # shares: a fit may not pass 1
 
 
