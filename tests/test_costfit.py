@@ -123,3 +123,31 @@ def test_synchronous_copies_pay_a_load_latency_per_copy_per_thread():
     copies = (256 * 128 + 128 * 128) / 128                # per producer thread (cooperative: 128 producers)
     assert p_odd["pipeline_us_per_kblock"][0] >= copies * costmod.SYNC_ELEMENT_US
     assert 1000 < t_odd < 4000 and t_odd > 5 * t_even   # measured 2,093 us; 8-byte vectors stay asynchronous
+
+
+def test_pick_quality_scores_each_models_pick_among_the_measured(tmp_path, capsys):
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("pick_quality", Path(__file__).parents[1] / "bench" / "pick_quality.py")
+    pq = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(pq)
+    db = ResultsDB(tmp_path / "r.sqlite", seed=None)
+    rows = []
+    for m in (64, 128, 512):
+        p = GemmProblem(m, 4096, 4096, layout_a="row", layout_b="col")
+        for cfg, us in ((KernelConfig((64, 64, 128), (1, 2, 1), **PP), 30.0),
+                        (KernelConfig((128, 128, 64), (2, 1, 1), **PP), 20.0),
+                        (KernelConfig((64, 32, 128), (1, 4, 1), **PP), 40.0)):
+            rows.append(Measurement(**{**_meas(p, cfg, us).__dict__, "cublas_us": 25.0}))
+    db.add_many(rows)
+    assert pq.main(["--db", str(tmp_path / "r.sqlite"), "--no-seed", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)["h100-sxm"]
+    assert r["problems"] == 3
+    for row in r["rows"]:
+        assert row["best_us"] == 20.0 and row["best_x_cublas"] == pytest.approx(1.25)
+        for name in ("prior", "learned"):
+            assert row[name]["us"] in (20.0, 30.0, 40.0)
+            assert row[name]["x_best"] == pytest.approx(row[name]["us"] / 20.0)
+            assert row[name]["x_cublas"] == pytest.approx(25.0 / row[name]["us"])
