@@ -106,7 +106,8 @@ def _arrival_count(c: PipelineCheck):
        "parity; CUTLASS PipelineState (sm90_pipeline.hpp) flips its phase on every wrap",
        summary="each wait tests the parity of the phase it needs: a consumer's wait on stage s's full barrier for its "
                "j-th arming by the producer tests j mod 2; the producer's j-th wait on an empty barrier tests "
-               "(j + 1) mod 2 (the initial phase counts as released); a ping-pong warpgroup's j-th ordering wait "
+               "(j + 1) mod 2 (the initial phase counts as released), a prefetch wait for fill f's release tests "
+               "(f div stages) mod 2; a ping-pong warpgroup's j-th ordering wait "
                "tests (j + 1) mod 2 for the warpgroup that goes first and j mod 2 for the others")
 def _phase_alternation(c: PipelineCheck):
     arming: dict = {}
@@ -129,6 +130,9 @@ def _phase_alternation(c: PipelineCheck):
                 if phase is None:
                     return f"{role.name} waits on {op.barrier} for tile {op.tile} k-block {op.kb}, which no producer arms"
                 want = phase & 1
+            elif kind == "empty" and op.release_of is not None:
+                seen[op.barrier] -= 1           # a prefetch wait: its own fill's phase, not counted
+                want = (op.release_of // c.term.stages) & 1
             elif kind == "empty":
                 want = (j + 1) & 1
             elif kind == "order":
@@ -158,6 +162,38 @@ def _stages_prefetch(c: PipelineCheck):
         if peak and c.term.stages < peak:
             return (f"{role.name} holds up to {peak} stages at once but the pipeline has {c.term.stages}: "
                     f"the producer can never get a stage back")
+    return None
+
+
+@_rule("PIPE-PREFETCH-DISTANCE", source="sm90_pipeline.hpp (PipelineTmaAsync consumer_release); cutegen's "
+       "prefetch bound (legality/pipeline_builders.py)",
+       summary="a producer that waits for k-block n - d's release before loading k-block n needs d greater than "
+               "the release lag of every consumer (d at least the stages one consumer holds at once): a consumer "
+               "releases k-block n - d only after it has read k-block n")
+def _prefetch_distance(c: PipelineCheck):
+    held = 0
+    for role in c.term.roles:
+        cur = peak = 0
+        for op in role.ops:
+            if isinstance(op, Wait) and op.barrier.startswith("full"):
+                cur += 1
+                peak = max(peak, cur)
+            elif isinstance(op, Arrive) and op.release and op.barrier.endswith(f"@{role.cta}"):
+                cur -= 1
+        held = max(held, peak)
+    for role in c.term.roles:
+        pending = None
+        for op in role.ops:
+            if isinstance(op, Wait) and op.release_of is not None:
+                pending = op
+            elif isinstance(op, Load) and pending is not None:
+                d = op.fill - pending.release_of
+                if d < held:
+                    return (f"{role.name} loads k-block {op.kb} of tile {op.tile} (fill {op.fill}) only after fill "
+                            f"{pending.release_of} is released: prefetch distance {d}, but a consumer holds {held} "
+                            f"stages at once and releases fill {pending.release_of} only after reading fill "
+                            f"{pending.release_of + held}")
+                pending = None
     return None
 
 
