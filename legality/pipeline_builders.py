@@ -79,10 +79,10 @@ def tma_warp_specialized(*, stages: int, k_blocks: int, tiles: int, bytes_a: int
             for kb in range(k_blocks):
                 n = t * k_blocks + kb
                 s = n % stages
-                ops.append(Wait(at(f"empty{s}", c), ((n // stages) & 1) ^ 1, t, kb, s))
                 if prefetch is not None and prefetch < stages and n >= prefetch:
                     f = n - prefetch          # the fill that must be released first: its phase's parity
                     ops.append(Wait(at(f"empty{f % stages}", c), (f // stages) & 1, t, kb, f % stages, release_of=f))
+                ops.append(Wait(at(f"empty{s}", c), ((n // stages) & 1) ^ 1, t, kb, s))
                 ops.append(Arrive(at(f"full{s}", c), 1, bytes_a + bytes_b, t, kb, s))
                 ops.append(Load("A", s, f"full{s}", bytes_a // len(row), n, row, readers, t, kb))
                 ops.append(Load("B", s, f"full{s}", bytes_b // len(col), n, col, readers, t, kb))
