@@ -1,0 +1,117 @@
+"""The pipeline's temporal choices on the GPU: DSL kernels per protocol vs today's C++ kernel.
+
+  here:        python bench/temporal_compare.py prepare [--out out/temporal] [--only NAME ...]
+               For a few suite problems (TEMPORAL_PROBLEMS): the configuration bench/dsl_compare.py picks,
+               and per temporal choice the pipeline checker accepts (today's protocol; release lag 0; a
+               prefetch distance of stages - 1 and of 2) a DSL kernel.so built here (AOT, no GPU), plus the
+               C++ kernel.cu of today's protocol (CUTLASS fixes it: CUTLASS-TEMPORAL). Writes
+               out/temporal/plan.json in bench/dsl_compare.py's format, one entry per (problem, protocol),
+               named PROBLEM@PROTOCOL.
+  GPU machine: bash bench/gpu_temporal.sh (carry out/temporal and oracles/.cutlass): bench/dsl_compare.py run
+               on that plan (each DSL kernel checked against a float32 reference and against the C++
+               kernel, then timed, interleaved), and a table of the best and worst protocol per problem.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "bench"))
+
+TEMPORAL_PROBLEMS = ("sq4096_bf16_tn", "sq8192_bf16_tn", "cube4000_bf16_tn")
+
+
+def variants(stages: int) -> list[tuple[str, dict]]:
+    out = [("today", {}), ("rl0", {"release_lag": 0})]
+    for d in sorted({stages - 1, 2}, reverse=True):
+        if 2 <= d < stages:
+            out.append((f"pf{d}", {"prefetch_distance": d}))
+    return out
+
+
+def prepare(args) -> int:
+    from dsl_compare import _import_cutegen, choose
+    _import_cutegen()
+    from cutegen import dsl
+    from cutegen.commands.regen import load_suite
+    from cutegen.legality.pipeline import check_pipeline
+    from cutegen.pipelines import pipeline_of
+    from cutegen.render import render
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    plan = {"suite": str(args.suite), "cute_dsl": dsl.dsl_version(), "problems": []}
+    for name, problem in load_suite(args.suite):
+        if name not in (args.only or TEMPORAL_PROBLEMS):
+            continue
+        origin, cfg, reasons = choose(problem)
+        if cfg is None:
+            plan["problems"].append({"name": name, "problem": problem.to_dict(), "skipped": reasons})
+            continue
+        cdir = out / name / "cutlass"
+        render(problem, cfg, "cutlass").write(cdir)
+        for label, fields in variants(int(cfg.stages)):
+            v = cfg.replace(**fields)
+            term, rebuild = pipeline_of(problem, v, "dsl")
+            verdict = check_pipeline(term, rebuild=rebuild)
+            entry = {"name": f"{name}@{label}", "problem": problem.to_dict(), "config": v.to_dict(),
+                     "config_name": v.short_name(), "origin": origin, "checker_legal": verdict.legal,
+                     "checker_rules": [x.rule_id for x in verdict.violations]}
+            if not verdict.legal:
+                entry["skipped"] = f"checker: {entry['checker_rules']}"
+                plan["problems"].append(entry)
+                continue
+            start = time.monotonic()
+            try:
+                so = dsl.build_dsl(problem, v, out / name / label)
+            except Exception as e:  # a build failure is a finding
+                entry["dsl_build_error"] = str(e)[-2000:]
+                plan["problems"].append(entry)
+                print(f"{name}@{label}: DSL BUILD FAILED: {str(e)[-300:]}", flush=True)
+                continue
+            build = json.loads((out / name / label / "build.json").read_text())
+            entry.update(dsl_library=str(so.relative_to(out)), cutlass_dir=str(cdir.relative_to(out)),
+                         dsl_compile_here=build["timings"], dsl_build_wall_s=round(time.monotonic() - start, 2),
+                         dsl_library_bytes=build["library_bytes"])
+            print(f"{name}@{label}: {v.short_name()} built in {entry['dsl_build_wall_s']} s", flush=True)
+            plan["problems"].append(entry)
+    (out / "plan.json").write_text(json.dumps(plan, indent=2, sort_keys=True) + "\n")
+    print(f"wrote {out / 'plan.json'}")
+    return 0
+
+
+def table(args) -> int:
+    """Best and worst protocol per problem from dsl_compare.json (DSL TFLOP/s; C++ is today's protocol)."""
+    rows = json.loads(Path(args.result).read_text())["rows"]
+    per: dict = {}
+    for r in rows:
+        base, _, label = r["name"].partition("@")
+        tf = (r.get("tflops") or {})
+        if r.get("agree") and "dsl" in tf:
+            per.setdefault(base, []).append((tf["dsl"], label, tf.get("cutlass")))
+    print(f"{'problem':24} {'best':>18} {'worst':>18} {'C++ today':>10}")
+    for base, xs in sorted(per.items()):
+        xs.sort(reverse=True)
+        print(f"{base:24} {xs[0][1]:>10} {xs[0][0]:7.1f} {xs[-1][1]:>10} {xs[-1][0]:7.1f} {xs[0][2] or float('nan'):10.1f}")
+    return 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="step", required=True)
+    p = sub.add_parser("prepare")
+    p.add_argument("--suite", default=str(REPO / "bench" / "suite.toml"))
+    p.add_argument("--out", default=str(REPO / "out" / "temporal"))
+    p.add_argument("--only", nargs="*")
+    t = sub.add_parser("table")
+    t.add_argument("result")
+    args = ap.parse_args(argv)
+    return prepare(args) if args.step == "prepare" else table(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
