@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from .pipeline_term import Arrive, Init, Load, MathBegin, MathEnd, Read, Sync, Wait, at
 
+MAX_STARTS = 4      # closures tried per state (any one is a persistent set; the smallest is kept)
+
 
 class Footprints:
     def __init__(self, m):
@@ -53,6 +55,8 @@ class Footprints:
         self.op = []
         self.land_masks = []
         self.future = []
+        self.future_synced = []     # the same without the Syncs: once every barrier is initialized and
+                                    # synchronized, a Sync changes nothing but its role's counter
         self.lands = {}
         for role in m.roles:
             masks = [op_mask(role, op) for op in role.ops]
@@ -62,10 +66,30 @@ class Footprints:
                         self.lands[(m.role_index[role.name], pc, t)] = bar(at(op.barrier, t)) | stage(t, op.stage)
                         masks[pc] |= self.lands[(m.role_index[role.name], pc, t)]
             suffix = [0] * (len(role.ops) + 1)
+            synced = [0] * (len(role.ops) + 1)
             for pc in range(len(role.ops) - 1, -1, -1):
                 suffix[pc] = suffix[pc + 1] | masks[pc]
+                synced[pc] = synced[pc + 1] | (0 if isinstance(role.ops[pc], Sync) else masks[pc])
+            self.future_synced.append(synced)
             self.op.append([op_mask(role, op) for op in role.ops])
             self.land_masks.append([masks[pc] & ~self.op[-1][pc] for pc in range(len(role.ops))])
+        # For ``_reach``: per role and variant (before / after the cluster sync), the waits' positions,
+        # barrier bits and parities, what the ops from each pc up to the next wait touch (``head``), and
+        # what the ops from each wait up to the next one touch (``chunk``).
+        self.waits, self.head, self.chunk = [], ({}, {}), ({}, {})
+        for i, role in enumerate(m.roles):
+            ws = [(pc, m.bar_index[op.barrier], op.parity) for pc, op in enumerate(role.ops) if isinstance(op, Wait)]
+            self.waits.append(ws)
+            for v in (0, 1):
+                full = [0 if (v and isinstance(op, Sync)) else self.op[i][pc] | self.land_masks[i][pc]
+                        for pc, op in enumerate(role.ops)]
+                head = [0] * len(role.ops)
+                run = 0
+                for pc in range(len(role.ops) - 1, -1, -1):
+                    head[pc] = full[pc] | run
+                    run = 0 if isinstance(role.ops[pc], Wait) else head[pc]
+                self.head[v][i] = head
+                self.chunk[v][i] = [head[pc] for pc, _, _ in ws]
             self.future.append(suffix)
 
     def persistent(self, state, succ, violation) -> set | None:
@@ -77,58 +101,67 @@ class Footprints:
         enabled = [a for a, out in outcome.items() if out is not None]
         if len(enabled) <= 1:
             return None
+        synced = all(b[0] == 2 for b in bars)
+        future = self.future_synced if synced else self.future
         now, later = {}, {}
         for actor in outcome:
             kind, i = actor
             if kind == "r":
                 now[actor] = self.op[i][pcs[i]]
-                later[actor] = self.future[i][pcs[i]]
+                if synced and isinstance(m.roles[i].ops[pcs[i]], Sync):
+                    now[actor] = 0
+                later[actor] = future[i][pcs[i]]
             else:
                 now[actor] = later[actor] = self.lands[loads[i]]
+        self._writers = {}
+        for bi in range(self.all_bars.bit_length()):
+            bit = 1 << bi
+            self._writers[bi] = [a for a in outcome if later[a] & bit]
         best = None
-        for start in enabled:
+        for start in enabled[:MAX_STARTS]:
             chosen = {start}
             work = [start]
+            size = 1
             while work:
                 a = work.pop()
                 if outcome[a] is not None:
                     mask = now[a]
-                    need = lambda b: self._reach(b, pcs, bars, later, chosen) & mask      # noqa: E731
+                    need = lambda b: self._reach(b, pcs, bars, later, chosen, synced) & mask      # noqa: E731
                 else:
                     need = self._enablers(a, pcs, later)
-                for b in list(outcome):
+                for b in outcome:
                     if b not in chosen and need(b):
                         chosen.add(b)
                         work.append(b)
-                if best is not None and sum(outcome[x] is not None for x in chosen) >= len(best):
+                        size += outcome[b] is not None
+                if best is not None and size >= len(best):
                     break
-            follow = {a for a in chosen if outcome[a] is not None}
-            if best is None or len(follow) < len(best):
-                best = follow
-            if len(best) == 1:
-                break
+            else:
+                best = {a for a in chosen if outcome[a] is not None}
+                if len(best) == 1:
+                    break
         if len(best) == len(enabled) or any(outcome[a] is violation for a in best):
             return None
         return best
 
-    def _reach(self, actor, pcs, bars, later, chosen) -> int:
+    def _reach(self, actor, pcs, bars, later, chosen, synced) -> int:
         """What ``actor`` can touch while only actors outside ``chosen`` move: a role's later moves up to
         (not past) a wait that is blocked now on a barrier that only ``chosen`` actors can write (they
         do not move meanwhile, so the barrier keeps its phase and the wait stays blocked)."""
         kind, i = actor
         if kind != "r":
             return later[actor]
-        role = self.m.roles[i]
-        mask = 0
-        for pc in range(pcs[i], len(role.ops)):
-            op = role.ops[pc]
-            if pc > pcs[i] and isinstance(op, Wait):
-                bi = self.m.bar_index[op.barrier]
-                bit = 1 << bi
-                if bars[bi][1] == op.parity and not (mask & bit) and \
-                        all(b in chosen for b in later if b != actor and later[b] & bit):
-                    return mask
-            mask |= self.op[i][pc] | self.land_masks[i][pc]
+        v = 1 if synced else 0
+        p0 = pcs[i]
+        mask = self.head[v][i][p0]
+        for k, (pc, bi, parity) in enumerate(self.waits[i]):
+            if pc <= p0:
+                continue
+            bit = 1 << bi
+            if bars[bi][1] == parity and not (mask & bit) and \
+                    all(b in chosen for b in self._writers.get(bi, ()) if b != actor):
+                return mask
+            mask |= self.chunk[v][i][k]
         return mask
 
     def _enablers(self, actor, pcs, later):

@@ -414,6 +414,8 @@ def temporal_cost(breakdown: dict, stages: int, prefetch: int, release_lag: int,
       k-block's MMA later per tile.
     """
     d = min(prefetch or stages, stages)
+    if d == stages and release_lag == 1 and order == "after_mma":
+        return 0.0, {}                      # today's protocol: the model as it is, to the bit
     t_mma, t_load = breakdown["mma_us_per_kblock"], breakdown["load_us_per_kblock"]
     t_pipe = breakdown["pipeline_us_per_kblock"]
     latency = t_pipe * max(stages - 1.0, 0.5)

@@ -415,7 +415,8 @@ def _temporal(problem, ranked: list, stages: list, backend: str, judge, explain:
         r = ranked[i]
         bd = {**r.breakdown, **pick.parts} if pick.extra_us else r.breakdown
         ranked[i] = Ranked(pick.config, r.cost + pick.extra_us, bd, r.chain + pick.lines, r.prediction, r.plan)
-    ranked.sort(key=lambda r: round(r.cost, 6))
+    if any(p.extra_us for p in picks):       # a protocol changed a cost: cheapest first again (stable)
+        ranked.sort(key=lambda r: round(r.cost, 6))
 
 
 def _search(space: SearchSpace, problem, top_k: int, explain: bool, t0: float,
