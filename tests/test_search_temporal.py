@@ -139,3 +139,25 @@ def test_reduced_exploration_finds_what_the_full_one_finds():
         assert red.states <= full.states
     deadlock = build(stages=4, k_blocks=5, prefetch=1)
     assert "PIPE-DEADLOCK" in explore(deadlock, reduce=True).findings
+
+
+def test_search_cli_explain_shows_the_temporal_choice(capsys):
+    from cutegen.cli import main
+    assert main(["search", "--m", "4096", "--n", "4096", "--k", "4096", "--dtype", "bf16", "--layout", "tn",
+                 "--backend", "dsl", "--explain", "--top-k", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "temporal choice: Tp(" in out and "pruned: PIPE-PREFETCH-DISTANCE" in out
+    assert "tile = temporal" not in out
+
+
+@pytest.mark.parametrize("mutate,rule", [(M.swap_order_arrivals, "PIPE-DEADLOCK"),
+                                         (M.drop_order_wait, "PIPE-ORDER-EXCLUSIVE"),
+                                         (M.wrong_wait_parity, "PIPE-READ-BEFORE-LOAD")])
+def test_reduced_exploration_keeps_pingpong_findings(mutate, rule):
+    term = tma_warp_specialized(stages=3, k_blocks=2, tiles=5, bytes_a=16384, bytes_b=8192, consumers=2,
+                                pingpong=True)
+    full, red = explore(mutate(term)), explore(mutate(term), reduce=True)
+    assert rule in full.findings and set(full.findings) == set(red.findings)
+    unordered = tma_warp_specialized(stages=3, k_blocks=2, tiles=5, bytes_a=16384, bytes_b=8192, consumers=2,
+                                     pingpong=True, ordering=False)
+    assert set(explore(unordered).findings) == set(explore(unordered, reduce=True).findings)
