@@ -5,7 +5,7 @@
 # Device call: bash bench/gpu_temporal.sh             # carry: ["out/temporal", "oracles/.cutlass"]
 # bench/dsl_compare.py run validates every DSL kernel against a float32 reference and the C++ kernel
 # (today's protocol) before timing them interleaved; the table last gives each problem's best and worst.
-# Files in $OUT: log.txt, dsl_compare.json.
+# Files in $OUT: log.txt, dsl_compare.json, cublas.json.
 set -u -o pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$REPO"
@@ -20,5 +20,6 @@ command -v nvcc > /dev/null || export PATH="$PATH:/usr/local/cuda/bin"
 . "$REPO/bench/stage_package.sh"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv | head -2
 [ -f out/temporal/plan.json ] || { echo "gpu_temporal: out/temporal/plan.json missing (run prepare here, carry out/temporal)"; exit 2; }
-OUT="$OUT" timeout 450 "$PY" bench/dsl_compare.py run --out out/temporal --jobs 16
-"$PY" bench/temporal_compare.py table "$OUT/dsl_compare.json"
+OUT="$OUT" timeout 400 "$PY" bench/dsl_compare.py run --out out/temporal --jobs 16
+timeout 60 "$PY" bench/temporal_compare.py cublas --out out/temporal --json "$OUT/cublas.json"
+"$PY" bench/temporal_compare.py table "$OUT/dsl_compare.json" --cublas "$OUT/cublas.json"

@@ -84,19 +84,61 @@ def prepare(args) -> int:
     return 0
 
 
+def cublas(args) -> int:
+    """cuBLAS (torch.matmul) on each plan problem, CUDA events, median of --iters after --warmup."""
+    import statistics
+
+    import torch
+    plan = json.loads((Path(args.out) / "plan.json").read_text())
+    dt = {"bf16": torch.bfloat16, "f16": torch.float16}
+    res = {}
+    for e in plan["problems"]:
+        base, p = e["name"].partition("@")[0], e["problem"]
+        if base in res or p.get("dtype") not in dt or p.get("batch", 1) != 1:
+            continue
+        m, n, k, t = p["m"], p["n"], p["k"], dt[p["dtype"]]
+        lay = p.get("layout", "tn")
+        a = torch.rand((m, k) if lay[0] == "t" else (k, m), device="cuda", dtype=t)
+        b = torch.rand((n, k) if lay[1] == "n" else (k, n), device="cuda", dtype=t)
+        fa = (lambda: a) if lay[0] == "t" else (lambda: a.t())
+        fb = (lambda: b.t()) if lay[1] == "n" else (lambda: b)
+        for _ in range(args.warmup):
+            torch.matmul(fa(), fb())
+        times = []
+        for _ in range(args.iters):
+            s0, s1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s0.record()
+            torch.matmul(fa(), fb())
+            s1.record()
+            torch.cuda.synchronize()
+            times.append(s0.elapsed_time(s1) * 1e3)
+        us = statistics.median(times)
+        res[base] = {"median_us": round(us, 3), "tflops": round(2.0 * m * n * k / (us * 1e-6) / 1e12, 1)}
+        print(base, res[base], flush=True)
+    Path(args.json).write_text(json.dumps(res, indent=1, sort_keys=True) + "\n")
+    return 0
+
+
 def table(args) -> int:
     """Best and worst protocol per problem from dsl_compare.json (DSL TFLOP/s; C++ is today's protocol)."""
     rows = json.loads(Path(args.result).read_text())["rows"]
+    blas = json.loads(Path(args.cublas).read_text()) if args.cublas and Path(args.cublas).is_file() else {}
     per: dict = {}
     for r in rows:
         base, _, label = r["name"].partition("@")
         tf = (r.get("tflops") or {})
         if r.get("agree") and "dsl" in tf:
             per.setdefault(base, []).append((tf["dsl"], label, tf.get("cutlass")))
-    print(f"{'problem':24} {'best':>18} {'worst':>18} {'C++ today':>10}")
+    print("TFLOP/s; DSL kernels per protocol (validated: agree with the float32 reference and the C++ kernel)")
+    print(f"{'problem':24} {'best protocol':>20} {'worst protocol':>20} {'C++ today':>10} {'cuBLAS':>8}")
     for base, xs in sorted(per.items()):
         xs.sort(reverse=True)
-        print(f"{base:24} {xs[0][1]:>10} {xs[0][0]:7.1f} {xs[-1][1]:>10} {xs[-1][0]:7.1f} {xs[0][2] or float('nan'):10.1f}")
+        cb = blas.get(base, {}).get("tflops", float("nan"))
+        print(f"{base:24} {xs[0][1]:>12} {xs[0][0]:7.1f} {xs[-1][1]:>12} {xs[-1][0]:7.1f} "
+              f"{xs[0][2] or float('nan'):10.1f} {cb:8.1f}")
+    bad = [r["name"] for r in rows if not r.get("agree")]
+    if bad:
+        print("not validated or not run (left out of the table):", ", ".join(bad))
     return 0
 
 
@@ -107,10 +149,16 @@ def main(argv=None) -> int:
     p.add_argument("--suite", default=str(REPO / "bench" / "suite.toml"))
     p.add_argument("--out", default=str(REPO / "out" / "temporal"))
     p.add_argument("--only", nargs="*")
+    c = sub.add_parser("cublas")
+    c.add_argument("--out", default=str(REPO / "out" / "temporal"))
+    c.add_argument("--json", required=True)
+    c.add_argument("--iters", type=int, default=50)
+    c.add_argument("--warmup", type=int, default=10)
     t = sub.add_parser("table")
     t.add_argument("result")
+    t.add_argument("--cublas")
     args = ap.parse_args(argv)
-    return prepare(args) if args.step == "prepare" else table(args)
+    return {"prepare": prepare, "cublas": cublas, "table": table}[args.step](args)
 
 
 if __name__ == "__main__":
