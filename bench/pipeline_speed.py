@@ -48,7 +48,8 @@ def terms(config: dict, backend: str, cluster: bool, bounds):
         return [rebuild(stages=stages, k_blocks=k) for k in b.k_values(stages)]
     st, ks, tiles = bounds
     p = protocol(BF16, cfg, backend)
-    p.pop("readers_per_fill"), p.pop("stages")
+    for key in ("readers_per_fill", "stages", "order_epilogue"):   # not parameters of the mainloop term
+        p.pop(key, None)
     p["tiles"] = tiles
     return [tma_warp_specialized(stages=st, k_blocks=k, **p) for k in ks]
 

@@ -161,3 +161,16 @@ def test_reduced_exploration_keeps_pingpong_findings(mutate, rule):
     unordered = tma_warp_specialized(stages=3, k_blocks=2, tiles=5, bytes_a=16384, bytes_b=8192, consumers=2,
                                      pingpong=True, ordering=False)
     assert set(explore(unordered).findings) == set(explore(unordered, reduce=True).findings)
+
+
+def test_pipeline_speed_bench_builds_its_terms():
+    # the bench (bench/pipeline_speed.py) must keep up with the builder's parameters; exploring is its job
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parent.parent / "bench" / "pipeline_speed.py"
+    spec = importlib.util.spec_from_file_location("pipeline_speed", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    for name, config, backend, cluster, bounds in mod.CASES:
+        built = mod.terms(config, backend, cluster, bounds)
+        assert built and all(t.ctas == (2 if cluster else 1) for t in built), name
