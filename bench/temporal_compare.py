@@ -23,10 +23,15 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "bench"))
 
 TEMPORAL_PROBLEMS = ("sq4096_bf16_tn", "sq8192_bf16_tn", "cube4000_bf16_tn")
+# and a ping-pong kernel of the first (the order choice exists only there), as PROBLEM_pp@PROTOCOL
+PINGPONG = dict(tile_shape=(128, 128, 64), cluster_shape=(1, 2, 1), mainloop_schedule="pingpong",
+                epilogue_schedule="tma_warp_specialized")
 
 
-def variants(stages: int) -> list[tuple[str, dict]]:
+def variants(stages: int, pingpong: bool = False) -> list[tuple[str, dict]]:
     out = [("today", {}), ("rl0", {"release_lag": 0})]
+    if pingpong:
+        out.append(("ordrel", {"pingpong_order": "after_release"}))
     for d in sorted({stages - 1, 2}, reverse=True):
         if 2 <= d < stages:
             out.append((f"pf{d}", {"prefetch_distance": d}))
@@ -36,11 +41,8 @@ def variants(stages: int) -> list[tuple[str, dict]]:
 def prepare(args) -> int:
     from dsl_compare import _import_cutegen, choose
     _import_cutegen()
-    from cutegen import dsl
+    from cutegen import KernelConfig, dsl
     from cutegen.commands.regen import load_suite
-    from cutegen.legality.pipeline import check_pipeline
-    from cutegen.pipelines import pipeline_of
-    from cutegen.render import render
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -52,36 +54,51 @@ def prepare(args) -> int:
         if cfg is None:
             plan["problems"].append({"name": name, "problem": problem.to_dict(), "skipped": reasons})
             continue
-        cdir = out / name / "cutlass"
-        render(problem, cfg, "cutlass").write(cdir)
-        for label, fields in variants(int(cfg.stages)):
-            v = cfg.replace(**fields)
-            term, rebuild = pipeline_of(problem, v, "dsl")
-            verdict = check_pipeline(term, rebuild=rebuild)
-            entry = {"name": f"{name}@{label}", "problem": problem.to_dict(), "config": v.to_dict(),
-                     "config_name": v.short_name(), "origin": origin, "checker_legal": verdict.legal,
-                     "checker_rules": [x.rule_id for x in verdict.violations]}
-            if not verdict.legal:
-                entry["skipped"] = f"checker: {entry['checker_rules']}"
-                plan["problems"].append(entry)
-                continue
-            start = time.monotonic()
-            try:
-                so = dsl.build_dsl(problem, v, out / name / label)
-            except Exception as e:  # a build failure is a finding
-                entry["dsl_build_error"] = str(e)[-2000:]
-                plan["problems"].append(entry)
-                print(f"{name}@{label}: DSL BUILD FAILED: {str(e)[-300:]}", flush=True)
-                continue
-            build = json.loads((out / name / label / "build.json").read_text())
-            entry.update(dsl_library=str(so.relative_to(out)), cutlass_dir=str(cdir.relative_to(out)),
-                         dsl_compile_here=build["timings"], dsl_build_wall_s=round(time.monotonic() - start, 2),
-                         dsl_library_bytes=build["library_bytes"])
-            print(f"{name}@{label}: {v.short_name()} built in {entry['dsl_build_wall_s']} s", flush=True)
-            plan["problems"].append(entry)
+        kernels = [(name, cfg, False)]
+        if name == TEMPORAL_PROBLEMS[0]:
+            from cutegen.collective_builder import complete
+            kernels.append((f"{name}_pp", complete(problem, KernelConfig.from_dict(PINGPONG)), True))
+        for kname, kcfg, pp in kernels:
+            _prepare_kernel(plan, out, kname, problem, kcfg, origin, pp)
     (out / "plan.json").write_text(json.dumps(plan, indent=2, sort_keys=True) + "\n")
     print(f"wrote {out / 'plan.json'}")
     return 0
+
+
+def _prepare_kernel(plan, out, name, problem, cfg, origin, pingpong) -> None:
+    """One kernel's C++ build directory and a DSL library per protocol the checker accepts."""
+    from cutegen import dsl
+    from cutegen.legality.pipeline import check_pipeline
+    from cutegen.pipelines import pipeline_of
+    from cutegen.render import render
+
+    cdir = out / name / "cutlass"
+    render(problem, cfg, "cutlass").write(cdir)
+    for label, fields in variants(int(cfg.stages), pingpong):
+        v = cfg.replace(**fields)
+        term, rebuild = pipeline_of(problem, v, "dsl")
+        verdict = check_pipeline(term, rebuild=rebuild)
+        entry = {"name": f"{name}@{label}", "problem": problem.to_dict(), "config": v.to_dict(),
+                 "config_name": v.short_name(), "origin": origin, "checker_legal": verdict.legal,
+                 "checker_rules": [x.rule_id for x in verdict.violations]}
+        if not verdict.legal:
+            entry["skipped"] = f"checker: {entry['checker_rules']}"
+            plan["problems"].append(entry)
+            continue
+        start = time.monotonic()
+        try:
+            so = dsl.build_dsl(problem, v, out / name / label)
+        except Exception as e:  # a build failure is a finding
+            entry["dsl_build_error"] = str(e)[-2000:]
+            plan["problems"].append(entry)
+            print(f"{name}@{label}: DSL BUILD FAILED: {str(e)[-300:]}", flush=True)
+            continue
+        build = json.loads((out / name / label / "build.json").read_text())
+        entry.update(dsl_library=str(so.relative_to(out)), cutlass_dir=str(cdir.relative_to(out)),
+                     dsl_compile_here=build["timings"], dsl_build_wall_s=round(time.monotonic() - start, 2),
+                     dsl_library_bytes=build["library_bytes"])
+        print(f"{name}@{label}: {v.short_name()} built in {entry['dsl_build_wall_s']} s", flush=True)
+        plan["problems"].append(entry)
 
 
 def cublas(args) -> int:

@@ -174,3 +174,19 @@ def test_pipeline_speed_bench_builds_its_terms():
     for name, config, backend, cluster, bounds in mod.CASES:
         built = mod.terms(config, backend, cluster, bounds)
         assert built and all(t.ctas == (2 if cluster else 1) for t in built), name
+
+
+def test_pingpong_order_choices_in_the_search():
+    from cutegen.collective_builder import complete
+    from cutegen.search import cost as costmod
+    cfg = complete(BF16, KernelConfig.from_dict(dict(tile_shape=(128, 128, 64), mainloop_schedule="pingpong",
+                                                     epilogue_schedule="tma_warp_specialized")))
+    bd = costmod.config_cost(BF16, cfg, cfg.stages)[1]
+    pick = temporal.refine(BF16, [(cfg, cfg.stages, bd)], "dsl", lambda r: 0, explain=True)[0]
+    text = "\n".join(pick.lines)
+    assert "rewrites: release-early, shorter-prefetch, order" in text
+    none = [ln for ln in pick.lines if f"prefetch={cfg.stages}, release_lag=1, order=none" in ln]
+    assert none and "pruned: " in none[0] and "PIPE-READ-BEFORE-LOAD" in none[0]
+    late = [ln for ln in pick.lines if f"prefetch={cfg.stages}, release_lag=1, order=after_release" in ln]
+    assert late and "checker: legal" in late[0]
+    assert pick.config.pingpong_order == "after_mma"       # the late hand-over costs a k-block per tile
