@@ -15,6 +15,7 @@ and the pipeline adds: a stage's shared memory is overwritten only after every c
 """
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 
@@ -226,6 +227,13 @@ _behaviour("PIPE-ORDER-EXCLUSIVE", "the ping-pong ordering barrier admits one ma
 
 # --- the check ------------------------------------------------------------------------------------
 
+@functools.lru_cache(maxsize=256)
+def _explored(term: Pipeline, max_states: int) -> Exploration:
+    """The exploration of a term, once per process: kernels that differ in what the explored term leaves
+    out (a cluster explored as one CTA, the raster order) explore the same term (the search checks many)."""
+    return explore(term, max_states=max_states)
+
+
 @dataclass
 class PipelineReport:
     violations: list[Violation]
@@ -262,7 +270,7 @@ def check_pipeline(term: Pipeline, *, bounds: Bounds = Bounds(), rebuild=None) -
         is_explored = t is not term or rebuild is None
         ctx = PipelineCheck(t, t)
         if is_explored:
-            ctx._exploration = explore(t, max_states=bounds.max_states)
+            ctx._exploration = _explored(t, bounds.max_states)
             states += ctx._exploration.states
             complete &= ctx._exploration.complete
             explored.append({k: v for k, v in t.meta.items() if k in ("stages", "k_blocks", "tiles", "cluster")})

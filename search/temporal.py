@@ -102,7 +102,7 @@ def _verdict(problem_json: str, config_json: str, backend: str) -> tuple:
     """(legal, rules, reasons) of one protocol: the backend's refusal, then the pipeline checker."""
     from cutegen.config import KernelConfig
     from cutegen.legality.pipeline import check_pipeline
-    from cutegen.pipelines import pipeline_of
+    from cutegen.pipelines import pipeline_of, protocol
     from cutegen.problem import GemmProblem
 
     problem = GemmProblem.from_dict(json.loads(problem_json))
@@ -112,10 +112,21 @@ def _verdict(problem_json: str, config_json: str, backend: str) -> tuple:
         refused = cutlass_temporal(config)
         if refused:
             return False, ("CUTLASS-TEMPORAL",), tuple(refused)
-    term, rebuild = pipeline_of(problem, config, "dsl" if backend == "dsl" else "cutlass")
-    report = check_pipeline(term, rebuild=rebuild)
-    broken = [v for v in report.violations if v.enforced]
-    return report.legal, tuple(v.rule_id for v in broken), tuple(str(v) for v in broken)
+    which = "dsl" if backend == "dsl" else "cutlass"
+    # Kernels that differ only where the pipeline does not look (raster order, swizzle, the epilogue
+    # tile, M, N, K) have one protocol: check it once.
+    proto = {k: v for k, v in protocol(problem, config, which).items() if k != "meta"}
+    key = json.dumps(proto, sort_keys=True, default=list) + which
+    hit = _PROTOCOL_VERDICTS.get(key)
+    if hit is None:
+        term, rebuild = pipeline_of(problem, config, which)
+        report = check_pipeline(term, rebuild=rebuild)
+        broken = [v for v in report.violations if v.enforced]
+        hit = _PROTOCOL_VERDICTS[key] = (report.legal, tuple(v.rule_id for v in broken), tuple(str(v) for v in broken))
+    return hit
+
+
+_PROTOCOL_VERDICTS: dict = {}
 
 
 def refine(problem, picked: list, backend: str, index, explain: bool = False) -> list[TemporalPick]:
