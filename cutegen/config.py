@@ -27,6 +27,11 @@ TMA_COPIES = ("tma", "tma_multicast")            # SM90_TMA_LOAD / SM90_TMA_LOAD
 # KernelCpAsyncWarpSpecialized* schedules, per-thread copies predicated on the residue, for operands
 # whose rows TMA cannot take (not 16-byte aligned). See legality/cp_async.py.
 MAINLOOP_LOADS = ("tma", "cp_async")
+# Ping-pong's math-warpgroup order barrier (the pipeline's temporal choices, search/temporal.py):
+# "after_mma" hands the turn over once the mainloop's WGMMAs are done, before the tail releases
+# (CUTLASS's MathWarpGroupOrderBarrier, today's DSL template); "after_release" after the tail's
+# releases; "none" renders no order barrier (the pipeline checker rejects it: PIPE-READ-BEFORE-LOAD).
+PINGPONG_ORDERS = ("after_mma", "after_release", "none")
 
 
 @dataclass(frozen=True, order=True)
@@ -77,7 +82,8 @@ class SmemAtom:
 
 # Fields added after kernels were checked in: omitted from to_dict() (and so from the hash) at their
 # default, so the bytes and hash of every existing kernel stay the same.
-_OMITTED_AT_DEFAULT = frozenset({"swap_ab", "mainloop_load", "stage_a", "stage_b"})
+_OMITTED_AT_DEFAULT = frozenset({"swap_ab", "mainloop_load", "stage_a", "stage_b", "prefetch_distance",
+                                 "release_lag", "pingpong_order"})
 
 
 @dataclass(frozen=True)
@@ -106,6 +112,13 @@ class KernelConfig:
     # to_dict() while False, so every existing kernel keeps its hash.
     stage_a: bool = False
     stage_b: bool = False
+    # The pipeline's temporal choices (legality/pipeline_builders.py; rendered by the DSL backend only):
+    # the producer loads k-block n only once k-block n - prefetch_distance was released (0: no bound
+    # but the stages, today's); a consumer releases a stage release_lag k-blocks after reading it
+    # (1: one WGMMA batch in flight, CUTLASS's K_PIPE_MMAS = 1; 0: after warpgroup_wait<0>).
+    prefetch_distance: int = 0
+    release_lag: int = 1
+    pingpong_order: str = "after_mma"                      # PINGPONG_ORDERS
 
     def __post_init__(self):
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731
@@ -137,6 +150,9 @@ class KernelConfig:
         for name in ("stage_a", "stage_b"):
             if not isinstance(getattr(self, name), bool):
                 raise FieldError(name, f"expected true or false, got {getattr(self, name)!r}")
+        set_("prefetch_distance", as_int("prefetch_distance", self.prefetch_distance, lo=0, hi=64))
+        set_("release_lag", as_int("release_lag", self.release_lag, lo=0, hi=1))
+        as_choice("pingpong_order", self.pingpong_order, PINGPONG_ORDERS)
 
     # --- derived ---------------------------------------------------------------------
     @property
@@ -197,4 +213,12 @@ class KernelConfig:
         sw = "_swapab" if self.swap_ab else ""
         load = "_cpasync" if self.mainloop_load == "cp_async" else ""
         staged = "".join(f"_stage{op.upper()}" for op in "ab" if getattr(self, f"stage_{op}"))
-        return f"{t[0]}x{t[1]}x{t[2]}_{c[0]}x{c[1]}x{c[2]}_{st}_{sched}_{epi}{sk}{sw}{load}{staged}"
+        temporal = self.temporal_suffix()
+        return f"{t[0]}x{t[1]}x{t[2]}_{c[0]}x{c[1]}x{c[2]}_{st}_{sched}_{epi}{sk}{sw}{load}{staged}{temporal}"
+
+    def temporal_suffix(self) -> str:
+        """The non-default temporal choices as a name suffix ("" for today's protocol)."""
+        out = f"_pf{self.prefetch_distance}" if self.prefetch_distance else ""
+        out += "_rl0" if self.release_lag == 0 else ""
+        out += {"after_mma": "", "after_release": "_ordrel", "none": "_ordnone"}[self.pingpong_order]
+        return out

@@ -278,6 +278,10 @@ def template_context(problem: GemmProblem, config: KernelConfig) -> dict[str, An
         # Rendered from the pipeline term the checker proves (cutegen.pipelines, backend "dsl").
         "ordering": _pipeline_protocol(problem, config, "dsl")["ordering"],
         "order_epilogue": _pipeline_protocol(problem, config, "dsl")["order_epilogue"],
+        # the temporal choices (search/temporal.py), from the same term: prefetch None = the stages bound it
+        "prefetch": _pipeline_protocol(problem, config, "dsl")["prefetch"] or 0,
+        "release_lag": config.release_lag,
+        "order_after_release": _pipeline_protocol(problem, config, "dsl")["order_after_release"],
         "schedule_comment": (f"{config.mainloop_schedule}: "
                              + ("persistent: as many clusters as fit at once, static tile scheduler"
                                 if persistent else "one work tile per CTA, the grid covers every tile")

@@ -58,11 +58,14 @@ def protocol(problem: GemmProblem, config: KernelConfig, backend: str = "cutlass
         stages=int(done.stages),
         bytes_a=tm * tk * DTYPES[problem.dtype_a].bits // 8,
         bytes_b=tn * tk * DTYPES[problem.dtype_b].bits // 8,
-        consumers=consumers, pingpong=pingpong, ordering=pingpong,
+        consumers=consumers, pingpong=pingpong, ordering=pingpong and done.pingpong_order != "none",
+        order_after_release=pingpong and done.pingpong_order == "after_release",
         # ping-pong's ordering covers the mainloop; the epilogues may overlap (each warpgroup has its own
         # D buffers in the DSL template) unless this orders them too (CUTLASS's OrderedSequenceBarrier<2,2>)
         order_epilogue=False,
-        release_lag=1, cluster=(cm, cn),
+        # the temporal choices (KernelConfig; the search's, search/temporal.py): 0 = the stages bound it
+        prefetch=done.prefetch_distance or None,
+        release_lag=done.release_lag, cluster=(cm, cn),
         multicast_a=done.tma_a == "tma_multicast" and cn > 1,
         multicast_b=done.tma_b == "tma_multicast" and cm > 1,
         arrivals_per_release=per_release,
@@ -72,6 +75,16 @@ def protocol(problem: GemmProblem, config: KernelConfig, backend: str = "cutlass
         readers_per_fill=readers_per_fill,
         meta={"backend": backend, "config": done.short_name()},
     )
+
+
+def _scaled_prefetch(prefetch: int | None, full: int, stages: int) -> int | None:
+    """The prefetch distance of the same protocol with ``stages`` instead of ``full``: no bound stays no
+    bound (a distance of the stage count or more is no bound either); a bound below the stages stays
+    below them (at most ``stages - 1``) and keeps its value where it fits, so a distance the consumers'
+    release lag deadlocks (1 with a lag of 1) deadlocks at every stage count."""
+    if prefetch is None or prefetch >= full:
+        return None
+    return max(1, min(prefetch, stages - 1))
 
 
 def pipeline_of(problem: GemmProblem, config: KernelConfig, backend: str = "cutlass", *,
@@ -89,10 +102,12 @@ def pipeline_of(problem: GemmProblem, config: KernelConfig, backend: str = "cutl
     p.pop("order_epilogue")             # the epilogue's order is outside the mainloop's mbarrier protocol
     stages = p.pop("stages")
 
+    full_stages = stages
+
     def build(stages: int, k_blocks: int | None = None, cluster=p["cluster"], multicast_a=p["multicast_a"],
               multicast_b=p["multicast_b"], per_release=p["arrivals_per_release"]) -> Pipeline:
         kw = dict(p, cluster=cluster, multicast_a=multicast_a, multicast_b=multicast_b,
-                  arrivals_per_release=per_release)
+                  arrivals_per_release=per_release, prefetch=_scaled_prefetch(p["prefetch"], full_stages, stages))
         return tma_warp_specialized(stages=stages, k_blocks=stages + 1 if k_blocks is None else k_blocks, **kw)
 
     term = build(stages)

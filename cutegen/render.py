@@ -438,12 +438,31 @@ def render_source(problem: GemmProblem, config: KernelConfig, backend: str = "cu
     return _environment().get_template(TEMPLATES[backend]).render(**ctx)
 
 
+def cutlass_temporal(config: KernelConfig) -> list[str]:
+    """The pipeline's temporal choices CUTLASS 4.2's collectives fix (both C++ backends): the mainloop
+    releases a stage one k-block after reading it (``K_PIPE_MMAS = 1``,
+    sm90_mma_tma_gmma_ss_warpspecialized.hpp:264, ``warpgroup_wait<K_PIPE_MMAS>``), the producer is
+    bounded by the stages only, and the ping-pong kernel arrives on ``MathWarpGroupOrderBarrier`` after
+    the mainloop's MMAs. The DSL backend renders the others (search/temporal.py)."""
+    fixed = []
+    if config.release_lag != 1:
+        fixed.append(f"release_lag={config.release_lag} (K_PIPE_MMAS = 1)")
+    if config.prefetch_distance:
+        fixed.append(f"prefetch_distance={config.prefetch_distance} (the producer is bounded by the stages only)")
+    if config.pingpong_order != "after_mma":
+        fixed.append(f"pingpong_order={config.pingpong_order} (MathWarpGroupOrderBarrier after the mainloop)")
+    return [f"CUTLASS-TEMPORAL: CUTLASS 4.2's collective fixes the pipeline's temporal protocol: {'; '.join(fixed)}"] \
+        if fixed else []
+
+
 def cutlass_supports(problem: GemmProblem, config: KernelConfig) -> list[str]:
     """Why the explicit-type template cannot render a configuration CUTLASS itself accepts (empty: it can).
 
     Each reason starts with its rule ID, like ``cutegen.dsl.dsl_supports``, so the search prunes by it.
     """
     from .collective_builder import uses_register_a
+    if cutlass_temporal(config):
+        return cutlass_temporal(config)
     problem = kernel_problem(problem, config)
     if uses_register_a(problem):
         # Found by the coverage build on 2026-11-22: tf32 NT rendered as an SS mainloop with K-major
@@ -456,6 +475,8 @@ def cutlass_supports(problem: GemmProblem, config: KernelConfig) -> list[str]:
 
 def builder_supports(problem: GemmProblem, config: KernelConfig) -> list[str]:
     """Why CUTLASS's CollectiveBuilder cannot build a configuration the explicit template can (empty: it can)."""
+    if cutlass_temporal(config):
+        return cutlass_temporal(config)
     if config.mainloop_load == "cp_async":
         from .legality.cp_async import vector_bytes
         small = [f"{op.upper()} {vector_bytes(problem, op)} B" for op in ("a", "b") if vector_bytes(problem, op) < 4]

@@ -15,6 +15,7 @@ and the pipeline adds: a stage's shared memory is overwritten only after every c
 """
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 
@@ -106,7 +107,8 @@ def _arrival_count(c: PipelineCheck):
        "parity; CUTLASS PipelineState (sm90_pipeline.hpp) flips its phase on every wrap",
        summary="each wait tests the parity of the phase it needs: a consumer's wait on stage s's full barrier for its "
                "j-th arming by the producer tests j mod 2; the producer's j-th wait on an empty barrier tests "
-               "(j + 1) mod 2 (the initial phase counts as released); a ping-pong warpgroup's j-th ordering wait "
+               "(j + 1) mod 2 (the initial phase counts as released), a prefetch wait for fill f's release tests "
+               "(f div stages) mod 2; a ping-pong warpgroup's j-th ordering wait "
                "tests (j + 1) mod 2 for the warpgroup that goes first and j mod 2 for the others")
 def _phase_alternation(c: PipelineCheck):
     arming: dict = {}
@@ -129,6 +131,9 @@ def _phase_alternation(c: PipelineCheck):
                 if phase is None:
                     return f"{role.name} waits on {op.barrier} for tile {op.tile} k-block {op.kb}, which no producer arms"
                 want = phase & 1
+            elif kind == "empty" and op.release_of is not None:
+                seen[op.barrier] -= 1           # a prefetch wait: its own fill's phase, not counted
+                want = (op.release_of // c.term.stages) & 1
             elif kind == "empty":
                 want = (j + 1) & 1
             elif kind == "order":
@@ -161,6 +166,38 @@ def _stages_prefetch(c: PipelineCheck):
     return None
 
 
+@_rule("PIPE-PREFETCH-DISTANCE", source="sm90_pipeline.hpp (PipelineTmaAsync consumer_release); cutegen's "
+       "prefetch bound (legality/pipeline_builders.py)",
+       summary="a producer that waits for k-block n - d's release before loading k-block n needs d greater than "
+               "the release lag of every consumer (d at least the stages one consumer holds at once): a consumer "
+               "releases k-block n - d only after it has read k-block n")
+def _prefetch_distance(c: PipelineCheck):
+    held = 0
+    for role in c.term.roles:
+        cur = peak = 0
+        for op in role.ops:
+            if isinstance(op, Wait) and op.barrier.startswith("full"):
+                cur += 1
+                peak = max(peak, cur)
+            elif isinstance(op, Arrive) and op.release and op.barrier.endswith(f"@{role.cta}"):
+                cur -= 1
+        held = max(held, peak)
+    for role in c.term.roles:
+        pending = None
+        for op in role.ops:
+            if isinstance(op, Wait) and op.release_of is not None:
+                pending = op
+            elif isinstance(op, Load) and pending is not None:
+                d = op.fill - pending.release_of
+                if d < held:
+                    return (f"{role.name} loads k-block {op.kb} of tile {op.tile} (fill {op.fill}) only after fill "
+                            f"{pending.release_of} is released: prefetch distance {d}, but a consumer holds {held} "
+                            f"stages at once and releases fill {pending.release_of} only after reading fill "
+                            f"{pending.release_of + held}")
+                pending = None
+    return None
+
+
 # --- behavioural rules (the exploration) ---------------------------------------------------------
 
 def explored_finding(c: PipelineCheck, rule: str) -> str | None:
@@ -189,6 +226,13 @@ _behaviour("PIPE-ORDER-EXCLUSIVE", "the ping-pong ordering barrier admits one ma
 
 
 # --- the check ------------------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=256)
+def _explored(term: Pipeline, max_states: int) -> Exploration:
+    """The exploration of a term, once per process: kernels that differ in what the explored term leaves
+    out (a cluster explored as one CTA, the raster order) explore the same term (the search checks many)."""
+    return explore(term, max_states=max_states)
+
 
 @dataclass
 class PipelineReport:
@@ -226,7 +270,7 @@ def check_pipeline(term: Pipeline, *, bounds: Bounds = Bounds(), rebuild=None) -
         is_explored = t is not term or rebuild is None
         ctx = PipelineCheck(t, t)
         if is_explored:
-            ctx._exploration = explore(t, max_states=bounds.max_states)
+            ctx._exploration = _explored(t, bounds.max_states)
             states += ctx._exploration.states
             complete &= ctx._exploration.complete
             explored.append({k: v for k, v in t.meta.items() if k in ("stages", "k_blocks", "tiles", "cluster")})

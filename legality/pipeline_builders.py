@@ -7,8 +7,12 @@ that make a protocol (and that the search may rewrite between) are parameters:
 * ``release_lag`` -- 0: a consumer releases a stage as soon as its k-block's WGMMAs have read it;
   1: it releases the previous stage after issuing the next k-block's batch (one WGMMA batch in flight,
   as CUTLASS's mainloops and cutegen's DSL template do), so it holds two stages at once;
+* ``prefetch`` -- the producer loads k-block n only after k-block n - prefetch was released (it waits
+  on that fill's empty barrier too); None: only the stages bound it (today's kernels). With a release
+  lag L a consumer holds L + 1 stages, so a prefetch of L or less deadlocks;
 * ``pingpong`` -- consumers take alternate tiles instead of sharing every tile; ``ordering`` adds the
-  ordering barrier that lets one math warpgroup run its mainloop at a time;
+  ordering barrier that lets one math warpgroup run its mainloop at a time; ``order_after_release``
+  hands the turn over after the tail's releases instead of before them;
 * the cluster and which operands multicast: a multicast load lands in every CTA of its row (A) or
   column (B), and each consumer releases the stage to every CTA that wrote into it.
 
@@ -38,7 +42,8 @@ def tma_warp_specialized(*, stages: int, k_blocks: int, tiles: int, bytes_a: int
                          consumers: int = 2, pingpong: bool = False, ordering: bool | None = None,
                          release_lag: int = 1, cluster: tuple[int, int] = (1, 1),
                          multicast_a: bool = False, multicast_b: bool = False,
-                         arrivals_per_release: int = 1, meta: dict | None = None) -> Pipeline:
+                         arrivals_per_release: int = 1, prefetch: int | None = None,
+                         order_after_release: bool = False, meta: dict | None = None) -> Pipeline:
     """The pipeline term; ``arrivals_per_release`` is what one consumer warpgroup's release counts on
     one CTA's empty barrier (CUTLASS: 1 per warpgroup in a cluster, its 128 threads without one;
     the DSL template: its 4 warps)."""
@@ -74,6 +79,9 @@ def tma_warp_specialized(*, stages: int, k_blocks: int, tiles: int, bytes_a: int
             for kb in range(k_blocks):
                 n = t * k_blocks + kb
                 s = n % stages
+                if prefetch is not None and prefetch < stages and n >= prefetch:
+                    f = n - prefetch          # the fill that must be released first: its phase's parity
+                    ops.append(Wait(at(f"empty{f % stages}", c), (f // stages) & 1, t, kb, f % stages, release_of=f))
                 ops.append(Wait(at(f"empty{s}", c), ((n // stages) & 1) ^ 1, t, kb, s))
                 ops.append(Arrive(at(f"full{s}", c), 1, bytes_a + bytes_b, t, kb, s))
                 ops.append(Load("A", s, f"full{s}", bytes_a // len(row), n, row, readers, t, kb))
@@ -97,19 +105,22 @@ def tma_warp_specialized(*, stages: int, k_blocks: int, tiles: int, bytes_a: int
                     while len(held) > release_lag:
                         rk, rs = held.pop(0)
                         ops += _release(rs, t, rk, c, peers, arrivals_per_release)
-                if ordering:
-                    # CUTLASS hands the turn over after the mainloop's MMAs and before its tail
-                    # (the last releases): the next warpgroup's waits only need our waits done.
-                    ops.append(MathEnd(t))
-                    ops.append(Arrive(at(f"order{(w + 1) % consumers}", c), 1, 0, t))
+                hand_over = [MathEnd(t), Arrive(at(f"order{(w + 1) % consumers}", c), 1, 0, t)] if ordering else []
+                # CUTLASS hands the turn over after the mainloop's MMAs and before its tail
+                # (the last releases): the next warpgroup's waits only need our waits done.
+                if not order_after_release:
+                    ops += hand_over
                 for rk, rs in held:
                     ops += _release(rs, t, rk, c, peers, arrivals_per_release)
+                if order_after_release:
+                    ops += hand_over
             roles.append(Role(f"{name}@{c}", c, tuple(ops)))
 
     info = dict(meta or {})
     info.update(stages=stages, k_blocks=k_blocks, tiles=tiles, consumers=consumers, pingpong=pingpong,
                 ordering=ordering, release_lag=release_lag, cluster=list(cluster), multicast_a=multicast_a,
-                multicast_b=multicast_b, bytes_a=bytes_a, bytes_b=bytes_b)
+                multicast_b=multicast_b, bytes_a=bytes_a, bytes_b=bytes_b, prefetch=prefetch,
+                order_after_release=order_after_release)
     return Pipeline(tuple(barriers), stages, tuple(roles), ctas, info)
 
 

@@ -12,9 +12,30 @@ The semantics (PTX ISA 9.1 §9.7.13.15, "mbarrier"):
 A TMA load in flight is a move of its own (it may land at any time after it is issued), so the
 exploration covers every order of landings too.
 
-The breadth-first order makes each counterexample a shortest trace. The state is small (program
-counters, barrier words, stage ownership, loads in flight) and bounded by the term's unrolled tiles
-and k-blocks, so exploration ends.
+The breadth-first order makes each counterexample a shortest trace of the explored graph. The state
+is small (program counters, barrier words, stage ownership, loads in flight) and bounded by the term's
+unrolled tiles and k-blocks, so exploration ends.
+
+Partial-order reduction (``reduce=True``; off by default: see below): most interleavings differ only in the order
+of moves that touch different barriers and stages (CTA 0's consumer reading stage 1 while CTA 1's
+TMA load lands in stage 2), and every order of such moves reaches the same state. From each state
+the explorer follows only a *persistent set* of moves (Godefroid, "Partial-Order Methods for the
+Verification of Concurrent Systems", LNCS 1032, ch. 4, the stubborn-set closure over processes):
+every move outside it, and every move reachable by such moves, is independent of every move in it.
+Independence is by footprint: each move reads and writes some barriers, stages and the CTA's
+ping-pong section; two moves of different roles (or in-flight loads) commute, and neither changes
+whether the other is enabled or breaks a rule, when neither writes what the other reads or writes.
+The closure starts from one enabled move and adds every role (or load) that has *any* later move
+conflicting with an enabled move of the set, or that can write the barrier a blocked wait of the
+set waits on (a blocked ``Sync`` adds the roles that have not reached it). The state graph is
+acyclic (program counters only grow), so no cycle proviso is needed. Such a search reaches every
+state with no move (every deadlock); a rule broken by a move is kept too, because a breaking move
+of the persistent set makes the state expand fully, and any path to a breaking move outside the set
+can be permuted to start with a move of the set (the breaking move's outcome reads only its own
+footprint, which the permuted moves do not write). ``reduce=False`` explores every interleaving.
+Measured on the 2-core dev machine (``bench/pipeline_speed.py``): the footprints are too coarse for
+this protocol (every role's later moves touch every stage), so the reduction removes few states and
+costs more per state than it saves; it stays opt-in until the dependency is refined.
 """
 from __future__ import annotations
 
@@ -22,6 +43,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from .pipeline_term import Arrive, Init, Load, MathBegin, MathEnd, Pipeline, Read, Sync, Wait, at, describe
+from .pipeline_footprint import Footprints
 
 MAX_STATES = 400_000
 
@@ -93,8 +115,9 @@ def _complete_phase(bars: list, i: int, count: int) -> None:
         bars[i] = (init, phase ^ 1, count, 0)
 
 
-def explore(p: Pipeline, max_states: int = MAX_STATES) -> Exploration:
+def explore(p: Pipeline, max_states: int = MAX_STATES, reduce: bool = False) -> Exploration:
     m = _Machine(p)
+    fp = Footprints(m) if reduce else None
     result = Exploration()
     start = m.initial()
     parent: dict = {start: None}
@@ -119,27 +142,22 @@ def explore(p: Pipeline, max_states: int = MAX_STATES) -> Exploration:
             break
         pcs, bars, stages, loads, inside = state
         moved = False
+        succ = []                 # (actor, step, outcome): actor ("r", ri) or ("l", li); outcome None = blocked
         for ri, role in enumerate(m.roles):
             pc = pcs[ri]
             if pc >= len(role.ops):
                 continue
-            op = role.ops[pc]
             step = ("role", ri, pc)
-            outcome = _step(m, state, ri, op, found, step)
+            succ.append((("r", ri), step, _step(m, state, ri, role.ops[pc], found, step)))
+        for li, (ri, pc, target) in enumerate(loads):
+            step = ("land", ri, pc, target)
+            succ.append((("l", li), step, _land(m, state, li, m.roles[ri].ops[pc], target, found, step)))
+        follow = None if fp is None else fp.persistent(state, succ, _VIOLATION)
+        for actor, step, outcome in succ:
             if outcome is None:
                 continue          # blocked
             moved = True
-            if outcome is _VIOLATION:
-                continue
-            if outcome not in parent:
-                parent[outcome] = (state, step)
-                queue.append(outcome)
-        for li, (ri, pc, target) in enumerate(loads):
-            op = m.roles[ri].ops[pc]
-            step = ("land", ri, pc, target)
-            outcome = _land(m, state, li, op, target, found, step)
-            moved = True
-            if outcome is _VIOLATION:
+            if outcome is _VIOLATION or (follow is not None and actor not in follow):
                 continue
             if outcome not in parent:
                 parent[outcome] = (state, step)

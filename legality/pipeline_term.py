@@ -42,12 +42,15 @@ class Sync:
 
 @dataclass(frozen=True)
 class Wait:
-    """``mbarrier.try_wait.parity`` in a loop: returns once the phase of this parity has completed."""
+    """``mbarrier.try_wait.parity`` in a loop: returns once the phase of this parity has completed.
+    ``release_of``: on an empty barrier, the fill (n-th k-block loaded) whose release it waits for;
+    None: the stage's previous fill, counted by the waits (the producer's own stage)."""
     barrier: str
     parity: int
     tile: int = -1
     kb: int = -1
     stage: int = -1
+    release_of: int | None = None
 
 
 @dataclass(frozen=True)

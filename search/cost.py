@@ -417,3 +417,35 @@ def config_cost(problem, config, stages: int, plan=None, device=None) -> tuple[f
     breakdown["predicted_us"] = round(float(total[0]), 3)
     breakdown["predicted_tflops"] = round(problem.flops / (float(total[0]) * 1e-6) / 1e12, 1)
     return float(total[0]), breakdown
+
+
+# --- the pipeline's temporal choices (search/temporal.py) ------------------------------------------------
+# Estimated, not fitted: no H100 measurement of these choices exists yet (bench/gpu_temporal.sh takes them).
+WGMMA_DRAIN_US = 128.0 / SM_CLOCK_HZ * 1e6     # a consumer that releases after warpgroup_wait<0> lets the tensor
+                                               # cores drain before its next batch: ~128 cycles per k-block
+
+
+def temporal_cost(breakdown: dict, stages: int, prefetch: int, release_lag: int, order: str) -> tuple[float, dict]:
+    """Extra microseconds of a temporal choice over today's protocol (prefetch = stages, release lag 1,
+    order hand-over after the MMAs), from a kernel's ``config_cost`` breakdown.
+
+    * Latency hiding: today ``t_pipe = latency / (stages - 1)`` (the loads in flight while one stage is
+      read). The producer may run min(prefetch, stages) k-blocks ahead of the last release, and a
+      consumer holds release_lag + 1 stages, so min(prefetch, stages) - release_lag loads hide TMA's
+      latency (stages - 1 today).
+    * Release after warpgroup_wait<0> (lag 0): each k-block pays the WGMMA drain.
+    * Ping-pong hand-over after the tail's releases: the other warpgroup starts its mainloop one
+      k-block's MMA later per tile.
+    """
+    d = min(prefetch or stages, stages)
+    if d == stages and release_lag == 1 and order == "after_mma":
+        return 0.0, {}                      # today's protocol: the model as it is, to the bit
+    t_mma, t_load = breakdown["mma_us_per_kblock"], breakdown["load_us_per_kblock"]
+    t_pipe = breakdown["pipeline_us_per_kblock"]
+    latency = t_pipe * max(stages - 1.0, 0.5)
+    t_pipe_new = latency / max(d - release_lag, 0.5)
+    per_k = max(t_mma, t_load, t_pipe_new) - max(t_mma, t_load, t_pipe) + (WGMMA_DRAIN_US if release_lag == 0 else 0.0)
+    per_tile = t_mma if order == "after_release" else 0.0
+    waves, kblocks = breakdown["waves"], breakdown["kblocks"]
+    extra = waves * (kblocks * per_k + per_tile)
+    return extra, {"pipeline_us_per_kblock": round(t_pipe_new, 4), "temporal_us": round(extra, 4)}

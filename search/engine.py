@@ -402,6 +402,23 @@ def _simplicity(cfg) -> int:
     return (cfg.raster_order != "heuristic") + (cfg.raster_swizzle != 1)
 
 
+def _temporal(problem, ranked: list, stages: list, backend: str, judge, explain: bool) -> None:
+    """The pipeline's temporal choices of each picked TMA kernel (search/temporal.py): its config gets the
+    cheapest protocol the checker and the backend accept, its cost the protocol's term, its chain the
+    choices and verdicts. cp.async kernels have no TMA pipeline to choose for."""
+    from .temporal import refine
+
+    idx = [i for i, r in enumerate(ranked) if r.config.mainloop_load == "tma"]
+    picks = refine(problem, [(ranked[i].config, stages[i], ranked[i].breakdown) for i in idx], backend,
+                   judge.index, explain)
+    for i, pick in zip(idx, picks):
+        r = ranked[i]
+        bd = {**r.breakdown, **pick.parts} if pick.extra_us else r.breakdown
+        ranked[i] = Ranked(pick.config, r.cost + pick.extra_us, bd, r.chain + pick.lines, r.prediction, r.plan)
+    if any(p.extra_us for p in picks):       # a protocol changed a cost: cheapest first again (stable)
+        ranked.sort(key=lambda r: round(r.cost, 6))
+
+
 def _search(space: SearchSpace, problem, top_k: int, explain: bool, t0: float,
             backend: str = "cutlass", device: str | None = None, predictor=None) -> SearchResult:
     from .learned.device import rates as device_rates
@@ -496,6 +513,7 @@ def _search(space: SearchSpace, problem, top_k: int, explain: bool, t0: float,
                          f"alignment_a={problem.alignment_a}, alignment_b={problem.alignment_b} elements are below "
                          f"16 bytes]")
         ranked.append(Ranked(v.config, pred.us if pred is not None else c, bd, chain, pred, plan))
+    _temporal(problem, ranked, [costs[key][2].stages for key in picked], backend, judge, explain)
     nodes, classes = egg.sizes()
     rejected = [{"config": row[5].to_dict(), "rules": row[6].rules, "reasons": row[6].reasons}
                 for row in expanded[:50] if not row[6].legal] if explain else []

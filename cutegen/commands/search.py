@@ -154,7 +154,7 @@ def explain_dict(result) -> dict:
     cm, cn = cfg.cluster_shape[:2]
     chain = [f"Root = Impl(K(tile, Cl({cm}, {cn}), Pol(...), {cfg.raster_order}, {cfg.raster_swizzle}))  "
              "[expand: judged legal by check_config, priced by the cost model, extracted]"]
-    chain += [form if form.startswith(("problem:", "Pol(")) else f"tile = {form}" for form in best.chain
+    chain += [form if form.startswith(("problem:", "Pol(", "temporal", "  Tp(")) else f"tile = {form}" for form in best.chain
               if not form.startswith("ClusterSplit") or f", {cm}, {cn})  [" in form]
     chain.append(f"Pol({cfg.mainloop_schedule}, {cfg.epilogue_schedule}, {cfg.tile_scheduler}, auto) = "
                  f"Pol(..., {st})  [expand: StageCountAutoCarveout resolves auto]")
