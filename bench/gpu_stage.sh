@@ -8,7 +8,7 @@
 #   device call:  bash bench/gpu_stage.sh                      # carry: ["oracles/.cutlass", "out/stage-plan"]
 #
 # The plan is rendered here because the search needs egglog (not on the GPU machine): the picks of
-# bench/unaligned.toml + bench/unaligned_cpasync.toml (one suite file) under out/stage-plan/sm90a and
+# bench/unaligned.toml under out/stage-plan/sm90a and
 # their CollectiveBuilder baselines under out/stage-plan/baseline/sm90a (`cutegen regen`).
 # On the device:
 #   0. the bare restride copy (bench/stage_copy_rate.cu: cudaMemcpy2DAsync device to device at the
@@ -28,7 +28,7 @@ PLAN=${PLAN:-out/stage-plan}
 if [ "${1:-}" = "--plan" ]; then
   PY=${PYTHON:-$( [ -x "$REPO/.venv/bin/python" ] && echo "$REPO/.venv/bin/python" || echo python3 )}
   rm -rf "$PLAN" && mkdir -p "$PLAN"
-  cat bench/unaligned.toml bench/unaligned_cpasync.toml > "$PLAN/suite.toml"
+  cp bench/unaligned.toml "$PLAN/suite.toml"
   "$PY" -m cutegen regen --suite "$PLAN/suite.toml" --out "$PLAN" || exit $?
   "$PY" - "$PLAN" <<'PYEOF'
 import sys

@@ -8,7 +8,7 @@ import pytest
 
 import cutegen.commands.generate as generate_cmd
 import cutegen.render as render_mod
-from cutegen import KernelConfig
+from cutegen import GemmProblem, KernelConfig
 from cutegen.cli import main
 from cutegen.suites import load_suite
 from cutegen.errors import FieldError
@@ -149,3 +149,19 @@ def test_regen_only_checks_one_problem_and_calls_nothing_else_stale(tmp_path, ca
     assert main(["regen", "--check", "--only", "a", *base]) == 1
     assert "orphan" in capsys.readouterr().err
     assert len(regen.select_suite(suite, ["b"])) == 1
+
+
+def test_cp_async_baselines_stay_out_of_generated(tmp_path):
+    # generated/ holds sanitizer-clean kernels only: the builder's cp.async default (SM90-CPASYNC-SYNCCHECK)
+    # is rendered elsewhere (a bench plan) but not into the checked-in tree
+    from pathlib import Path
+
+    from cutegen.commands.regen import render_task
+    repo = Path(__file__).resolve().parents[1]
+    odd_k = GemmProblem.from_dict({"m": 2048, "n": 2048, "k": 2046})          # 4-byte rows: the builder can
+    status, why = render_task(("baseline", odd_k, repo / "generated" / "x" / "baseline" / "sm90a" / "p", False))
+    assert status == "illegal" and "SM90-CPASYNC-SYNCCHECK" in why
+    status, kernel = render_task(("baseline", odd_k, tmp_path / "baseline" / "sm90a" / "p", False))
+    assert status == "ok" and kernel.config.mainloop_load == "cp_async"
+    aligned = GemmProblem.from_dict({"m": 2048, "n": 2048, "k": 2048})
+    assert render_task(("baseline", aligned, repo / "generated" / "x" / "baseline" / "sm90a" / "p", False))[0] == "ok"

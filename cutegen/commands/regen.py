@@ -67,6 +67,16 @@ def _render_baseline(problem: GemmProblem):
     return render_mod.render(problem, KernelConfig.from_dict(baseline_config(problem)), "cutlass_builder")
 
 
+def _checked_in(directory: Path) -> bool:
+    """Whether ``directory`` is inside this repository's generated/ tree."""
+    repo_generated = Path(__file__).resolve().parents[2] / "generated"
+    try:
+        Path(directory).resolve().relative_to(repo_generated)
+        return True
+    except ValueError:
+        return False
+
+
 def render_task(item: tuple) -> tuple[str, object]:
     """One rendering (an executor task): ("ok", kernel), ("illegal", why) or ("error", why)."""
     kind, problem, directory, from_manifests = item
@@ -76,6 +86,10 @@ def render_task(item: tuple) -> tuple[str, object]:
             if not (directory / "manifest.json").is_file():
                 raise CutegenError(f"{directory}: no manifest.json to re-render from")
             return "ok", render_mod.render_manifest(directory, keep_toolchain=False)
+        if kind == "baseline" and baseline_config(problem).get("mainloop_load") == "cp_async" \
+                and _checked_in(directory):
+            return "illegal", ("the builder's unaligned default is a cp.async kernel, which fails compute-sanitizer "
+                               "synccheck (SM90-CPASYNC-SYNCCHECK): generated/ holds sanitizer-clean kernels only")
         return "ok", (_render_searched if kind == "kernel" else _render_baseline)(problem)
     except IllegalConfig as e:
         return "illegal", str(e)
