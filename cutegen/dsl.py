@@ -243,6 +243,7 @@ def template_context(problem: GemmProblem, config: KernelConfig) -> dict[str, An
     persistent = config.mainloop_schedule in ("cooperative", "pingpong")
     khash = kernel_hash(problem, config)
     align = {d: 128 // DTYPES[d].bits for d in DTYPES}
+    protocol = _pipeline_protocol(problem, config, "dsl")    # the term the checker proves (cutegen.pipelines)
     return {
         "version": __version__,
         "kernel_hash": khash,
@@ -276,12 +277,12 @@ def template_context(problem: GemmProblem, config: KernelConfig) -> dict[str, An
         "persistent": persistent, "pingpong": config.mainloop_schedule == "pingpong",
         "consumer_wgs": dsl_consumer_warpgroups(config),
         # Rendered from the pipeline term the checker proves (cutegen.pipelines, backend "dsl").
-        "ordering": _pipeline_protocol(problem, config, "dsl")["ordering"],
-        "order_epilogue": _pipeline_protocol(problem, config, "dsl")["order_epilogue"],
+        "ordering": protocol["ordering"],
+        "order_epilogue": protocol["order_epilogue"],
         # the temporal choices (search/temporal.py), from the same term: prefetch None = the stages bound it
-        "prefetch": _pipeline_protocol(problem, config, "dsl")["prefetch"] or 0,
+        "prefetch": protocol["prefetch"] or 0,
         "release_lag": config.release_lag,
-        "order_after_release": _pipeline_protocol(problem, config, "dsl")["order_after_release"],
+        "order_after_release": protocol["order_after_release"],
         "schedule_comment": (f"{config.mainloop_schedule}: "
                              + ("persistent: as many clusters as fit at once, static tile scheduler"
                                 if persistent else "one work tile per CTA, the grid covers every tile")

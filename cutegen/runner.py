@@ -670,7 +670,7 @@ def refusal_probes(problem: GemmProblem, config: KernelConfig) -> list[Case]:
     g = geometries(problem, m, n, k)
     # A staged operand (cutegen/staging.py) is copied by cudaMemcpy2DAsync, which takes any pointer,
     # pitch and batch stride, into an aligned workspace: nothing about its alignment can be refused.
-    staged = {"A": bool(getattr(config, "stage_a", False)), "B": bool(getattr(config, "stage_b", False))}
+    staged = {"A": config.stage_a, "B": config.stage_b}
 
     def aligned(op: str, geo) -> bool:
         return geo[op].tma_alignment > 1 and not staged.get(op, False)

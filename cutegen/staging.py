@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from .dtypes import DTYPES
 from .problem import GemmProblem, default_alignment
+from .smem import round_up
 
 STAGE_BYTES = 16          # TMA's global-stride granule (cuTensorMapEncodeTiled: globalStrides % 16 == 0)
 WORKSPACE_ALIGN = 256     # each region of the workspace starts where a cudaMalloc'd buffer would
@@ -47,10 +48,6 @@ def outer_extent(problem: GemmProblem, op: str) -> int:
     if op == "a":
         return problem.m if problem.layout_a == "row" else problem.k
     return problem.n if problem.layout_b == "col" else problem.k
-
-
-def round_up(x: int, q: int) -> int:
-    return -(-x // q) * q
 
 
 def staged_ld(problem: GemmProblem, op: str) -> int:

@@ -106,6 +106,12 @@ def unvalidated(kernels: dict[str, str], records: Iterable[dict]) -> dict[str, s
     return {d: h for d, h in kernels.items() if h not in good}
 
 
+def unrecorded(repo: str | os.PathLike) -> dict[str, str]:
+    """The kernels under ``repo``/generated (directory relative to repo: hash) the committed records do not
+    cover yet: what ``bench/gpu_checks.sh ONLY_UNRECORDED=1`` builds and validates."""
+    return unvalidated(kernel_hashes(Path(repo) / "generated"), read_records(records_dir(repo)))
+
+
 def relative_directory(directory: str | os.PathLike | None) -> str | None:
     """``generated/...`` of a kernel directory, wherever the repository was checked out."""
     if not directory:
