@@ -88,6 +88,15 @@ CLUSTER_WIDE_WAIT_US = 0.3   # a stage multicast to 4 or more CTAs is refilled o
                              # MMA and is exposed only when the MMA is shorter. 4-CTA clusters of small
                              # tiles (64x32, 64x64, 64x96, 128x128x128) ran 17-44% slower than the same tile
                              # on 2 CTAs, while 128x256x64 on 1x8 and 64x256x64 on 1x4 did not
+MAX_CLOCK_RATIO = 1.98e9 / 1.755e9  # H100/H200 SXM: 1,980 MHz the most an SM clocks (nvidia-smi clocks.max.sm);
+                             # SM_CLOCK_HZ is what a GEMM that keeps every SM's tensor cores busy sustains
+                             # under the power cap. Fewer busy SMs draw less power, so the clock rises: with
+                             # dynamic power ~ f^3 (voltage tracking frequency) and the cap fixed, a fraction b
+                             # of the SMs runs at b^(-1/3) times the full-load clock, up to this ratio
+                             # (b <= 0.70). Seen on the H100 (2026-11-24 LLM tune runs): single-wave persistent
+                             # kernels on 32-80 SMs ran 15-23% faster than the model without it, while stream-K
+                             # on all 132 SMs of the same problems ran 5-18% slower: the model had stream-K
+                             # winning problems it loses (llama70b_o_m128, qkv_m128, 8b_down_m512)
 MEMORY_OVERLAP_NORM = 4.0    # the mainloop and the DRAM stream overlap as the p-norm of the two times: p -> inf
                              # is perfect overlap (the max), p = 1 none (the sum)
 # Resident CTAs by cluster size: a cluster must fit in one GPC, so big clusters strand SMs.
@@ -161,6 +170,16 @@ def wave_footprint(tiles_m, tiles_n, active, raster, swizzle):
     rows = np.where(along_m, along, across)
     cols = np.where(along_m, across, along)
     return rows, cols
+
+
+def clock_boost(busy_ctas, capacity):
+    """SM clock relative to SM_CLOCK_HZ when ``busy_ctas`` CTAs (one per SM) run the tensor cores:
+    the power cap allows b^(-1/3) for a busy fraction b, up to the maximum clock (MAX_CLOCK_RATIO).
+    ``capacity`` is the CTAs the cluster shape can keep resident: SMs a cluster shape strands (4 of 132
+    with 4-CTA clusters) are not counted as freed power (no measurement shows it), only SMs the problem
+    leaves without a tile."""
+    b = np.clip(np.asarray(busy_ctas, dtype=np.float64) / np.asarray(capacity, dtype=np.float64), 1e-3, 1.0)
+    return np.minimum(b ** (-1.0 / 3.0), MAX_CLOCK_RATIO)
 
 
 def instruction_efficiency(n):
@@ -267,7 +286,8 @@ def cost_arrays(problem, tm, tn, tk, cm, cn, sched, epi, scheduler, stages, rast
         """One k-block with ``busy_ctas`` CTAs pulling their operands through L2 at once."""
         t_load_ = bytes_cta * busy_ctas / L2_BYTES_PER_S * 1e6
         t_load_ = np.where(load == 1, np.maximum(t_load_, t_issue), t_load_)
-        return (np.maximum(np.maximum(t_mma, t_load_), t_pipe) + KBLOCK_OVERHEAD_US + sync
+        t_mma_ = t_mma / clock_boost(busy_ctas, active_all)
+        return (np.maximum(np.maximum(t_mma_, t_load_), t_pipe) + KBLOCK_OVERHEAD_US + sync
                 + np.where(load == 1, CP_ASYNC_KBLOCK_US, 0.0)), t_load_
 
     t_k, t_load = kblock_us(busy)

@@ -493,7 +493,7 @@ def _search(space: SearchSpace, problem, top_k: int, explain: bool, t0: float,
     egg.input("StagesOf", sorted(stage_rows))
     egg.run("(run-schedule (saturate (run expand)))")
     costs = {(row[0], row[1], row[2], row[3], row[4]): (c, None, row[6]) for c, row in legal}
-    picked = extract_ranked(egg, costs, top_k)
+    picked = extract_ranked(egg, costs, top_k, problem)
     # a picked stream-K kernel's launch plan: its Run e-class, extracted (search/decomposition.py)
     plans = extract_plans(egg, problem, [(key, costs[key][2].config, costs[key][2].stages) for key in picked
                                          if costs[key][2].config.tile_scheduler == "stream_k"], rates)
