@@ -14,7 +14,8 @@ and with cuBLAS's time measured in the same runs:
 
 The search's own pick can be a configuration nobody measured; this scores the ranking only where the
 truth is known. "x best" is the pick's time over the fastest measured (1.0 = it picked the fastest);
-"x cuBLAS" is cuBLAS's time over the pick's (above 1.0 = faster than cuBLAS).
+"x cuBLAS" is cuBLAS's time over the pick's (above 1.0 = faster than cuBLAS); "x nvMMH" is the time of
+nvMatmulHeuristics' top-1 (its legal pick, timed by `cutegen tune` in the same run) over the pick's.
 """
 from __future__ import annotations
 
@@ -53,7 +54,7 @@ def main(argv=None) -> int:
     from cutegen.search.learned.model import Correction
     from cutegen.search.learned.samples import from_measurements
 
-    db = ResultsDB(args.db, seed=None if args.no_seed else True)
+    db = ResultsDB(args.db, seed=None if args.no_seed else True, readonly=True)
     ms = db.measurements()
     everything = from_measurements(ms)
     key = family_key(args.family, llm_models(args.models) if args.family == "model" else {})
@@ -61,6 +62,10 @@ def main(argv=None) -> int:
     for m in ms:
         if m.cublas_us and m.is_benchmark:
             cublas[(m.device_kind, m.problem)].append(m.cublas_us)
+    nvmmh: dict = defaultdict(list)      # nvMMH's pick as `cutegen tune` timed it (source ".../nvmmh")
+    for m in ms:
+        if m.is_benchmark and m.validated and m.source.endswith("/nvmmh"):
+            nvmmh[(m.device_kind, m.problem)].append(m.median_us)
     base = baseline_module(args.baseline) if args.baseline else None
     models = ("baseline", "prior", "learned") if base else ("prior", "learned")
     report = {}
@@ -83,22 +88,26 @@ def main(argv=None) -> int:
             corr, _, _ = fits[key(p)].predict(reps)
             learned = prior * np.exp(corr)
             cb = float(np.median(cublas[(kind, p)])) if cublas.get((kind, p)) else None
+            nv = float(np.median(nvmmh[(kind, p)])) if nvmmh.get((kind, p)) else None
             row = {"problem": f"{p.m}x{p.n}x{p.k} {p.dtype_a} {p.layout_a[0]}{p.layout_b[0]}", "candidates": len(meas),
-                   "best_us": float(meas.min()), "cublas_us": cb}
+                   "best_us": float(meas.min()), "cublas_us": cb, "nvmmh_us": nv}
             preds = {"prior": prior, "learned": learned}
             if base:
                 preds["baseline"] = np.array(baseline_predictions(
                     [(s.problem, s.config, s.stages, s.measured_us, "", kind) for s in reps], base))
             for name, pred in preds.items():
                 t = float(meas[int(np.argmin(pred))])
-                row[name] = {"us": t, "x_best": t / float(meas.min()), "x_cublas": (cb / t) if cb else None}
+                row[name] = {"us": t, "x_best": t / float(meas.min()), "x_cublas": (cb / t) if cb else None,
+                             "x_nvmmh": (nv / t) if nv else None}
             row["best_x_cublas"] = cb / float(meas.min()) if cb else None
             rows.append(row)
         summary = {}
         for name in models:
             xb = [r[name]["x_best"] for r in rows]
             xc = [r[name]["x_cublas"] for r in rows if r[name]["x_cublas"]]
-            summary[name] = {"x_best_geomean": float(np.exp(np.mean(np.log(xb)))) if xb else None,
+            xn = [r[name]["x_nvmmh"] for r in rows if r[name]["x_nvmmh"]]
+            summary[name] = {"x_nvmmh_geomean": float(np.exp(np.mean(np.log(xn)))) if xn else None, "with_nvmmh": len(xn),
+                             "x_best_geomean": float(np.exp(np.mean(np.log(xb)))) if xb else None,
                              "x_best_worst": max(xb) if xb else None,
                              "picked_best": sum(x <= 1.0 + 1e-9 for x in xb),
                              "x_cublas_geomean": float(np.exp(np.mean(np.log(xc)))) if xc else None,
@@ -126,7 +135,8 @@ def main(argv=None) -> int:
             x = s[name]
             print(f"  {name:8s}: x best geomean {f(x['x_best_geomean'])} (worst {f(x['x_best_worst'], 2)}, picked the "
                   f"fastest {x['picked_best']}/{r['problems']}); x cuBLAS geomean {f(x['x_cublas_geomean'])}, "
-                  f"{x['under_0.9_cublas']}/{x['with_cublas']} under 0.9x")
+                  f"{x['under_0.9_cublas']}/{x['with_cublas']} under 0.9x; x nvMMH geomean {f(x['x_nvmmh_geomean'])} "
+                  f"over {x['with_nvmmh']}")
         print(f"  best measured: x cuBLAS geomean {f(s['best_measured']['x_cublas_geomean'])}, "
               f"{s['best_measured']['under_0.9_cublas']} under 0.9x")
     return 0
