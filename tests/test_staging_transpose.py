@@ -206,3 +206,28 @@ def test_a_plain_staged_kernel_renders_without_the_transpose():
     src = render_mod.render(GemmProblem(m=2048, n=2048, k=2047),
                             KernelConfig(tile_shape=(128, 128, 64), stage_a=True, stage_b=True)).source
     assert "cutegen_stage_transpose" not in src and "transposed_operands" not in src
+
+
+def test_the_bare_rate_benchmark_times_the_abi_kernel_verbatim():
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+
+    def kernel(path):
+        text = (root / path).read_text()
+        body = text.split("// >>> cutegen_stage_transpose")[1].split("// <<< cutegen_stage_transpose")[0]
+        return body.split("\n", 1)[1]
+    template = kernel("templates/cutegen_abi.inc.j2")
+    assert "__global__" in template and "tile[32][33]" in template
+    assert kernel("bench/stage_transpose_rate.cu") == template
+
+
+def test_layouts_suite_is_fp8_and_tf32_outside_tn_and_searchable():
+    from pathlib import Path
+
+    from cutegen.suites import load_suite
+    suite = load_suite(Path(__file__).resolve().parents[1] / "bench" / "layouts.toml")
+    assert 6 <= len(suite) <= 8
+    for name, p in suite:
+        assert p.dtype_a in ("e4m3", "e5m2", "tf32") and p.blas_layout != "tn", name
+        cfg = search(p, top_k=1).ranked[0].config
+        assert S.transposed_operands(cfg), name
