@@ -59,7 +59,7 @@ def test_staged_kernel_builds_and_refuses_with_the_staging_rules(tmp_path):
 
     assert call(workspace_bytes=need - 1) == abi.WORKSPACE_TOO_SMALL
     err = lib.cutegen_last_error().decode()
-    assert err.startswith("STAGE-WORKSPACE") and str(need) in err
+    assert err.startswith("STAGE-WORKSPACE") and str(need) in err and "A and B (A transposed)" in err
     assert call(ldb=2**31) == abi.CANNOT_IMPLEMENT        # 2^31 bytes: one past cudaMemcpy2D's pitch
     assert lib.cutegen_last_error().decode().startswith("STAGE-PITCH: B source pitch 2147483648 B")
     assert call(lda=255) == abi.CANNOT_IMPLEMENT         # A is M-contiguous: lda >= M

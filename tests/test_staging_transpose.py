@@ -190,6 +190,7 @@ def test_rendered_abi_manifest_and_describe_say_what_is_transposed():
     src = k1.source
     assert "cutegen_stage_transpose<Bits><<<" in src and "stage_transpose<ElementA>(\"A\"" in src
     assert "stage_copy<ElementB>(\"B\"" in src and "stage_transpose<ElementB>" not in src
+    assert "(A transposed into the workspace: K-major" in src and "copies of A and B (A transposed) need" in src
     assert "MainloopSm90TmaGmmaWarpSpecializedFP8" in src and "RS" not in k1.manifest["config"].get("mainloop_schedule", "")
     man = k1.manifest["staging"]
     assert man["operands"] == "A,B" and man["transposed"] == "A" and "transpose kernel" in man["how"]
