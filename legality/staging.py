@@ -53,13 +53,13 @@ def _flagged_transposes(c):
 @_rule("STAGE-ALIGNED", rulebook="S01", source="cutegen/staging.py: staging exists to give TMA 16-byte strides "
        "(cuTensorMapEncodeTiled globalStrides % 16 == 0, rulebook A08); a copy of rows that already have them "
        "costs bandwidth and buys nothing",
-       summary="an operand is staged without transposition only when its rows are not 16-byte aligned "
+       summary="an operand that needs no transposition is staged only when its rows are not 16-byte aligned "
                "(alignment x bits % 128 != 0)")
 def _aligned(c):
-    from cutegen.staging import tma_aligned
+    from cutegen.staging import needs_transpose, tma_aligned
     for op in _ops(c):
-        if op in _transposed(c):
-            continue                    # a transposing stage exists for the majorness, not the alignment
+        if op in _transposed(c) or needs_transpose(c.problem, op):
+            continue                    # staged for its majorness, not its alignment (STAGE-TRANSPOSE-NEEDED)
         if tma_aligned(c.problem, op):
             align = getattr(c.problem, f"alignment_{op}")
             return (f"stage_{op}: {op.upper()} is already 16-byte aligned (alignment_{op}={align} elements of "

@@ -82,6 +82,8 @@ def test_transpose_needed_boundary():
     nn = prob(1000, 1024, 1024, "e4m3", "nn")      # A's rows (M = 1000) are 8-byte aligned: staging it was legal before
     assert ids(nn, stage_a=True) == {"STAGE-TRANSPOSE-NEEDED"}
     assert ids(nn, **A_T) == set()
+    # aligned (M = 1024): the copy is needed for the majorness, so it is not "pointless" (STAGE-ALIGNED)
+    assert ids(prob(1024, 1024, 1024, "e4m3", "nn"), stage_a=True) == {"STAGE-TRANSPOSE-NEEDED"}
     # a 16-bit MN-major operand staged for its alignment keeps its majorness
     assert ids(prob(1001, 1024, 1024, "bf16", "nn"), stage_a=True) == set()
 
