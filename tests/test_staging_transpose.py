@@ -234,3 +234,31 @@ def test_layouts_suite_is_fp8_and_tf32_outside_tn_and_searchable():
         assert p.dtype_a in ("e4m3", "e5m2", "tf32") and p.blas_layout != "tn", name
         cfg = search(p, top_k=1).ranked[0].config
         assert S.transposed_operands(cfg), name
+
+
+@pytest.mark.parametrize("problem", [dict(m=2048, n=2048, k=2048, dtype="e5m2", layout="tt"),
+                                     dict(m=1000, n=1500, k=777, dtype="e4m3", layout="nn"),
+                                     dict(m=1000, n=1500, k=777, dtype="tf32", layout="nt"),
+                                     dict(m=512, n=1024, k=8191, dtype="e4m3", layout="nt", beta=0.5)],
+                         ids=lambda d: f"{d['dtype']}_{d['layout']}_{d['m']}")
+def test_every_validation_case_of_a_transposing_kernel_passes_preflight(problem):
+    # what bench/gpu_transpose.sh will run (cutegen validate): every case must be launchable (the
+    # launch contract and the legality rules at the case's size), every probe refused for its rule
+    import cutegen.render as render_mod
+    from cutegen import runner as R
+    p = GemmProblem.from_dict(problem)
+    cfg = search(p, top_k=1).ranked[0].config
+    if p.k == 8191:      # the stream-K form the GPU script adds by hand: every launch plan
+        cfg = KernelConfig(tile_shape=(128, 128, 128), cluster_shape=(1, 2, 1), tile_scheduler="stream_k",
+                           **{k: v for k, v in TILE.items() if k != "tile_shape"}, **A_T, **B_T)
+    kernel = render_mod.render(p, cfg)
+    cases = R.validation_cases(p, kernel.config, (), launch_plan=kernel.manifest.get("launch_plan"))
+    assert {"ragged", "ragged_batch2", "padded_batch3", "sub_tile"} <= {c.name for c in cases}
+    bases = {"A": 1 << 30, "B": 2 << 30, "C": 3 << 30, "D": 4 << 30}
+    for c in cases:
+        assert R.preflight(p, R.case_launch_args(p, c, bases), kernel.config) == [], c.name
+    for c in R.refusal_probes(p, kernel.config):
+        ids = {v.rule_id for v in R.preflight(p, R.case_launch_args(p, c, bases), kernel.config)}
+        assert ids & set(c.expect), c.name
+        staged = {op.upper() for op in S.staged_operands(cfg)}
+        assert not staged & set(c.offset), c.name      # a staged operand takes any pointer: no probe of it
