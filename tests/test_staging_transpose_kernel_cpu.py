@@ -13,7 +13,6 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
 
 CXX = shutil.which("g++") or shutil.which("c++")
 ROOT = Path(__file__).resolve().parents[1]
