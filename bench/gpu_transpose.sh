@@ -94,7 +94,7 @@ mkdir -p "$OUT"
 command -v nvcc > /dev/null || export PATH="$PATH:/usr/local/cuda/bin"
 
 echo "=== 0. the bare transpose (the ABI's kernel) at the suite's sizes"
-nvcc -O2 -std=c++17 -o /tmp/stage_transpose_rate bench/stage_transpose_rate.cu && /tmp/stage_transpose_rate | tee "$OUT/transpose.json"
+nvcc -O2 -std=c++17 -arch=sm_90 -o /tmp/stage_transpose_rate bench/stage_transpose_rate.cu && /tmp/stage_transpose_rate | tee "$OUT/transpose.json"
 
 export SUITE="$PLAN/suite.toml"
 export KERNELS="$PLAN/sm90a"

@@ -4,7 +4,7 @@
 // 10 warm-ups) at the layouts suite's operand sizes, every element of the copy checked against the source
 // once. It checks the cost model's transpose term (search/cost.py staging_us: bytes read + written over
 // HBM bandwidth at STAGE_TRANSPOSE_EFFICIENCY, plus STAGE_COPY_LAUNCH_US per copy), which is assumed,
-// not measured. One JSON object per line. Build: nvcc -O2 -std=c++17 -o stage_transpose_rate stage_transpose_rate.cu
+// not measured. One JSON object per line. Build: nvcc -O2 -std=c++17 -arch=sm_90 -o stage_transpose_rate stage_transpose_rate.cu
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
