@@ -262,3 +262,21 @@ def test_every_validation_case_of_a_transposing_kernel_passes_preflight(problem)
         assert ids & set(c.expect), c.name
         staged = {op.upper() for op in S.staged_operands(cfg)}
         assert not staged & set(c.offset), c.name      # a staged operand takes any pointer: no probe of it
+
+
+def test_a_pack_never_takes_a_staged_kernel_from_the_database():
+    # a measured staged/transposing kernel must not join a pack's candidates: its plan entry points make
+    # none of the ABI's copies (cutegen/packs/select.py)
+    from types import SimpleNamespace
+
+    from cutegen.packs import select
+    p = prob(1024, 1024, 1024, "e4m3", "nn")
+    plain = KernelConfig(**TILE)
+    staged = KernelConfig(**TILE, **A_T)
+
+    class DB:
+        def measurements(self, device_kind=None, problem=None):
+            return [SimpleNamespace(validated=True, backend="cutlass", is_benchmark=True, config=c)
+                    for c in (plain, staged)]
+    got = select._measured(DB(), SimpleNamespace(kind="h100-sxm"), p)
+    assert list(got.values()) == [plain]
