@@ -603,6 +603,23 @@ class CublasCall:
         if self.use_c and self.fp8:
             self.notes.append("torch._scaled_mm has no beta*C: cuBLAS timed without the C term")
         self.prepared = [self._prepare(b) for b in sets]
+        if self.fp8 and not self._fp8_tn(*self.prepared[0][:2]):
+            self.notes.append("cuBLASLt takes fp8 only as TN: cuBLAS timed with torch's transposing copy "
+                              "(.contiguous()) of the MN-major operand(s) first, inside each call")
+
+    @staticmethod
+    def _fp8_tn(a, b) -> bool:
+        """torch._scaled_mm's layout: a row-major, b column-major."""
+        return a.stride(-1) == 1 and b.stride(-2) == 1
+
+    @staticmethod
+    def _as_tn(a, b):
+        """The operands as torch._scaled_mm takes them, transposed by a copy where they are not."""
+        if a.stride(-1) != 1:
+            a = a.contiguous()
+        if b.stride(-2) != 1:
+            b = b.transpose(-1, -2).contiguous().transpose(-1, -2)
+        return a, b
 
     def _prepare(self, bufs):
         """Operand views such that D (or its transpose, for column-major D) = A' @ B'."""
@@ -623,6 +640,7 @@ class CublasCall:
         torch = _torch()
         a, b, c, d = self.prepared[i]
         if self.fp8:
+            a, b = self._as_tn(a, b)       # a no-op (no copy) for TN operands
             if a.dim() == 3:
                 for j in range(a.shape[0]):
                     d[j].copy_(torch._scaled_mm(a[j], b[j], scale_a=self.one, scale_b=self.one,

@@ -82,7 +82,8 @@ class SmemAtom:
 
 # Fields added after kernels were checked in: omitted from to_dict() (and so from the hash) at their
 # default, so the bytes and hash of every existing kernel stay the same.
-_OMITTED_AT_DEFAULT = frozenset({"swap_ab", "mainloop_load", "stage_a", "stage_b", "prefetch_distance",
+_OMITTED_AT_DEFAULT = frozenset({"swap_ab", "mainloop_load", "stage_a", "stage_b", "stage_transpose_a",
+                                 "stage_transpose_b", "prefetch_distance",
                                  "release_lag", "pingpong_order"})
 
 
@@ -112,6 +113,11 @@ class KernelConfig:
     # to_dict() while False, so every existing kernel keeps its hash.
     stage_a: bool = False
     stage_b: bool = False
+    # ...and the copy of a staged A (B) is transposed: the caller's MN-major operand is written K-major,
+    # for the dtypes WGMMA reads from shared memory only K-major (8-bit, tf32). Needs stage_a (stage_b);
+    # left out of to_dict() while False.
+    stage_transpose_a: bool = False
+    stage_transpose_b: bool = False
     # The pipeline's temporal choices (legality/pipeline_builders.py; rendered by the DSL backend only):
     # the producer loads k-block n only once k-block n - prefetch_distance was released (0: no bound
     # but the stages, today's); a consumer releases a stage release_lag k-blocks after reading it
@@ -147,7 +153,7 @@ class KernelConfig:
         if not isinstance(self.swap_ab, bool):
             raise FieldError("swap_ab", f"expected true or false, got {self.swap_ab!r}")
         as_choice("mainloop_load", self.mainloop_load, MAINLOOP_LOADS)
-        for name in ("stage_a", "stage_b"):
+        for name in ("stage_a", "stage_b", "stage_transpose_a", "stage_transpose_b"):
             if not isinstance(getattr(self, name), bool):
                 raise FieldError(name, f"expected true or false, got {getattr(self, name)!r}")
         set_("prefetch_distance", as_int("prefetch_distance", self.prefetch_distance, lo=0, hi=64))
@@ -212,7 +218,8 @@ class KernelConfig:
         sk = "_streamk" if self.tile_scheduler == "stream_k" else ""
         sw = "_swapab" if self.swap_ab else ""
         load = "_cpasync" if self.mainloop_load == "cp_async" else ""
-        staged = "".join(f"_stage{op.upper()}" for op in "ab" if getattr(self, f"stage_{op}"))
+        staged = "".join(f"_stage{op.upper()}" + ("T" if getattr(self, f"stage_transpose_{op}") else "")
+                         for op in "ab" if getattr(self, f"stage_{op}"))
         temporal = self.temporal_suffix()
         return f"{t[0]}x{t[1]}x{t[2]}_{c[0]}x{c[1]}x{c[2]}_{st}_{sched}_{epi}{sk}{sw}{load}{staged}{temporal}"
 

@@ -29,6 +29,7 @@ from .config import KernelConfig
 from .dtypes import DTYPES
 from .errors import CutegenError, FieldError, IllegalConfig
 from .problem import GemmProblem
+from . import staging as _staging
 from .swap_ab import kernel_problem
 
 BACKENDS = ("cutlass", "cutlass_builder", "dsl")   # dsl: cutegen/dsl.py (CuTe DSL, issue 6)
@@ -253,6 +254,8 @@ def _describe(problem: GemmProblem, config: KernelConfig, backend: str, khash: s
            "problem": problem.kernel_key()}
     if staged(config):          # only staged kernels carry the key: every other kernel keeps its bytes
         out["staged_operands"] = staged(config)
+    if _staging.transposed_operands(config):      # likewise only transposing ones this one
+        out["transposed_operands"] = _staging.describe_transposed(config)
     return json.dumps(out, sort_keys=True, separators=(",", ":"))
 
 
@@ -305,6 +308,10 @@ def template_context(problem: GemmProblem, config: KernelConfig, backend: str) -
         "stage_a": config.stage_a, "stage_b": config.stage_b,
         "staged_ops": [(op, op.upper()) for op in ("a", "b") if getattr(config, f"stage_{op}")],
         "staged_words": " and ".join(op.upper() for op in ("a", "b") if getattr(config, f"stage_{op}")),
+        # ...and the MN-major ones among them written K-major (the transposing stage)
+        "transposed_ops": list(_staging.transposed_operands(config)),
+        "stage_transposed": bool(_staging.transposed_operands(config)),
+        "transposed_words": " and ".join(op.upper() for op in _staging.transposed_operands(config)),
         "is_fp8": problem.dtype_a in ("e4m3", "e5m2"),
         "cp_async": config.mainloop_load == "cp_async",
         # any operand below 16 bytes: the ABI checks each pointer against its own vector width
@@ -535,8 +542,20 @@ def render(problem: GemmProblem, config: KernelConfig, backend: str = "cutlass",
             "operands": staging.describe(config),
             "how": "the C ABI copies each staged operand into the workspace with cudaMemcpy2DAsync "
                    "(leading dimension rounded up to 16 bytes) before the TMA kernel reads it",
-            "staged_ld": {op: staging.staged_ld(problem, op) for op in staging.staged_operands(config)},
+            "staged_ld": {op: staging.staged_ld(staging.copy_view(problem, config), op)
+                          for op in staging.staged_operands(config)},
             "workspace_bytes": staging.staging_workspace_bytes(problem, config)}
+        if staging.transposed_operands(config):
+            trans = staging.transposed_operands(config)
+            plain = [op.upper() for op in staging.staged_operands(config) if op not in trans]
+            man["staging"]["transposed"] = staging.describe_transposed(config)
+            man["staging"]["how"] = (
+                (f"{' and '.join(plain)}: copied into the workspace with cudaMemcpy2DAsync (leading dimension rounded "
+                 "up to 16 bytes); " if plain else "")
+                + f"{' and '.join(op.upper() for op in trans)}: MN-major, written K-major into the workspace by the C "
+                "ABI's tiled transpose kernel (32x32 tiles through shared memory, on the caller's stream; leading "
+                "dimension K rounded up to 16 bytes), because WGMMA reads 8-bit and tf32 operands only K-major: "
+                "the kernel is an ordinary TN TMA kernel")
     return RenderedKernel(problem, config, backend, man["kernel_hash"],
                           {"kernel.cu": source, "manifest.json": manifest_mod.dumps(man)}, man)
 

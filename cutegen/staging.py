@@ -17,6 +17,14 @@ are judged on) and runs the real ones.
 
 Workspace layout (the ABI's ``cutegen_workspace_size`` reports the sum): the staged copy of A, then
 of B, each padded to ``WORKSPACE_ALIGN`` bytes, then CUTLASS's own workspace (stream-K partials).
+
+Transposing stage (``config.stage_transpose_a`` / ``_b``): WGMMA reads 8-bit and tf32 operands from
+shared memory only K-major, and CUTLASS 4.2 sends every other majorness of them to its register-A
+mainloop (rules SM90-RS-ROUTE, SM90-RS-TRANSPOSE-B-K128; it faulted for fp8, NOTES.md E05). A staged
+MN-major operand of such a problem is instead written K-major into the workspace by a small tiled
+transpose kernel of the ABI (32x32 tiles through shared memory), so the kernel is an ordinary TN TMA
+kernel. ``copy_view`` is the problem with the copies' layouts (transposed operands K-major), the view
+every size of the workspace is computed on; ``staged_problem`` starts from it.
 """
 from __future__ import annotations
 
@@ -32,6 +40,54 @@ OPERANDS = ("a", "b")
 def staged_operands(config) -> tuple[str, ...]:
     """The operands ('a', 'b') the configuration stages."""
     return tuple(op for op in OPERANDS if getattr(config, f"stage_{op}", False))
+
+
+def transposed_operands(config) -> tuple[str, ...]:
+    """The staged operands whose copy is transposed (written K-major)."""
+    return tuple(op for op in staged_operands(config) if getattr(config, f"stage_transpose_{op}", False))
+
+
+def needs_k_major(problem: GemmProblem) -> bool:
+    """Does WGMMA read this problem's operands from shared memory only K-major? Everything but two
+    16-bit inputs (CUTLASS's is_use_rmem_A routes any other majorness to the RS mainloop)."""
+    return not (DTYPES[problem.dtype_a].bits == 16 and DTYPES[problem.dtype_b].bits == 16)
+
+
+def k_major(problem: GemmProblem, op: str) -> bool:
+    return problem.a_k_major if op == "a" else problem.b_k_major
+
+
+def needs_transpose(problem: GemmProblem, op: str) -> bool:
+    """Must a kernel for ``problem`` read ``op`` through a transposing stage (8-bit / tf32, MN-major)?"""
+    return needs_k_major(problem) and not k_major(problem, op)
+
+
+def stage_flags(problem: GemmProblem, ops) -> dict[str, bool]:
+    """The KernelConfig fields that stage ``ops`` of ``problem``: each staged, and transposed where the
+    problem needs it (the only legal copy of such an operand; STAGE-TRANSPOSE-NEEDED)."""
+    out = {}
+    for op in ops:
+        out[f"stage_{op}"] = True
+        if needs_transpose(problem, op):
+            out[f"stage_transpose_{op}"] = True
+    return out
+
+
+_K_MAJOR_LAYOUT = {"a": "row", "b": "col"}
+
+
+def copy_view(problem: GemmProblem, config) -> GemmProblem:
+    """The problem with each transposed operand as its copy stores it: K-major, rows ``staged_ld``
+    apart (16-byte aligned, so stated at 16 bytes' alignment). Unchanged (the same object) when
+    nothing is transposed."""
+    ops = transposed_operands(config)
+    if not ops:
+        return problem
+    changes: dict = {}
+    for op in ops:
+        changes.update({f"layout_{op}": _K_MAJOR_LAYOUT[op], f"ld{op}": 0,
+                        f"alignment_{op}": default_alignment(getattr(problem, f"dtype_{op}"))})
+    return problem.replace(**changes)
 
 
 def element_bytes(problem: GemmProblem, op: str) -> int:
@@ -68,6 +124,7 @@ def moved_bytes(problem: GemmProblem, op: str) -> int:
 def workspace_layout(problem: GemmProblem, config) -> dict[str, tuple[int, int]]:
     """{op: (offset, bytes)} of each staged copy in the workspace; CUTLASS's own follows at
     ``staging_workspace_bytes``."""
+    problem = copy_view(problem, config)
     out, offset = {}, 0
     for op in staged_operands(config):
         n = copy_bytes(problem, op)
@@ -91,6 +148,7 @@ def staged_problem(problem: GemmProblem, config) -> GemmProblem:
         return problem
     from .errors import FieldError
 
+    problem = copy_view(problem, config)
     changes: dict = {}
     rounded: dict = {}
     for op in ops:
@@ -110,3 +168,8 @@ def staged_problem(problem: GemmProblem, config) -> GemmProblem:
 def describe(config) -> str:
     """The words cutegen_describe and the manifest use: 'A', 'B', 'A,B' or ''."""
     return ",".join(op.upper() for op in staged_operands(config))
+
+
+def describe_transposed(config) -> str:
+    """The transposed operands in the same words: 'A', 'B', 'A,B' or ''."""
+    return ",".join(op.upper() for op in transposed_operands(config))

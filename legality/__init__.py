@@ -200,14 +200,14 @@ def check_config(problem: GemmProblem, config: KernelConfig) -> ConfigReport:
     every other rule on the transposed problem its kernel is written for (legality/swap_ab.py).
     A staged configuration (``config.stage_a`` / ``stage_b``) likewise: the staging rules on
     ``problem``, then every other rule on the aligned view its TMA kernel reads (legality/staging.py)."""
-    if getattr(config, "stage_a", False) or getattr(config, "stage_b", False):
+    flags = {f: getattr(config, f, False) for f in ("stage_a", "stage_b", "stage_transpose_a", "stage_transpose_b")}
+    if any(flags.values()):
         from cutegen.staging import staged_problem
         staging_violations = check_staging(problem, config)
         if staging_violations:
             return ConfigReport(False, staging_violations, [], None,
                                 config.stages if config.stages != "auto" else None, None)
-        flags = {"stage_a": config.stage_a, "stage_b": config.stage_b}
-        inner = check_config(staged_problem(problem, config), config.replace(stage_a=False, stage_b=False))
+        inner = check_config(staged_problem(problem, config), config.replace(**{f: False for f in flags}))
         if inner.config is not None:
             inner.config = inner.config.replace(**flags)
         return inner

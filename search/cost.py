@@ -383,15 +383,25 @@ STAGE_COPY_EFFICIENCY = 0.7   # a device-to-device 2-D copy of rows a few KB lon
 STAGE_COPY_LAUNCH_US = 2.0    # per cudaMemcpy2DAsync on the stream ahead of the kernel
 
 
+# A transposing stage (an MN-major 8-bit or tf32 operand written K-major) is the ABI's own 32x32-tile
+# transpose kernel: the same bytes as a row copy, but each warp reads and writes 32-element rows of
+# the tile (32 B for fp8: one sector per request), so it is assumed to reach less of the bandwidth.
+# Assumed, not measured: bench/gpu_transpose.sh times the bare transpose at the layouts suite's sizes.
+STAGE_TRANSPOSE_EFFICIENCY = 0.45
+
+
 def staging_us(problem, operands, device=None) -> float:
-    """Predicted microseconds of the staged copies of ``operands`` ('a', 'b') of ``problem``."""
-    from cutegen.staging import moved_bytes
+    """Predicted microseconds of the staged copies of ``operands`` ('a', 'b') of ``problem``; an
+    operand a kernel can only read K-major (cutegen.staging.needs_transpose) is copied transposed."""
+    from cutegen.staging import moved_bytes, needs_transpose
 
     if not operands:
         return 0.0
     hbm = HBM_BYTES_PER_S if device is None else device.hbm_bytes_per_s
-    moved = sum(moved_bytes(problem, op) for op in operands)
-    return moved / (hbm * STAGE_COPY_EFFICIENCY) * 1e6 + STAGE_COPY_LAUNCH_US * len(operands)
+    moved = sum(moved_bytes(problem, op) for op in operands if not needs_transpose(problem, op))
+    moved_t = sum(moved_bytes(problem, op) for op in operands if needs_transpose(problem, op))
+    return (moved / (hbm * STAGE_COPY_EFFICIENCY) * 1e6 + STAGE_COPY_LAUNCH_US * len(operands)
+            + moved_t / (hbm * STAGE_TRANSPOSE_EFFICIENCY) * 1e6)
 
 
 def config_codes(config) -> tuple[int, int, int]:

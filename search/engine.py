@@ -271,6 +271,7 @@ def search(problem, top_k: int = 5, *, explain: bool = False, backend: str = "cu
     False for callers whose kernels run without the C ABI's copies (kernel packs' plan entry points)."""
     from cutegen.errors import FieldError
     from cutegen.problem import GemmProblem
+    from cutegen.collective_builder import uses_register_a
     from cutegen.swap_ab import transposed
 
     if not isinstance(problem, GemmProblem):
@@ -285,6 +286,12 @@ def search(problem, top_k: int = 5, *, explain: bool = False, backend: str = "cu
     unjudged = 0
     forms = [(swapped, ()) for swapped in orientations(problem)]
     stage = staging_form(problem, backend) if staging else ()
+    if stage and uses_register_a(problem):
+        # an 8-bit / tf32 problem with an MN-major operand, in either orientation, goes to CUTLASS's
+        # register-A mainloop, which the explicit template does not spell (CUTLASS-EXPLICIT-RS): only the
+        # transposing stage computes it, so the unstaged forms are pruned whole, unjudged
+        swap_pruned["CUTLASS-EXPLICIT-RS"] = len(forms)
+        forms = []
     if stage:                       # the staged form: the same GEMM on aligned copies (cutegen/staging.py);
         forms.insert(0, (False, stage))   # first, so its costs bound the unstaged (cp.async) form's judging
     from .learned.device import rates as device_rates
@@ -295,8 +302,8 @@ def search(problem, top_k: int = 5, *, explain: bool = False, backend: str = "cu
         return sorted(x.cost + (copy_us if st else 0.0) for (_, st), r in results for x in r.ranked)
     for swapped, staged in forms:
         if staged:
-            from cutegen.staging import staged_problem
-            flags = {f"stage_{op}": True for op in staged}
+            from cutegen.staging import stage_flags, staged_problem
+            flags = stage_flags(problem, staged)
             oriented = staged_problem(problem, _make_config((128, 128, 64), (1, 1), (1, 1, 0)).replace(**flags))
             space = SearchSpace(oriented)
             try:
@@ -342,14 +349,30 @@ def search(problem, top_k: int = 5, *, explain: bool = False, backend: str = "cu
 
 
 def staging_form(problem, backend: str) -> tuple[str, ...]:
-    """The operands a staged form of ``problem`` copies: every operand TMA cannot read ('a', 'b'), or
-    () when TMA can read both (STAGE-ALIGNED) or the backend does not render staging (the CuTe DSL
-    and the CollectiveBuilder templates do not include the staging ABI)."""
-    from cutegen.staging import tma_aligned
+    """The operands a staged form of ``problem`` copies: every operand TMA cannot read ('a', 'b') and
+    every MN-major operand WGMMA can read only K-major (8-bit, tf32: copied transposed), or () when
+    there is none (STAGE-ALIGNED) or the backend does not render staging (the CuTe DSL and the
+    CollectiveBuilder templates do not include the staging ABI)."""
+    from cutegen.staging import needs_transpose, tma_aligned
 
     if backend != "cutlass":
         return ()
-    return tuple(op for op in ("a", "b") if not tma_aligned(problem, op))
+    return tuple(op for op in ("a", "b") if not tma_aligned(problem, op) or needs_transpose(problem, op))
+
+
+def _staging_step(staged, flags, copy_us: float) -> str:
+    """The explain chain's first step for a staged form: which operands are restrided, which transposed."""
+    plain = [o.upper() for o in staged if not flags.get(f"stage_transpose_{o}")]
+    trans = [o.upper() for o in staged if flags.get(f"stage_transpose_{o}")]
+    parts = []
+    if plain:
+        parts.append(f"problem: Mul(A, B) = Mul(Restride(A), B) for {', '.join(plain)}  [staging: cudaMemcpy2DAsync "
+                     f"into the workspace, leading dimension rounded up to 16 bytes]")
+    if trans:
+        parts.append(f"problem: Mul(A, B) = Mul(KMajor(A), B) for {', '.join(trans)}  [transposing stage: the ABI's "
+                     f"32x32-tile transpose kernel writes the MN-major operand K-major into the workspace, leading "
+                     f"dimension K rounded up to 16 bytes; the kernel is TN]")
+    return "; ".join(parts) + f"  [copies {copy_us:.1f} us]"
 
 
 def _merge(problem, results, top_k: int, swap_pruned: dict, t0: float, unjudged: int = 0,
@@ -364,14 +387,13 @@ def _merge(problem, results, top_k: int, swap_pruned: dict, t0: float, unjudged:
                 # the staged copies are priced on the caller's problem and added (search/cost.py staging_us)
                 from .learned.device import rates as device_rates
                 copy_us = costmod.staging_us(problem, staged, device_rates(device))
-                flags = {f"stage_{op}": True for op in staged}
+                from cutegen.staging import stage_flags
+                flags = stage_flags(problem, staged)
                 bd = {**x.breakdown, "staging_us": round(copy_us, 4),
                       "predicted_us": round(x.cost + copy_us, 3),
                       "predicted_tflops": round(problem.flops / ((x.cost + copy_us) * 1e-6) / 1e12, 1)}
                 x = Ranked(x.config.replace(**flags), x.cost + copy_us, bd,
-                           [f"problem: Mul(A, B) = Mul(Restride(A), B) for {', '.join(o.upper() for o in staged)}  "
-                            f"[staging: cudaMemcpy2DAsync into the workspace, leading dimension rounded up to "
-                            f"16 bytes; copy {copy_us:.1f} us]"] + x.chain if x.chain else [], x.prediction, x.plan)
+                           [_staging_step(staged, flags, copy_us)] + x.chain if x.chain else [], x.prediction, x.plan)
             if swapped:
                 x = Ranked(x.config.replace(swap_ab=True), x.cost, {**x.breakdown, "swap_ab": True},
                            ["problem: Mul(m,n,k,A,B,C) = Transpose(Mul(n,m,k,B^T,A^T,C^T))  [swap AB: D^T = B^T A^T]"]

@@ -4,7 +4,8 @@ M, N, K from {1, 2, 3, 7, 8, 9, 1001, 2047, 4096}, odd leading dimensions, every
 A TMA mainloop needs 16-byte rows; the cp.async mainloop (legality/cp_async.py) takes the rest, so an
 empty answer is a bug. The one exception is a class no SM90 kernel cutegen renders can compute at any
 alignment: CUTLASS routes fp8 operands that are not both K-major, and tf32 ones that are not TN, to the
-register-A mainloop (SM90-RS-ROUTE, CUTLASS-EXPLICIT-RS); those must be refused by that rule, aligned or not.
+register-A mainloop (SM90-RS-ROUTE, CUTLASS-EXPLICIT-RS); those are computed by the transposing stage
+(cutegen/staging.py: the MN-major operands are copied K-major into the workspace), aligned or not.
 """
 from __future__ import annotations
 
@@ -52,12 +53,17 @@ def test_search_answers_every_problem(m, n, k, dtype, layout, pads):
     p = _problem(m, n, k, dtype, layout, pads)
     res = search(p, top_k=1)
     rs_class = uses_register_a(p)
-    if rs_class:
-        assert res.ranked == []
-        assert set(res.pruned_by_rule) & {"SM90-RS-ROUTE", "CUTLASS-EXPLICIT-RS"}
-        return
     assert res.ranked, f"{p.name}: no kernel; rules: {res.pruned_by_rule}"
     cfg = res.ranked[0].config
+    from cutegen.staging import needs_transpose, transposed_operands
+    # exactly the MN-major operands of an 8-bit / tf32 problem are transposed, and only those problems
+    # are in CUTLASS's register-A class (both operands of one dtype here)
+    assert set(transposed_operands(cfg)) == {op for op in "ab" if needs_transpose(p, op)}
+    assert bool(transposed_operands(cfg)) == rs_class
+    if rs_class:
+        assert check_config(p, cfg).legal and cfg.mainloop_load == "tma"
+        assert "CUTLASS-EXPLICIT-RS" in res.pruned_by_rule      # the unstaged forms, pruned whole
+        return
     rep = check_config(p, cfg)
     from cutegen.legality.cp_async import ADVISORY
     assert rep.legal and not [w for w in rep.warnings if w.rule_id not in ADVISORY]

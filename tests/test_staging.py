@@ -35,7 +35,8 @@ def test_fields_stay_out_of_the_hash_at_their_default():
 def test_every_staging_rule_is_documented():
     rules = list(STAGING_RULES)
     assert {r.id for r in rules} == {"STAGE-ALIGNED", "STAGE-CP-ASYNC", "STAGE-SWAP-AB", "STAGE-PITCH",
-                                     "STAGE-TMA-STRIDE", "STAGE-WORKSPACE"}
+                                     "STAGE-TMA-STRIDE", "STAGE-WORKSPACE", "STAGE-TRANSPOSE-DTYPE",
+                                     "STAGE-TRANSPOSE-STAGED", "STAGE-TRANSPOSE-NEEDED"}
     assert set(rules) <= set(all_rules())
     from pathlib import Path
     book = (Path(__file__).resolve().parents[1] / "legality" / "RULEBOOK-staging.md").read_text()

@@ -94,7 +94,9 @@ def _measured(db: Any, target: Target, problem: GemmProblem) -> dict[str, Kernel
         return {}
     out: dict[str, KernelConfig] = {}
     for m in db.measurements(device_kind=target.kind, problem=problem):
-        if m.validated and m.backend == "cutlass" and m.is_benchmark:
+        # not a staged (or transposing) kernel: the pack's entry points make none of the ABI's copies
+        staged = getattr(m.config, "stage_a", False) or getattr(m.config, "stage_b", False)
+        if m.validated and m.backend == "cutlass" and m.is_benchmark and not staged:
             out.setdefault(m.config.to_json(), m.config)
     return out
 
