@@ -385,9 +385,11 @@ STAGE_COPY_LAUNCH_US = 2.0    # per cudaMemcpy2DAsync on the stream ahead of the
 
 # A transposing stage (an MN-major 8-bit or tf32 operand written K-major) is the ABI's own 32x32-tile
 # transpose kernel: the same bytes as a row copy, but each warp reads and writes 32-element rows of
-# the tile (32 B for fp8: one sector per request), so it is assumed to reach less of the bandwidth.
-# Assumed, not measured: bench/gpu_transpose.sh times the bare transpose at the layouts suite's sizes.
-STAGE_TRANSPOSE_EFFICIENCY = 0.45
+# the tile (32 B for fp8: one sector per request), so it reaches less of the bandwidth, the less the
+# narrower the element. Measured on the H100 (2026-11-24, bench/gpu_transpose.sh, bench/results/
+# runs/2026-11-24-nvidia-h100-80gb-hbm3-transpose-copy.jsonl), bytes read + written over time at 16-134 MB:
+# 1-byte elements 613-617 GB/s, 2-byte 1,027, 4-byte 1,728-1,820: 0.18 / 0.31 / 0.53 of 3.35 TB/s.
+STAGE_TRANSPOSE_EFFICIENCY = {1: 0.18, 2: 0.31, 4: 0.53}
 
 
 def staging_us(problem, operands, device=None) -> float:
@@ -399,9 +401,11 @@ def staging_us(problem, operands, device=None) -> float:
         return 0.0
     hbm = HBM_BYTES_PER_S if device is None else device.hbm_bytes_per_s
     moved = sum(moved_bytes(problem, op) for op in operands if not needs_transpose(problem, op))
-    moved_t = sum(moved_bytes(problem, op) for op in operands if needs_transpose(problem, op))
-    return (moved / (hbm * STAGE_COPY_EFFICIENCY) * 1e6 + STAGE_COPY_LAUNCH_US * len(operands)
-            + moved_t / (hbm * STAGE_TRANSPOSE_EFFICIENCY) * 1e6)
+    from cutegen.staging import element_bytes
+
+    t_us = sum(moved_bytes(problem, op) / (hbm * STAGE_TRANSPOSE_EFFICIENCY[element_bytes(problem, op)])
+               for op in operands if needs_transpose(problem, op)) * 1e6
+    return moved / (hbm * STAGE_COPY_EFFICIENCY) * 1e6 + STAGE_COPY_LAUNCH_US * len(operands) + t_us
 
 
 def config_codes(config) -> tuple[int, int, int]:

@@ -81,7 +81,8 @@ def test_two_checked_in_kernels_compile():
                                        ("bench/coverage.toml", "generated/coverage"),
                                        ("bench/llm.toml", "generated/llm"),
                                        ("bench/forms_splitk.toml", "generated/forms"),
-                                       ("bench/unaligned.toml", "generated/unaligned")])
+                                       ("bench/unaligned.toml", "generated/unaligned"),
+                                       ("bench/layouts.toml", "generated/layouts")])
 def test_regen_check_finds_no_drift(suite, out, monkeypatch):
     """What CI jobs run: search and render every suite problem again; not one byte may change."""
     from cutegen.cli import main

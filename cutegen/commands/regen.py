@@ -14,7 +14,7 @@ HELP = "re-render generated/ for bench/suite.toml (search + render); --check: fa
 # Every checked-in suite and the tree it renders into (``--all``).
 SUITES = (("bench/suite.toml", "generated"), ("bench/coverage.toml", "generated/coverage"),
           ("bench/llm.toml", "generated/llm"), ("bench/forms_splitk.toml", "generated/forms"),
-          ("bench/unaligned.toml", "generated/unaligned"))
+          ("bench/unaligned.toml", "generated/unaligned"), ("bench/layouts.toml", "generated/layouts"))
 BASELINE = {"tile_shape": [128, 256, 64], "cluster_shape": [2, 1, 1], "stages": "auto",
             "mainloop_schedule": "cooperative", "epilogue_schedule": "tma_warp_specialized_cooperative"}
 
