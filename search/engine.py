@@ -49,6 +49,17 @@ MAX_JUDGED = 2500
 SWAP_MARGIN = 0.01       # a swapped kernel is ranked as if 1% dearer: where the two orientations
                          # tie within the model's noise (large problems differ by < 0.1%), the problem
                          # as stated keeps its (GPU-validated) kernel; not fitted to any measurement
+WGMMA_M = 64             # rows of one warpgroup's MMA (m64nNk16)
+
+
+def swap_margin(problem) -> float:
+    """How much cheaper a swapped kernel must be. Below one WGMMA M-mode of rows (M < 64) the unswapped
+    kernel computes 64 rows for every M real ones and the swapped one fills that mode with N: the
+    orientations differ physically, so the cheaper one is taken (margin 0). At M >= 64 the two tie within
+    the model's noise and the problem as stated keeps its kernel (SWAP_MARGIN)."""
+    return 0.0 if problem.m < WGMMA_M else SWAP_MARGIN
+
+
 REFINE = 6               # raster/swizzle variants are tried for this many of the best legal kernels
 LEARNED_POOL = 64        # with a learned predictor: this many of the prior's best legal kernels are re-ranked
 
@@ -339,7 +350,7 @@ def search(problem, top_k: int = 5, *, explain: bool = False, backend: str = "cu
                 # with a predictor: its costs are measured or learned, the estimates are the prior's.
                 stated_best = costs_so_far()[0]
                 est = rank_space(space, device_rates(device))[6]
-                if float(est.min()) * (1.0 + SWAP_MARGIN) >= stated_best:
+                if float(est.min()) * (1.0 + swap_margin(problem)) >= stated_best:
                     unjudged += int(est.size)
                     continue
             results.append(((swapped, ()), _search(space, oriented, top_k, explain, t0, backend, device, predictor)))
@@ -403,7 +414,8 @@ def _merge(problem, results, top_k: int, swap_pruned: dict, t0: float, unjudged:
     # (large problems, where the model's M/N asymmetries are noise) the problem as stated keeps its
     # kernel; the swap is taken where it is worth something physical (small M: the 64-row WGMMA M
     # mode filled by N instead of by padding, the few rows in an 8-wide N mode).
-    ranked.sort(key=lambda t: (round(t[0] * (1.0 + SWAP_MARGIN if t[1] else 1.0), 6), t[1]))
+    margin = swap_margin(problem)
+    ranked.sort(key=lambda t: (round(t[0] * (1.0 + margin if t[1] else 1.0), 6), t[1]))
     pruned = dict(swap_pruned)
     for _, r in results:
         for k, v in r.pruned_by_rule.items():

@@ -180,3 +180,26 @@ def test_validation_plans_see_the_swapped_tile_along_n():
     probes = R.refusal_probes(prob(16, 4096, 4096), cfg)
     # probes are sized one tile and a bit along each of the caller's extents: N past the 64-row mode
     assert all(c.n > 64 and c.m > 8 for c in probes)
+
+
+def test_swap_margin_is_zero_below_one_wgmma_m_mode_only():
+    """Below 64 rows the two orientations differ physically (the unswapped kernel pads M to 64 rows of
+    WGMMA): the cheaper one is taken. From 64 rows on, a swap must win by SWAP_MARGIN."""
+    from cutegen.search import engine
+
+    assert engine.swap_margin(prob(63, 4096, 4096)) == 0.0
+    assert engine.swap_margin(prob(1, 4096, 4096)) == 0.0
+    assert engine.swap_margin(prob(64, 4096, 4096)) == engine.SWAP_MARGIN > 0.0
+
+
+def test_decode_takes_the_cheaper_orientation_even_by_less_than_the_margin():
+    """1 x 57344 x 8192 (Llama-70B gate-up decode): the prior prices the swapped kernel within 1% of the
+    unswapped one; the H100 ran the swapped one 12% faster (2026-11-24). At M = 1 it is taken."""
+    from cutegen.search import search
+
+    p = prob(1, 57344, 8192)
+    r = search(p, top_k=8)
+    best = r.ranked[0]
+    unswapped = [x for x in r.ranked if not x.config.swap_ab]
+    assert best.config.swap_ab
+    assert not unswapped or best.cost <= min(x.cost for x in unswapped)
