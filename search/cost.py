@@ -322,11 +322,9 @@ def cost_arrays(problem, tm, tn, tk, cm, cn, sched, epi, scheduler, stages, rast
     # the deterministic fix-up chains the pieces of a split tile: CTAs per split tile - 1 links in series
     chain = np.where(sk_tiles > 0, np.maximum(np.ceil(active_sk / np.maximum(sk_tiles, 1.0)) - 1.0, 0.0), 0.0)
     t_sk = (np.ceil(total_blocks / active_sk) * t_k_sk / STREAMK_EFFICIENCY
-            + t_epi_exposed * np.ceil(tiles / active) + TILE_SWITCH_US + TMA_LATENCY_US + t_k_sk)
-    # the fix-up runs after a split tile's k-blocks are done, when the operands have stopped streaming:
-    # a tail the DRAM stream cannot hide (added after the memory overlap below)
-    tail_sk = (np.where(sk_tiles > 0, STREAMK_FIXUP_US + 2 * t_epi, 0.0) + sk_partials * partial_tile_us
-               + chain * STREAMK_LINK_US)
+            + t_epi_exposed * np.ceil(tiles / active)
+            + np.where(sk_tiles > 0, STREAMK_FIXUP_US + 2 * t_epi, 0.0) + TILE_SWITCH_US + TMA_LATENCY_US + t_k_sk
+            + sk_partials * partial_tile_us + chain * STREAMK_LINK_US)
 
     # split-K by s: s work units per tile, each ceil(kblocks / s) k-blocks; s - 1 partials per tile,
     # and the deterministic turnstile makes a tile's final piece wait for the others (fix-up)
@@ -335,20 +333,17 @@ def cost_arrays(problem, tm, tn, tk, cm, cn, sched, epi, scheduler, stages, rast
     active_split = np.minimum(active_all, units)
     t_k_split, _ = kblock_us(active_split)
     per_unit = np.ceil(kblocks / s) * t_k_split + TILE_SWITCH_US
-    t_split = np.ceil(units / active_split) * per_unit + np.ceil(tiles / active) * t_epi_exposed + TMA_LATENCY_US + t_k_split
-    tail_split = (tiles * (s - 1.0) * partial_tile_us + (s - 1.0) * STREAMK_LINK_US
-                  + np.where(s > 1, STREAMK_FIXUP_US, 0.0))
+    t_split = (np.ceil(units / active_split) * per_unit + np.ceil(tiles / active) * t_epi_exposed
+               + tiles * (s - 1.0) * partial_tile_us + (s - 1.0) * STREAMK_LINK_US
+               + np.where(s > 1, STREAMK_FIXUP_US, 0.0) + TMA_LATENCY_US + t_k_split)
 
     decomp = np.asarray(decomposition)
     # heuristic: CUTLASS picks stream-K when the last wave is partial and data-parallel otherwise
     # (select_decomposition_mode), or split-K when asked for splits > 1
     t_heur = np.where(s > 1, t_split, np.where(sk_tiles > 0, t_sk, t_dp))
-    tail_heur = np.where(s > 1, tail_split, np.where(sk_tiles > 0, tail_sk, 0.0))
-    plans = [decomp == DECOMP_DATA_PARALLEL, decomp == DECOMP_SPLIT_K, decomp == DECOMP_STREAM_K]
-    t_streamk_kernel = np.select(plans, [t_dp, t_split, t_sk], t_heur)
-    tail = np.where(scheduler == 1, np.select(plans, [0.0, tail_split, tail_sk], tail_heur), 0.0)
-    t_body = np.where(scheduler == 1, t_streamk_kernel, t_dp)
-    t_main = t_body + tail
+    t_streamk_kernel = np.select([decomp == DECOMP_DATA_PARALLEL, decomp == DECOMP_SPLIT_K, decomp == DECOMP_STREAM_K],
+                                 [t_dp, t_split, t_sk], t_heur)
+    t_main = np.where(scheduler == 1, t_streamk_kernel, t_dp)
 
     # DRAM: each wave reads the A rows and B columns of the tiles it covers
     rows, cols = wave_footprint(tiles_m / cm, tiles_n / cn, active / (cm * cn), np.asarray(raster), swz)
@@ -358,10 +353,9 @@ def cost_arrays(problem, tm, tn, tk, cm, cn, sched, epi, scheduler, stages, rast
 
     # compulsory DRAM traffic is a floor no tiling beats
     t_hbm = (M * K + N * K) * L * in_bytes / hbm * 1e6 + M * N * L * (out_bytes + c_bytes) / hbm * 1e6
-    # smooth maximum: a memory-bound problem still prefers the kernel with the shorter mainloop; the
-    # split-K/stream-K fix-up tail comes after both
-    total = (t_body ** MEMORY_OVERLAP_NORM + np.maximum(t_hbm, t_dram) ** MEMORY_OVERLAP_NORM) \
-        ** (1.0 / MEMORY_OVERLAP_NORM) + tail + LAUNCH_US
+    # smooth maximum: a memory-bound problem still prefers the kernel with the shorter mainloop
+    total = (t_main ** MEMORY_OVERLAP_NORM + np.maximum(t_hbm, t_dram) ** MEMORY_OVERLAP_NORM) \
+        ** (1.0 / MEMORY_OVERLAP_NORM) + LAUNCH_US
     ragged = 1.0 - (M * N * L) / (np.ceil(M / tm) * tm * np.ceil(N / tn) * tn * L)
     parts = {
         "waves": waves, "tiles": tiles, "active_ctas": active, "kblocks": kblocks,
