@@ -43,7 +43,10 @@ def main(argv=None) -> int:
     ap.add_argument("--device", help="one device kind (default: every kind with data)")
     ap.add_argument("--groupings", default="m,model,shape,dtype,suite")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--scored", choices=("all", "stream_k"), default="all",
+                    help="which held-out samples are scored (stream_k: the stream-K kernels'; training is unchanged)")
     args = ap.parse_args(argv)
+    scored = None if args.scored == "all" else (lambda s: s.config.tile_scheduler == "stream_k")
 
     from cutegen.results import ResultsDB
     from cutegen.search.learned.quality import cross_validate, transfer
@@ -65,11 +68,11 @@ def main(argv=None) -> int:
                   for s in from_measurements([m for m in ms if m.device_kind == m_kind], m_kind)]
         for g in args.groupings.split(","):
             t0 = time.perf_counter()
-            rows[g] = cross_validate(samples, g, ctx)
+            rows[g] = cross_validate(samples, g, ctx, scored=scored)
             rows[g]["seconds"] = round(time.perf_counter() - t0, 1)
             if others:
                 # as the search uses it: this kind's data plus every other kind's, the family held out of all
-                rows[g + "+other"] = cross_validate(samples, g, ctx, others=others)
+                rows[g + "+other"] = cross_validate(samples, g, ctx, others=others, scored=scored)
         report[kind] = {"samples": len(samples), "bench_samples": sum(s.harness == "bench" for s in samples),
                         "problems": len({s.stated_problem for s in samples}), "cv": rows}
     for kind in report:
@@ -78,9 +81,10 @@ def main(argv=None) -> int:
             if other != kind:
                 # the samples of ``other`` re-costed with this kind's prior, so the correction is what it learned
                 from cutegen.search.learned.samples import sample
-                train = [sample(s.problem, s.config, s.stages, kind, s.measured_us, s.harness, s.source)
+                train = [sample(s.problem, s.config, s.stages, kind, s.measured_us, s.harness, s.source, plan=s.plan)
                          for s in by_kind[other]]
-                report[kind].setdefault("transfer", {})[other] = transfer(train, by_kind[kind])
+                test = [s for s in by_kind[kind] if scored is None or scored(s)]
+                report[kind].setdefault("transfer", {})[other] = transfer(train, test)
     if args.json:
         json.dump(report, sys.stdout, indent=1, sort_keys=True)
         print()

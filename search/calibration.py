@@ -128,9 +128,7 @@ def spearman(a, b) -> float:
 def score(records) -> dict:
     """Spearman over all records; within each problem (group), the mean Spearman and whether the
     model's cheapest measured kernel is the measured fastest (within PICK_TOLERANCE)."""
-    from .learned.device import rates
-
-    pred = [costmod.config_cost(r[0], r[1], r[2], device=rates(r[5]) if len(r) > 5 else None)[0] for r in records]
+    pred = [_cost(r) for r in records]
     meas = [r[3] for r in records]
     logerr = [abs(math.log(x / y)) for x, y in zip(pred, meas)]
     groups: dict[str, list[int]] = {}
@@ -192,7 +190,8 @@ def load_db(db=None, device_kind: str | None = None) -> list[tuple]:
     harness (never a validation run's single call, nor the warm-L2 oracle or interleaved DSL comparison,
     whose times sit on another scale), one device kind or all. A swap-AB kernel is costed as the search
     costs it, on the transposed problem; its group is the problem as stated, so both orientations are
-    alternatives of one choice. The sixth field is the device kind (the prior's rates for it)."""
+    alternatives of one choice. The sixth field is the device kind (the prior's rates for it); the eighth the
+    launch plan a stream-K record ran under (None: costed as the stream-K decomposition)."""
     from cutegen.results import ResultsDB
 
     from .learned.samples import from_measurements
@@ -203,7 +202,7 @@ def load_db(db=None, device_kind: str | None = None) -> list[tuple]:
         if s.harness != "bench":
             continue
         out.append((s.problem, s.config, s.stages, s.measured_us, "db:" + _problem_key(s.stated_problem),
-                    s.device_kind, s.stated_problem))
+                    s.device_kind, s.stated_problem, s.plan))
     return out
 
 
@@ -239,15 +238,24 @@ def held_out(records, grouping: str, models: dict | None = None, rounds: int = 1
                 setattr(costmod, name, v)
             fit(train, rounds=rounds, knobs=knobs)
             held += test
-            after += [costmod.config_cost(r[0], r[1], r[2], device=_rates(r))[0] for r in test]
+            after += [_cost(r) for r in test]
             for name, v in start.items():
                 setattr(costmod, name, v)
-            before += [costmod.config_cost(r[0], r[1], r[2], device=_rates(r))[0] for r in test]
+            before += [_cost(r) for r in test]
     finally:
         for name, v in start.items():
             setattr(costmod, name, v)
     return {"grouping": grouping, "families": len(fams), "before": score_predictions(held, before),
             "after": score_predictions(held, after)}
+
+
+def _plan(r):
+    return r[7] if len(r) > 7 else None
+
+
+def _cost(r) -> float:
+    """The prior's time for record ``r``: its device kind's rates and its launch plan."""
+    return costmod.config_cost(r[0], r[1], r[2], plan=_plan(r), device=_rates(r))[0]
 
 
 def _rates(r):
@@ -263,7 +271,9 @@ def score_predictions(records, pred) -> dict:
     pred = np.asarray(pred, dtype=np.float64)
     groups: dict = {}
     for i, r in enumerate(records):
-        groups.setdefault(r[4], {}).setdefault(r[1].to_json() + str(r[0] != r[6] if len(r) > 6 else ""), []).append(i)
+        # one alternative: a configuration in one orientation under one launch plan
+        alt = r[1].to_json() + str(r[0] != r[6] if len(r) > 6 else "") + (_plan(r).label() if _plan(r) else "")
+        groups.setdefault(r[4], {}).setdefault(alt, []).append(i)
     rhos, regrets = [], []
     for configs in groups.values():
         m = np.array([np.median(meas[v]) for v in configs.values()])
@@ -302,7 +312,8 @@ def baseline_predictions(records, mod) -> list[float]:
         k = KINDS.get(kind or "")
         dev = None if k is None or kind in ("h100-sxm", "h200") else mod.Rates(k.sm_count, k.hbm_gbps * 1e9,
                                                                                  k.dense_bf16_tflops / 989.4)
-        out.append(mod.config_cost(r[0], r[1], r[2], device=dev)[0])
+        # a plan only where the record has one: a baseline from before launch plans takes none
+        out.append(mod.config_cost(r[0], r[1], r[2], device=dev, **({"plan": _plan(r)} if _plan(r) else {}))[0])
     return out
 
 
@@ -342,7 +353,7 @@ def main(argv=None) -> int:
     kinds = sorted({r[5] for r in recs if len(r) > 5})
     for kind in kinds or [None]:
         sub = [r for r in recs if kind is None or (len(r) > 5 and r[5] == kind)]
-        now = score_predictions(sub, [costmod.config_cost(r[0], r[1], r[2], device=_rates(r))[0] for r in sub])
+        now = score_predictions(sub, [_cost(r) for r in sub])
         line = f"{kind or 'all'}: this model {json.dumps(now)}"
         if args.baseline:
             line += f"\n{kind or 'all'}: baseline   {json.dumps(score_predictions(sub, baseline_predictions(sub, baseline_module(args.baseline))))}"

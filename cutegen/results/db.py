@@ -26,7 +26,7 @@ REPO_SEED = Path(__file__).resolve().parents[2] / "bench" / "results" / "seed.sq
 
 _COLUMNS = ("record_key", "problem_id", "config_id", "kernel_hash", "backend", "device_name", "device_kind",
             "sm_count", "sm_clock_mhz", "driver", "cuda", "cutlass", "cutegen", "timing_method", "times_us",
-            "median_us", "validated", "max_rel_error", "cublas_us", "source", "measured_at")
+            "median_us", "validated", "max_rel_error", "cublas_us", "source", "measured_at", "launch_plan")
 _SELECT = ("SELECT m.*, p.key AS problem_json, c.json AS config_json FROM measurements m "
            "JOIN problems p ON p.id = m.problem_id JOIN configs c ON c.id = m.config_id")
 
@@ -52,7 +52,8 @@ def _row(conn: sqlite3.Connection, m: Measurement) -> tuple:
     return (m.record_key, pid, cid, m.kernel_hash, m.backend, m.device_name, m.device_kind, m.sm_count,
             m.sm_clock_mhz, m.driver, m.cuda, m.cutlass, m.cutegen, m.timing_method,
             json.dumps(list(m.times_us), separators=(",", ":")), m.median_us, int(m.validated), m.max_rel_error,
-            m.cublas_us, m.source, m.measured_at)
+            m.cublas_us, m.source, m.measured_at,
+            json.dumps(m.launch_plan, sort_keys=True, separators=(",", ":")) if m.launch_plan is not None else None)
 
 
 def _measurement(r: sqlite3.Row) -> Measurement:
@@ -64,19 +65,27 @@ def _measurement(r: sqlite3.Row) -> Measurement:
         cuda=r["cuda"], cutlass=r["cutlass"], cutegen=r["cutegen"], timing_method=r["timing_method"],
         times_us=tuple(json.loads(r["times_us"])), median_us=r["median_us"], validated=bool(r["validated"]),
         max_rel_error=r["max_rel_error"], cublas_us=r["cublas_us"], source=r["source"],
-        measured_at=r["measured_at"])
+        measured_at=r["measured_at"],
+        # a version-1 file (the committed seed until it is rebuilt) has no such column: no plan was kept
+        launch_plan=json.loads(r["launch_plan"]) if "launch_plan" in r.keys() and r["launch_plan"] else None)
+
+
+# Versions a read-only connection reads as they are: every migration since only adds nullable columns that
+# _measurement reads as absent (a read-only file cannot be migrated, and the committed seed must stay readable).
+READABLE_VERSIONS = (1, 2)
 
 
 def _open_readonly(path: Path, what: str, flags: str, remedy: str) -> sqlite3.Connection:
-    """A read-only connection to an existing database of this schema version (``flags``: URI extras)."""
+    """A read-only connection to an existing database of a version it reads (``flags``: URI extras)."""
     try:
         conn = sqlite3.connect(f"file:{path.resolve()}?mode=ro{flags}", uri=True)
         conn.row_factory = sqlite3.Row
         version = conn.execute("PRAGMA user_version").fetchone()[0]
     except sqlite3.Error as e:
         raise CutegenError(f"{what} {path}: {e}") from None
-    if version != SCHEMA_VERSION:
-        raise CutegenError(f"{what} {path}: schema {version}, this cutegen reads {SCHEMA_VERSION} ({remedy})")
+    if version not in READABLE_VERSIONS:
+        readable = " or ".join(map(str, READABLE_VERSIONS))
+        raise CutegenError(f"{what} {path}: schema {version}, this cutegen reads {readable} ({remedy})")
     return conn
 
 
@@ -193,13 +202,18 @@ class ResultsDB:
     # --- reads ---------------------------------------------------------------------------
     def _query(self, where: str, args: tuple) -> Iterator[Measurement]:
         seen: set[str] = set()
+        found: list[tuple[str, Measurement]] = []
         for conn in (self._open(), self._open_seed()):
             if conn is None:
                 continue
             for r in conn.execute(f"{_SELECT} {where} ORDER BY m.id", args):
                 if r["record_key"] not in seen:
                     seen.add(r["record_key"])
-                    yield _measurement(r)
+                    found.append((r["record_key"], _measurement(r)))
+        # A run imported before plans were kept and again since (a user's cache next to the rebuilt seed) is
+        # one measurement under two keys: the copy that knows its plan stands for both.
+        planned = {m.planless_key for _, m in found if m.launch_plan is not None}
+        yield from (m for key, m in found if m.launch_plan is not None or key not in planned)
 
     def measurements(self, device_kind: str | None = None, problem: GemmProblem | None = None) -> list[Measurement]:
         """Every stored measurement, optionally of one device kind and/or one exact problem."""

@@ -70,7 +70,8 @@ def _from_bench(path: Path, d: dict) -> list[Measurement]:
                                    times_us=_us(r.get("times_ms")), median_us=r["median_ms"] * 1000.0,
                                    validated=bool(verify.get("ok")), max_rel_error=verify.get("rel_err"),
                                    cublas_us=cublas_us, source=f"{path.name}#{p.get('name', problem.name)}/{name}",
-                                   **common))
+                                   # the plan the worker ran it under (cutegen_gemm_plan), where it had one
+                                   launch_plan=r.get("launch_plan") or None, **common))
     return out
 
 
@@ -138,7 +139,8 @@ def _from_validate(path: Path, d: dict) -> list[Measurement]:
                 cutlass=None, cutegen=None, timing_method=VALIDATE_METHOD,
                 times_us=(case["kernel_seconds"] * 1e6,), median_us=case["kernel_seconds"] * 1e6,
                 validated=k.get("verdict") == "pass" and bool(case.get("ok")), max_rel_error=case.get("rel_err"),
-                source=f"{path.name}#{k.get('kernel', problem.name)}", measured_at=d["date"]))
+                source=f"{path.name}#{k.get('kernel', problem.name)}", measured_at=d["date"],
+                launch_plan=case.get("plan") or None))     # the manifest's plan, where the kernel has one
     return out
 
 

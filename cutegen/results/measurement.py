@@ -42,6 +42,10 @@ class Measurement:
     cublas_us: float | None = None
     source: str = ""
     measured_at: str = ""             # ISO date (or date-time) of the measurement, not of the import
+    # The launch plan a stream-K kernel ran under (cutegen.launch_plan.LaunchPlan.to_dict()); None: the kernel's
+    # default (cutegen_gemm, CUTLASS's heuristic) or a kernel with no plan. The plan is run-time, not part of the
+    # configuration or the hash, so without it a stream-K record cannot say which decomposition it timed.
+    launch_plan: dict | None = None
 
     def __post_init__(self):
         if not isinstance(self.problem, GemmProblem):
@@ -55,6 +59,18 @@ class Measurement:
         if not self.device_kind:
             raise FieldError("device_kind", "missing (use cutegen.results.device_kind(name, sm_count))")
         object.__setattr__(self, "validated", bool(self.validated))
+        if self.launch_plan is not None:
+            from ..launch_plan import LaunchPlan
+            # canonical form: the three fields, checked (a bad plan is named, not stored)
+            object.__setattr__(self, "launch_plan", LaunchPlan.from_dict(self.launch_plan, "launch_plan").to_dict())
+
+    @property
+    def plan(self):
+        """The LaunchPlan the record ran under, or None (see ``launch_plan``)."""
+        if self.launch_plan is None:
+            return None
+        from ..launch_plan import LaunchPlan
+        return LaunchPlan.from_dict(self.launch_plan)
 
     @property
     def is_benchmark(self) -> bool:
@@ -65,12 +81,22 @@ class Measurement:
     def record_key(self) -> str:
         """Identity of the record: the same measurement imported twice is stored once.
 
-        Everything that tells two runs apart: what ran, where, when, how it was timed, and the sample.
+        Everything that tells two runs apart: what ran, where, when, how it was timed, the sample, and the
+        launch plan (only when recorded: a plan-less record keeps the key it had before plans were kept).
         """
+        return self._key(with_plan=True)
+
+    @property
+    def planless_key(self) -> str:
+        """The key this record had before launch plans were kept: what a copy imported then was filed under."""
+        return self._key(with_plan=False)
+
+    def _key(self, with_plan: bool) -> str:
         ident = canonical({"p": self.problem.to_dict(), "c": self.config.to_dict(), "b": self.backend,
                            "h": self.kernel_hash, "d": self.device_name, "k": self.device_kind,
                            "t": self.timing_method, "s": self.source, "at": self.measured_at,
-                           "med": round(self.median_us, 6), "times": [round(t, 6) for t in self.times_us]})
+                           "med": round(self.median_us, 6), "times": [round(t, 6) for t in self.times_us],
+                           **({"plan": self.launch_plan} if with_plan and self.launch_plan is not None else {})})
         return hashlib.sha256(ident.encode()).hexdigest()[:32]
 
     def to_dict(self) -> dict[str, Any]:
@@ -78,6 +104,8 @@ class Measurement:
         out["problem"] = self.problem.to_dict()
         out["config"] = self.config.to_dict()
         out["times_us"] = list(self.times_us)
+        if self.launch_plan is None:      # exports of plan-less records stay as they were
+            del out["launch_plan"]
         return out
 
     @classmethod

@@ -48,6 +48,11 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX measurements_kind_problem ON measurements (device_kind, problem_id);
     """,
+    # 2: the launch plan a stream-K kernel ran under (canonical JSON of LaunchPlan.to_dict(); NULL: the kernel's
+    # default or no plan). Records of version 1 keep NULL: none of them stored one.
+    """
+    ALTER TABLE measurements ADD COLUMN launch_plan TEXT
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -52,7 +52,9 @@ def score(samples, predicted) -> dict:
     out = {"samples": len(samples), "log_error": float(np.mean(np.abs(np.log(pred / meas)))) if len(samples) else None}
     by_problem: dict = defaultdict(lambda: defaultdict(lambda: ([], [])))
     for s, p, m in zip(samples, pred, meas):
-        cell = by_problem[s.stated_problem][(s.problem != s.stated_problem, s.config.to_json())]
+        # one alternative: a configuration in one orientation under one launch plan
+        plan = getattr(s, "plan", None)
+        cell = by_problem[s.stated_problem][(s.problem != s.stated_problem, s.config.to_json(), plan.label() if plan else "")]
         cell[0].append(p)
         cell[1].append(m)
     rhos, regrets = [], []
@@ -75,17 +77,18 @@ def score(samples, predicted) -> dict:
 
 
 def cross_validate(samples, grouping: str, ctx: dict | None = None, min_train: int = 20, others=(),
-                   **model_args) -> dict:
+                   scored=None, **model_args) -> dict:
     """Hold out each family of ``grouping`` in turn; score learned and prior on every held-out family.
 
     ``others``: samples of other device kinds the correction may also learn from (as the Predictor does);
-    the held-out family is held out of them too, so no shape is ever seen on any device."""
+    the held-out family is held out of them too, so no shape is ever seen on any device. ``scored``: a
+    predicate choosing which held-out samples are scored (e.g. the stream-K ones); training is unchanged."""
     ctx = ctx or {}
     key = GROUPINGS[grouping]
     groups = sorted({key(s, ctx) for s in samples})
     held, learned, prior, skipped, folds, inside = [], [], [], [], 0, []
     for g in groups:
-        test = [s for s in samples if key(s, ctx) == g and s.harness == "bench"]
+        test = [s for s in samples if key(s, ctx) == g and s.harness == "bench" and (scored is None or scored(s))]
         train = [s for s in samples if key(s, ctx) != g]
         if len(train) < min_train:
             skipped.append(g)
