@@ -339,3 +339,33 @@ def test_plan_for_a_device_kind_ranks_as_search_device(tmp_path):
     assert plan.ranking == "device h100-pcie"
     want = [r.config for r in search(PROBLEM, 2, device="h100-pcie").ranked]   # the kind has no exact measurements
     assert [c.config for c in plan.problems[0].candidates] == want
+
+
+def test_a_stream_k_candidate_is_timed_and_recorded_under_the_search_plan(tmp_path):
+    """The search's plan for a stream-K candidate goes into its manifest, the timing request and its record
+    (before, tune timed every stream-K candidate through cutegen_gemm and recorded no plan)."""
+    from cutegen.launch_plan import LaunchPlan
+    from cutegen.results.importers import load
+
+    bench = Path(__file__).resolve().parents[1] / "bench" / "results" / "2026-11-24-nvidia-h100-80gb-hbm3-llm.json"
+    ref = next(m for m in load(bench) if m.source.endswith("#llama70b_o_m128_bf16/cutegen"))   # split-K x2 there
+    persistent = ref.config.replace(tile_scheduler="persistent")
+    # a search of (config, cost, plan) and one of the older (config, cost) shape, side by side
+    search = lambda p, k: [(ref.config, 56.2, LaunchPlan("split_k", 2)), (persistent, 60.0)]  # noqa: E731
+    d = tmp_path / "plan"
+    make_plan([(ref.problem.name, ref.problem)], d, top_k=2, search=search, with_nvmmh=False, with_default=False,
+              single=True)
+    man = json.loads((d / ref.problem.name / "search1" / "manifest.json").read_text())
+    assert man["launch_plan"] == {"decomposition": "split_k", "splits": 2, "reduction": "deterministic"}
+
+    class PlanTimer(FakeTimer):
+        def __call__(self, problem, contenders):
+            self.seen = {c["name"]: c.get("launch_plan") for c in contenders}
+            return super().__call__(problem, contenders)
+
+    timer = PlanTimer({"search1": 62.0, "search2": 65.0})
+    db = new_db(tmp_path)
+    _tuner(d, tmp_path / "kernel", db, builder=FakeBuilder(), timer=timer, validator=FakeValidator()).run()
+    assert timer.seen == {"search1": man["launch_plan"], "search2": None, "cublas": None}
+    rec = {m.source.rsplit("/", 1)[-1]: m for m in db.measurements()}
+    assert rec["search1"].launch_plan == man["launch_plan"] and rec["search2"].launch_plan is None

@@ -285,10 +285,21 @@ class Tuner:
             ok, msg = built.get(str(d), (False, "not built"))
             lib = d / "kernel.so"
             by_name[c.name] = c
+            plan = self._launch_plan(c)
             contenders.append({"name": c.name, "library": str(lib) if ok else None,
-                               "reason": "" if ok else f"build failed: {(msg or '').strip().splitlines()[0] if msg else ''}"})
+                               "reason": "" if ok else f"build failed: {(msg or '').strip().splitlines()[0] if msg else ''}",
+                               **({"launch_plan": plan} if plan else {})})
         contenders.append({"name": "cublas"})
         return contenders, by_name
+
+    def _launch_plan(self, c: Candidate) -> dict | None:
+        """The plan a stream-K candidate is timed under, as ``cutegen bench`` times a kernel: its manifest's
+        ``launch_plan`` (the search's choice, else the ABI's default). Recorded with its measurement."""
+        try:
+            man = json.loads((self.plan_dir / c.directory / "manifest.json").read_text())
+        except (OSError, json.JSONDecodeError):
+            return None
+        return man.get("launch_plan") or None
 
     def _kernels(self, by_name: dict[str, Candidate]) -> dict:
         """{name: (directory, config, library)}: what validation needs of each candidate."""
@@ -355,6 +366,7 @@ class Tuner:
                 "rel_err": verify.get("rel_err"), "reason": res.get("reason", ""),
                 **({"dsl_us": dsl_us[c.name]} if c.name in dsl_us else {})})
         device = measured.get("device") or self.device()
+        plans = {c["name"]: c["launch_plan"] for c in contenders if c.get("launch_plan")}
         by_cand = {x["name"]: x for x in out.candidates}
         for name, ok, why in measured["validations"]:   # fastest verified first, up to the first that passed
             x = by_cand[name]
@@ -368,7 +380,8 @@ class Tuner:
             if x["median_us"]:
                 valid = x.get("status") != "failed_validation"
                 self.records.append(self._measurement(pp, by_name[x["name"]], results[x["name"]], x["median_us"],
-                                                      out.cublas_us, device, validated=valid))
+                                                      out.cublas_us, device, validated=valid,
+                                                      launch_plan=plans.get(x["name"])))
         if out.chosen is None:
             out.notes.append("no candidate was built, verified and validated")
             self.display.log(f"NONE   {pp.name}: no candidate passed")
@@ -386,7 +399,7 @@ class Tuner:
         return out
 
     def _measurement(self, pp: ProblemPlan, c: Candidate, res: dict, median_us: float, cublas_us, device: dict,
-                     validated: bool = True, dsl: bool = False):
+                     validated: bool = True, dsl: bool = False, launch_plan: dict | None = None):
         from .. import __version__
         Measurement = self._measurement_cls
         if Measurement is None:
@@ -401,7 +414,8 @@ class Tuner:
             timing_method=TIMING_METHOD, times_us=tuple(t * 1e3 for t in res.get("times_ms") or ()),
             median_us=median_us, validated=verified and validated,
             max_rel_error=(res.get("verify") or {}).get("rel_err"), cublas_us=cublas_us,
-            source=f"cutegen-tune {self.started}#{pp.name}/{c.name}{'.dsl' if dsl else ''}", measured_at=self.started)
+            source=f"cutegen-tune {self.started}#{pp.name}/{c.name}{'.dsl' if dsl else ''}", measured_at=self.started,
+            **({"launch_plan": launch_plan} if launch_plan else {}))
 
     def _write_manifest(self, d: Path, manifest: dict, out: Outcome) -> None:
         from ..manifest import dumps

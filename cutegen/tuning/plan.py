@@ -115,10 +115,11 @@ class Plan:
                    bool(d.get("single")), int(d.get("finalists") or 0), str(d.get("ranking") or "prior"))
 
 
-def _default_search(problem: GemmProblem, k: int) -> list[tuple[KernelConfig, float]]:
+def _default_search(problem: GemmProblem, k: int) -> list[tuple]:
+    """(config, cost, launch plan or None) of the search's top k."""
     from ..search import search  # egglog lives behind this import
     result = search(problem, k, backend="cutlass")
-    return [(r.config, r.cost) for r in result.ranked]
+    return [(r.config, r.cost, r.plan) for r in result.ranked]
 
 
 def device_search(device_kind: str, db_path=None) -> Callable:
@@ -126,7 +127,7 @@ def device_search(device_kind: str, db_path=None) -> Callable:
     when the results database holds measurements of the kind, its learned re-ranking (built once)."""
     state: dict = {}
 
-    def run(problem: GemmProblem, k: int) -> list[tuple[KernelConfig, float]]:
+    def run(problem: GemmProblem, k: int) -> list[tuple]:
         from ..search import search
         if "predictor" not in state:
             from ..results import ResultsDB
@@ -134,7 +135,7 @@ def device_search(device_kind: str, db_path=None) -> Callable:
             pred = Predictor(device_kind, ResultsDB(db_path).measurements())
             state["predictor"] = pred if pred.exact or pred.learned else None
         result = search(problem, k, backend="cutlass", device=device_kind, predictor=state["predictor"])
-        return [(r.config, r.cost) for r in result.ranked]
+        return [(r.config, r.cost, r.plan) for r in result.ranked]
 
     run.ranking = f"device {device_kind}"   # type: ignore[attr-defined]
     return run
@@ -156,12 +157,14 @@ def plan_problem(name: str, problem: GemmProblem, workdir: Path, *, top_k: int, 
 
     search = search or _default_search
     pp = ProblemPlan(name, problem, [])
-    wanted: list[tuple[str, str, str, KernelConfig, int | None, float | None]] = []
+    wanted: list[tuple[str, str, str, KernelConfig, int | None, float | None, object]] = []
     ranked = search(problem, top_k)
     if not ranked:
         raise CutegenError(f"{name}: the search found no legal configuration")
-    for i, (cfg, cost) in enumerate(ranked[:top_k], 1):
-        wanted.append((f"search{i}", "search", "cutlass", cfg, i, cost))
+    # ``search`` gives (config, cost) or (config, cost, launch plan): a stream-K candidate is rendered (and so
+    # timed and recorded) under the plan its cost was priced with, as `cutegen generate` writes the pick
+    for i, (cfg, cost, *plan) in enumerate(ranked[:top_k], 1):
+        wanted.append((f"search{i}", "search", "cutlass", cfg, i, cost, plan[0] if plan else None))
     if with_nvmmh:
         try:
             pick = (nvmmh or _default_nvmmh)(problem, device_kind)
@@ -170,17 +173,19 @@ def plan_problem(name: str, problem: GemmProblem, workdir: Path, *, top_k: int, 
                 pp.notes.append(f"nvmmh: none of its {len(pick.judged)} distinct proposals is legal")
             else:
                 est = pick.chosen.proposal.estimated_us
-                wanted.append(("nvmmh", "nvmmh", "cutlass", pick.chosen.config, None, est))
+                wanted.append(("nvmmh", "nvmmh", "cutlass", pick.chosen.config, None, est, None))
         except CutegenError as e:
             pp.notes.append(f"nvmmh: {e}")
     if with_default:
         wanted.append(("cutlass_default", "cutlass_default", "cutlass_builder",
-                       KernelConfig.from_dict(CUTLASS_DEFAULT), None, None))
-    for cname, origin, backend, cfg, rank, predicted in wanted:
+                       KernelConfig.from_dict(CUTLASS_DEFAULT), None, None, None))
+    for cname, origin, backend, cfg, rank, predicted, plan in wanted:
         rel = f"{name}/{cname}"
+        cost = {"model": origin, "predicted_us": predicted} if predicted is not None else None
+        if cost is not None and plan is not None:
+            cost["launch_plan"] = plan.to_dict()
         try:
-            kernel = render(problem, cfg, backend,
-                            cost={"model": origin, "predicted_us": predicted} if predicted is not None else None)
+            kernel = render(problem, cfg, backend, cost=cost)
         except CutegenError as e:  # e.g. the default tile breaks a rule of this problem: say so, go on
             pp.notes.append(f"{cname}: not rendered: {e}")
             continue
