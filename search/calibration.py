@@ -345,7 +345,8 @@ def main(argv=None) -> int:
     if args.db is not None:
         from cutegen.results import ResultsDB
 
-        recs += load_db(ResultsDB(args.db or None, seed=True), args.device)
+        # read-only: scoring never writes, so the committed seed read as --db keeps its bytes (and its schema)
+        recs += load_db(ResultsDB(args.db or None, seed=True, readonly=True), args.device)
     if not recs:
         print("no usable records (correct, legal, timed)", file=sys.stderr)
         return 2
