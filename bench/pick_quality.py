@@ -74,7 +74,9 @@ def main(argv=None) -> int:
         cells: dict = defaultdict(lambda: defaultdict(list))
         for s in everything:
             if s.device_kind == kind and s.harness == "bench":
-                cells[s.stated_problem][(s.problem != s.stated_problem, s.config.to_json())].append(s)
+                # a kernel under another launch plan is another alternative (its time and its price differ)
+                cells[s.stated_problem][(s.problem != s.stated_problem, s.config.to_json(),
+                                         s.plan.label() if s.plan else "")].append(s)
         problems = {p: c for p, c in cells.items() if len(c) >= MIN_CANDIDATES}
         fits = {}
         for fam in sorted({key(p) for p in problems}):
@@ -94,7 +96,8 @@ def main(argv=None) -> int:
             preds = {"prior": prior, "learned": learned}
             if base:
                 preds["baseline"] = np.array(baseline_predictions(
-                    [(s.problem, s.config, s.stages, s.measured_us, "", kind) for s in reps], base))
+                    [(s.problem, s.config, s.stages, s.measured_us, "", kind, s.stated_problem, s.plan) for s in reps],
+                    base))
             for name, pred in preds.items():
                 t = float(meas[int(np.argmin(pred))])
                 row[name] = {"us": t, "x_best": t / float(meas.min()), "x_cublas": (cb / t) if cb else None,
