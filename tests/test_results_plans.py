@@ -172,3 +172,16 @@ def test_calibration_costs_database_records_under_their_plans(tmp_path):
     assert calibration._cost(recs[0]) == pytest.approx(s.prior_us)
     # the same configuration under two plans: two alternatives of one choice, not one median
     assert calibration.score_predictions(recs, [1.0, 2.0])["regret_geomean"] == pytest.approx(1.0)
+
+
+def test_calibration_reads_a_database_without_writing_it(tmp_path, monkeypatch, capsys):
+    """`calibration --db bench/results/seed.sqlite` scores the committed seed: its bytes (and schema) stay."""
+    import cutegen.results.db as dbmod
+
+    old = tmp_path / "v1.sqlite"
+    _v1_database(old, load(H200))
+    before = old.read_bytes()
+    monkeypatch.setattr(dbmod, "REPO_SEED", tmp_path / "no-seed.sqlite")
+    assert calibration.main(["--db", str(old)]) == 0
+    assert "h200: this model" in capsys.readouterr().out
+    assert old.read_bytes() == before and not (tmp_path / "v1.sqlite-wal").exists()
