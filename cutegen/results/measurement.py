@@ -42,8 +42,8 @@ class Measurement:
     cublas_us: float | None = None
     source: str = ""
     measured_at: str = ""             # ISO date (or date-time) of the measurement, not of the import
-    # The launch plan a stream-K kernel ran under (cutegen.launch_plan.LaunchPlan.to_dict()); None: the kernel's
-    # default (cutegen_gemm, CUTLASS's heuristic) or a kernel with no plan. The plan is run-time, not part of the
+    # The launch plan a stream-K kernel ran under (cutegen.launch_plan.LaunchPlan.to_dict()); None: not recorded (a
+    # kernel with no plan, or a record from before plans were kept). The plan is run-time, not part of the
     # configuration or the hash, so without it a stream-K record cannot say which decomposition it timed.
     launch_plan: dict | None = None
 
