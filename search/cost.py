@@ -88,15 +88,6 @@ CLUSTER_WIDE_WAIT_US = 0.3   # a stage multicast to 4 or more CTAs is refilled o
                              # MMA and is exposed only when the MMA is shorter. 4-CTA clusters of small
                              # tiles (64x32, 64x64, 64x96, 128x128x128) ran 17-44% slower than the same tile
                              # on 2 CTAs, while 128x256x64 on 1x8 and 64x256x64 on 1x4 did not
-MAX_CLOCK_RATIO = 1.98e9 / 1.755e9  # H100/H200 SXM: 1,980 MHz the most an SM clocks (nvidia-smi clocks.max.sm);
-                             # SM_CLOCK_HZ is what a GEMM that keeps every SM's tensor cores busy sustains
-                             # under the power cap. Fewer busy SMs draw less power, so the clock rises: with
-                             # dynamic power ~ f^3 (voltage tracking frequency) and the cap fixed, a fraction b
-                             # of the SMs runs at b^(-1/3) times the full-load clock, up to this ratio
-                             # (b <= 0.70). Seen on the H100 (2026-11-24 LLM tune runs): single-wave persistent
-                             # kernels on 32-80 SMs ran 15-23% faster than the model without it, while stream-K
-                             # on all 132 SMs of the same problems ran 5-18% slower: the model had stream-K
-                             # winning problems it loses (llama70b_o_m128, qkv_m128, 8b_down_m512)
 MEMORY_OVERLAP_NORM = 4.0    # the mainloop and the DRAM stream overlap as the p-norm of the two times: p -> inf
                              # is perfect overlap (the max), p = 1 none (the sum)
 # Resident CTAs by cluster size: a cluster must fit in one GPC, so big clusters strand SMs.
@@ -118,6 +109,16 @@ LOADS = ("tma", "cp_async")
 # * Bookkeeping: CP_ASYNC_KBLOCK_US per k-block (below).
 # * No multicast: cp.async kernels run 1x1 clusters (the L2 term already counts that).
 SM_CLOCK_HZ = 1.755e9
+MAX_SM_CLOCK_HZ = 1.98e9     # H100/H200 SXM: the most an SM clocks (nvidia-smi clocks.max.sm);
+                             # SM_CLOCK_HZ is what a GEMM that keeps every SM's tensor cores busy sustains
+                             # under the power cap. Fewer busy SMs draw less power, so the clock rises: with
+                             # dynamic power ~ f^3 (voltage tracking frequency) and the cap fixed, a fraction b
+                             # of the SMs runs at b^(-1/3) times the full-load clock, up to MAX_CLOCK_RATIO
+                             # (b <= 0.70). Seen on the H100 (2026-11-24 LLM tune runs): single-wave persistent
+                             # kernels on 32-80 SMs ran 15-23% faster than the model without it, while stream-K
+                             # on all 132 SMs of the same problems ran 5-18% slower: the model had stream-K
+                             # winning problems it loses (llama70b_o_m128, qkv_m128, 8b_down_m512)
+MAX_CLOCK_RATIO = MAX_SM_CLOCK_HZ / SM_CLOCK_HZ
 CP_ASYNC_CYCLES_PER_WARP_COPY = 1.0
 SYNC_COPY_LATENCY_US = 0.5
 SYNC_ELEMENT_US = 0.34       # per element a producer thread copies synchronously (1-/2-byte vectors):
@@ -395,14 +396,12 @@ STAGE_TRANSPOSE_EFFICIENCY = {1: 0.18, 2: 0.31, 4: 0.53}
 def staging_us(problem, operands, device=None) -> float:
     """Predicted microseconds of the staged copies of ``operands`` ('a', 'b') of ``problem``; an
     operand a kernel can only read K-major (cutegen.staging.needs_transpose) is copied transposed."""
-    from cutegen.staging import moved_bytes, needs_transpose
+    from cutegen.staging import element_bytes, moved_bytes, needs_transpose
 
     if not operands:
         return 0.0
     hbm = HBM_BYTES_PER_S if device is None else device.hbm_bytes_per_s
     moved = sum(moved_bytes(problem, op) for op in operands if not needs_transpose(problem, op))
-    from cutegen.staging import element_bytes
-
     t_us = sum(moved_bytes(problem, op) / (hbm * STAGE_TRANSPOSE_EFFICIENCY[element_bytes(problem, op)])
                for op in operands if needs_transpose(problem, op)) * 1e6
     return moved / (hbm * STAGE_COPY_EFFICIENCY) * 1e6 + STAGE_COPY_LAUNCH_US * len(operands) + t_us

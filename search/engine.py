@@ -29,7 +29,7 @@ import numpy as np
 from . import cost as costmod
 from .decomposition import PLAN_RULES, PLAN_SORTS, extract_plans, min_plan_cost
 from .egg import Egg
-from .extraction import extract_ranked
+from .extraction import extract_ranked, simplicity
 from .legality_analysis import Judge
 from .problem_rewrites import orientations
 from .schedule_rewrites import SCHEDULE_RULES, SCHEDULE_SORTS
@@ -431,11 +431,6 @@ def _merge(problem, results, top_k: int, swap_pruned: dict, t0: float, unjudged:
         rejected=[d for _, r in results for d in r.rejected][:50])
 
 
-def _simplicity(cfg) -> int:
-    """Tie-break toward the scheduler's defaults: equal cost, fewer non-default knobs first."""
-    return (cfg.raster_order != "heuristic") + (cfg.raster_swizzle != 1)
-
-
 def _temporal(problem, ranked: list, stages: list, backend: str, judge, explain: bool) -> None:
     """The pipeline's temporal choices of each picked TMA kernel (search/temporal.py): its config gets the
     cheapest protocol the checker and the backend accept, its cost the protocol's term, its chain the
@@ -476,7 +471,7 @@ def _search(space: SearchSpace, problem, top_k: int, explain: bool, t0: float,
         row = (tile, cluster, pol, r, w, cfg, v)
         expanded.append(row)
         if v.legal:
-            legal.append((est_cost, _simplicity(v.config), v.config.to_json(), row))
+            legal.append((est_cost, simplicity(v.config), v.config.to_json(), row))
             legal.sort(key=lambda x: x[:3])
             if len(legal) >= want:
                 kth = legal[want - 1][0]

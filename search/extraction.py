@@ -43,6 +43,11 @@ def extract_ranked(egg, costs: dict, top_k: int, problem=None) -> list[tuple]:
     return picked[:top_k]
 
 
+def simplicity(cfg) -> int:
+    """Tie-break toward the scheduler's defaults: equal cost, fewer non-default knobs first."""
+    return (cfg.raster_order != "heuristic") + (cfg.raster_swizzle != 1)
+
+
 def tie_break(problem, cfg) -> tuple[int, int]:
     """Order of candidates the model prices the same: the scheduler's defaults first (fewer non-default
     raster knobs), then a cluster that runs along the raster's fast mode before one across it.
@@ -52,13 +57,13 @@ def tie_break(problem, cfg) -> tuple[int, int]:
     kernel with a 2x1 and with a 1x2 cluster, the same problem) the cluster across the raster's fast mode
     took 0.96-1.17x the time of the one along it, geomean 1.036x, and was slower in 17 (by more than 4%
     in 9, all problems with far fewer M tiles than N tiles). Where the costs differ the cost decides."""
-    simple = (cfg.raster_order != "heuristic") + (cfg.raster_swizzle != 1)
+    simple = simplicity(cfg)
     if problem is None:
         return simple, 0
-    from .cost import effective_raster
+    from .cost import RASTERS, effective_raster
 
     cm, cn = cfg.cluster_shape[0], cfg.cluster_shape[1]
-    along, _ = effective_raster(problem, cfg.tile_shape, cfg.cluster_shape, ("heuristic", "along_m", "along_n").index(cfg.raster_order),
+    along, _ = effective_raster(problem, cfg.tile_shape, cfg.cluster_shape, RASTERS.index(cfg.raster_order),
                                 cfg.raster_swizzle)
     across = (cn > cm) if along == "along_m" else (cm > cn)
     return simple, int(across)
