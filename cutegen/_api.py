@@ -10,7 +10,7 @@ import argparse
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Mapping, Sequence, Union
+from typing import IO, TYPE_CHECKING, Any, Callable, Mapping, Sequence, Union
 
 from .config import KernelConfig
 from .errors import CutegenError, FieldError
@@ -142,14 +142,18 @@ class GeneratedKernel:
 
     @property
     def problem(self) -> GemmProblem:
+        """The problem the kernel was generated for."""
         return self.kernel.problem
 
     @property
     def config(self) -> KernelConfig:
+        """The complete configuration (every choice CUTLASS's builder would make, filled in)."""
         return self.kernel.config
 
     @property
     def kernel_hash(self) -> str:
+        """16 hex digits naming what the kernel computes and how (backend, configuration, problem kind, not
+        sizes): the name validation records use."""
         return self.kernel.kernel_hash
 
     @property
@@ -159,6 +163,7 @@ class GeneratedKernel:
 
     @property
     def source_file(self) -> Path:
+        """``kernel.cu`` (C++ backends) or ``kernel.py`` (CuTe DSL) in the kernel directory."""
         return self.directory / ("kernel.py" if self.kernel.backend == "dsl" else "kernel.cu")
 
     def lines(self) -> list[str]:
@@ -226,20 +231,20 @@ def generate(problem: ProblemLike | None = None, out: str | os.PathLike | None =
 class PackResult:
     """One target's pack written (or checked) by :func:`pack`."""
     target: str                      #: the device kind the pack was selected for
-    directory: Path                  #: the pack's folder: a CMake project and a PyTorch extension
+    directory: Path                  #: the pack's folder (a CMake project and a PyTorch extension)
     files: dict[str, str] = field(repr=False)   #: every file of the pack, path relative to ``directory``
     changed: list[str] = field(default_factory=list)   #: files written (or, with ``check``, that would change)
 
     @property
     def coverage(self) -> str:
-        """COVERAGE.md's summary: kernels, shapes and how close each shape runs to its best."""
+        """The summary at the top of COVERAGE.md (kernels, shapes, how close each shape runs to its best)."""
         return self.files["COVERAGE.md"].split("\n| shape")[0].strip()
 
 
 def pack(shapes: str | os.PathLike, out: str | os.PathLike, *, targets: Sequence[str] = ("h100-sxm",),
          max_kernels: int = 16, tolerance: float = 0.03, name: str = "cutegen_pack",
          db: str | os.PathLike | None = None, check: bool = False,
-         say=lambda msg: None) -> dict[str, PackResult]:
+         say: Callable[[str], None] = lambda msg: None) -> dict[str, PackResult]:
     """A kernel pack for a shapes file: one dispatching library per target, in ``out/<target>/``.
 
     What ``cutegen pack`` does. ``shapes`` is a TOML file of ``[[shape]]`` tables (M, N, K as numbers, lists
