@@ -100,3 +100,31 @@ def test_regen_prints_a_line_per_rendering_in_a_log(capfd):
     assert main(["regen", "--check", "--only", "sq1024_bf16_tn"]) == 0
     err = capfd.readouterr().err.splitlines()
     assert "[1/2] sq1024_bf16_tn kernel" in err and "[2/2] sq1024_bf16_tn baseline" in err
+
+
+def test_the_builder_reports_each_kernel_as_a_step(tmp_path):
+    # A cache hit needs no compiler: the builder only asks nvcc (here a stand-in) for its version string.
+    from cutegen import build as B
+    kernels = []
+    for name in ("k0", "k1"):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "kernel.cu").write_text(f"// {name}\n")
+        kernels.append(d)
+    builder = B.Builder(jobs=1, cache=tmp_path / "cache", nvcc="/bin/true", progress=None)
+    for d in kernels:
+        key = B.cache_key((d / "kernel.cu").read_text(), nvcc_version=builder.nvcc_version,
+                          cutlass_version=builder.cutlass_version)
+        builder.entry(key).mkdir(parents=True)
+        (builder.entry(key) / "kernel.so").write_bytes(b"stand-in")
+    log = io.StringIO()
+    with P.Steps("build", stream=log) as steps:   # the total comes from the builder
+        summary = B.Builder(jobs=1, cache=tmp_path / "cache", nvcc="/bin/true", progress=steps).build(
+            [B._job_for(d) for d in kernels])
+    assert [r.status for r in summary.results] == ["cached", "cached"]
+    assert log.getvalue().splitlines() == [f"[1/2] {kernels[0]}: cached", f"[2/2] {kernels[1]}: cached"]
+    # The same builder on a stream prints the same lines itself (cutegen tune reads them).
+    stream = io.StringIO()
+    B.Builder(jobs=1, cache=tmp_path / "cache", nvcc="/bin/true", progress=stream).build(
+        [B._job_for(d) for d in kernels])
+    assert stream.getvalue().splitlines() == log.getvalue().splitlines()
