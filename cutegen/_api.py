@@ -182,7 +182,8 @@ class GeneratedKernel:
 
 def generate(problem: ProblemLike | None = None, out: str | os.PathLike | None = None, *,
              config: KernelConfig | Mapping[str, Any] | None = None, backend: str = "cutlass", build: bool = True,
-             jobs: int | None = None, progress: "IO[str] | None | str" = "stderr") -> GeneratedKernel:
+             jobs: int | None = None, progress: "IO[str] | None | str" = "stderr",
+             say: Callable[[str], None] | None = None) -> GeneratedKernel:
     """Search, render and (where nvcc is found, unless ``build=False``) compile the kernel for ``problem``.
 
     What ``cutegen generate`` does. ``out`` is the kernel directory (default
@@ -191,7 +192,9 @@ def generate(problem: ProblemLike | None = None, out: str | os.PathLike | None =
     ``backend``: ``"cutlass"`` (explicit CuTe types), ``"cutlass_builder"`` (the CollectiveBuilder
     baseline) or ``"dsl"`` (CuTe DSL). A failed build is reported in ``.build`` (``.ok`` is False), not
     raised; a problem or configuration that breaks a rule raises :class:`~cutegen.CutegenError` naming it.
-    ``progress``: where the build reports (the current ``sys.stderr`` by default; None: silent).
+    ``progress``: where the build reports (the current ``sys.stderr`` by default; None: silent). ``say``
+    receives the report's lines (:meth:`GeneratedKernel.lines`) as they become known: all but the
+    library's before the build starts.
     """
     from . import render as render_mod
 
@@ -209,21 +212,28 @@ def generate(problem: ProblemLike | None = None, out: str | os.PathLike | None =
     warned = set(legality.get("warnings") or [])
     warnings = [r for r in legality.get("reasons") or [] if r.split(":", 1)[0] in warned]
     result = GeneratedKernel(directory, kernel, why, warnings)
-    if not build:
-        return result
+    if say is not None:   # the report so far, before a build that may take minutes
+        for line in result.lines():
+            say(line)
+    if build:
+        _build_generated(result, cost, jobs, progress)
+        if say is not None and (result.library is not None or result.build_note):
+            say(result.lines()[-1])
+    return result
+
+
+def _build_generated(result: GeneratedKernel, cost, jobs: int | None, progress) -> None:
     from .build import build as build_kernels, find_nvcc
     if find_nvcc() is None:
         result.build_note = "skipped: nvcc not found (run `cutegen build` where it is)"
-        return result
-    if backend == "dsl":
+    elif result.kernel.backend == "dsl":
         from .dsl import build_dsl
-        result.library = Path(build_dsl(problem, kernel.config, directory, cost=cost))
-        return result
-    from .progress import Steps
-    with Steps("build", 1, stream=progress) as steps:
-        result.build = build_kernels([directory], jobs=jobs, progress=steps).results[0]
-    result.library = result.build.library if result.build.ok else None
-    return result
+        result.library = Path(build_dsl(result.problem, result.config, result.directory, cost=cost))
+    else:
+        from .progress import Steps
+        with Steps("build", 1, stream=progress) as steps:
+            result.build = build_kernels([result.directory], jobs=jobs, progress=steps).results[0]
+        result.library = result.build.library if result.build.ok else None
 
 
 # -- pack -----------------------------------------------------------------------------------------

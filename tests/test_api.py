@@ -108,10 +108,12 @@ def test_generate_without_build_writes_what_the_cli_writes_and_prints(tmp_path, 
 def test_generate_says_when_nvcc_is_missing_instead_of_failing(tmp_path, monkeypatch):
     import cutegen.build
     monkeypatch.setattr(cutegen.build, "find_nvcc", lambda: None)
-    result = cutegen.generate(PROBLEM, tmp_path, build=True)
+    said = []
+    result = cutegen.generate(PROBLEM, tmp_path, build=True, say=said.append)
     assert result.library is None and result.build is None
     assert result.build_note.startswith("skipped: nvcc not found")
     assert result.lines()[-1].startswith("build    skipped: nvcc not found")
+    assert said == result.lines()          # every line said once: the report, then the build's
 
 
 def test_generate_renders_a_given_configuration_without_searching(tmp_path):

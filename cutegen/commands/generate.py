@@ -100,9 +100,7 @@ def run(args: argparse.Namespace) -> int:
         except json.JSONDecodeError as e:
             raise FieldError("--config", f"not valid JSON: {e}") from None
     result = generate(problem, args.output, config=config, backend=args.backend, build=not args.no_build,
-                      jobs=args.jobs, progress=sys.stderr)
-    for line in result.lines():
-        print(line)
+                      jobs=args.jobs, progress=sys.stderr, say=lambda line: print(line, flush=True))
     if not result.ok:
         print(result.build.message, file=sys.stderr)
         return 1
