@@ -42,7 +42,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from .pipeline_term import Arrive, Init, Load, MathBegin, MathEnd, Pipeline, Read, Sync, Wait, at, describe
+from .pipeline_term import (LOCAL_OPS, Arrive, Init, Load, MathBegin, MathEnd, Pipeline, Read, Role, Sync, Wait, at,
+                            describe)
 from .pipeline_footprint import Footprints
 
 MAX_STATES = 400_000
@@ -73,7 +74,13 @@ class _Machine:
 
     def __init__(self, p: Pipeline):
         self.p = p
-        self.roles = p.roles
+        # A role's own WGMMA batch bookkeeping (commit, wait_group) touches no shared state: it is checked
+        # in program order (PIPE-RELEASE-BEFORE-MMA-DONE), not interleaved.
+        self.roles = tuple(Role(r.name, r.cta, tuple(op for op in r.ops if not isinstance(op, LOCAL_OPS)))
+                           for r in p.roles)
+        self.cta_roles = {}
+        for ri, r in enumerate(self.roles):
+            self.cta_roles.setdefault(r.cta, []).append(ri)
         self.bar_index = {b.name: i for i, b in enumerate(p.barriers)}
         self.bar_count = [b.count for b in p.barriers]
         self.bar_cta = {b.name: b.cta for b in p.barriers}
@@ -228,6 +235,11 @@ def _step(m: _Machine, state, ri: int, op, found, step):
         if not usable(op.barrier):
             return _VIOLATION
         bi = m.bar_index[op.barrier]
+        if _exited(m, pcs, m.bar_cta[op.barrier]):
+            found("PIPE-ARRIVE-AFTER-EXIT", f"{role.name} arrives on {op.barrier} (tile {op.tile}, k-block {op.kb}) "
+                  f"after every role of CTA {m.bar_cta[op.barrier]} has finished: the CTA may have exited and its "
+                  f"shared memory belong to another block", role.name, state, step)
+            return _VIOLATION
         init, phase, pending, tx = bars[bi]
         pending -= op.count
         tx += op.expect_tx
@@ -296,6 +308,10 @@ def _step(m: _Machine, state, ri: int, op, found, step):
     raise TypeError(f"unknown pipeline op {op!r}")
 
 
+def _exited(m: _Machine, pcs, cta: int) -> bool:
+    return all(pcs[ri] >= len(m.roles[ri].ops) for ri in m.cta_roles.get(cta, ()))
+
+
 def _land(m: _Machine, state, li: int, op: Load, target: int, found, step):
     pcs, bars, stages, loads, inside = state
     ri = loads[li][0]
@@ -304,6 +320,10 @@ def _land(m: _Machine, state, li: int, op: Load, target: int, found, step):
     if bars[bi][0] == 0:
         found("PIPE-BARRIER-INIT", f"a TMA load completes bytes on {name} before its mbarrier.init",
               m.roles[ri].name, state, step)
+        return _VIOLATION
+    if _exited(m, pcs, target):
+        found("PIPE-ARRIVE-AFTER-EXIT", f"a TMA load of tile {op.tile} k-block {op.kb} lands in CTA {target} after "
+              f"every role of that CTA has finished", m.roles[ri].name, state, step)
         return _VIOLATION
     init, phase, pending, tx = bars[bi]
     new = list(bars)
