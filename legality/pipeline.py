@@ -277,10 +277,16 @@ class PipelineReport:
 
     @property
     def legal(self) -> bool:
+        """Every rule holds and every interleaving was explored (an unfinished exploration is not legal)."""
         return not any(v.enforced for v in self.violations)
 
+    @property
+    def conclusive(self) -> bool:
+        """False when the only thing in the way of a verdict is the exploration bound (PIPE-BOUND)."""
+        return self.complete or any(v.enforced and v.rule_id != "PIPE-BOUND" for v in self.violations)
+
     def to_dict(self) -> dict:
-        return {"legal": self.legal, "rules": [v.to_dict() for v in self.violations],
+        return {"legal": self.legal, "conclusive": self.conclusive, "rules": [v.to_dict() for v in self.violations],
                 "counterexamples": self.traces, "states": self.states, "complete": self.complete,
                 "explored": self.explored}
 
@@ -316,6 +322,9 @@ def check_pipeline(term: Pipeline, *, bounds: Bounds = Bounds(), rebuild=None) -
                 seen.add(v.rule_id)
                 violations.append(v)
     if not complete:
-        violations.append(Violation("PIPE-BOUND", f"exploration stopped after {bounds.max_states} states: the "
-                                    "behavioural rules are unproven for this term", False, "pipeline"))
+        # Unproven is not legal: the search must not rank, and the CLI must not pass, what was not explored.
+        violations.append(Violation("PIPE-BOUND", f"exploration stopped after {bounds.max_states} states of one "
+                                    "explored term before covering every interleaving: the behavioural rules "
+                                    "(deadlock, races, arrival counts at run time) are UNPROVEN for this term",
+                                    True, "pipeline"))
     return PipelineReport(violations, traces, states, complete, explored)
