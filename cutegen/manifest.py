@@ -114,6 +114,7 @@ def load(path: str | os.PathLike) -> Manifest:
     for key in ("problem", "config", "backend"):
         if key not in data:
             raise FieldError(f"{path}.{key}", "missing")
-    return Manifest(GemmProblem.from_dict(data["problem"], where=f"{path.name}.problem"),
-                    KernelConfig.from_dict(data["config"], where=f"{path.name}.config"),
-                    str(data["backend"]), data)
+    from .core import registry       # the problem's "op" (none: GEMM) says which types read it back
+    problem = registry.problem_from_dict(data["problem"], f"{path.name}.problem")
+    config = registry.config_from_dict(registry.operation_of(problem), data["config"], f"{path.name}.config")
+    return Manifest(problem, config, str(data["backend"]), data)

@@ -512,4 +512,5 @@ def render_manifest(path: str | os.PathLike, *, keep_toolchain: bool = True) -> 
     """Re-render the kernel a stored manifest.json describes (no search needed)."""
     m = manifest_mod.load(path)
     toolchain = m.data.get("toolchain") if keep_toolchain else None
-    return render(m.problem, m.config, m.backend, cost=m.data.get("cost"), toolchain=toolchain)
+    from .core import registry       # the manifest's operation renders it (GEMM: render() above)
+    return registry.render(m.problem, m.config, m.backend, cost=m.data.get("cost"), toolchain=toolchain)

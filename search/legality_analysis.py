@@ -12,13 +12,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
-def rule_ids() -> list[str]:
-    """Stable order of every configuration rule: the bit index of each in the analysis."""
-    from cutegen.legality import CONFIG_RULESETS
+def rule_ids(op: str = "gemm") -> list[str]:
+    """Stable order of every configuration rule: the bit index of each in the analysis.
 
-    ids = [r.id for rs in CONFIG_RULESETS for r in rs]
+    The rule sets come from the operation registry (GEMM's: ``cutegen.legality.CONFIG_RULESETS``)."""
+    from cutegen.core import registry
+
     # completion failures are reported under rule IDs too; keep any unknown ID after the known ones
-    return ids
+    return registry.config_rule_ids(op)
 
 
 @dataclass

@@ -45,8 +45,9 @@ class KernelNotFound(CutegenError):
 def _problem_and_config(doc: dict, where: str) -> tuple[GemmProblem, KernelConfig]:
     if "problem" not in doc or "config" not in doc:
         raise FieldError(where, "needs both 'problem' and 'config'")
-    return (GemmProblem.from_dict(doc["problem"], f"{where}.problem"),
-            KernelConfig.from_dict(doc["config"], f"{where}.config"))
+    from ..core import registry       # the problem's operation reads both back (no "op": GEMM)
+    problem = registry.problem_from_dict(doc["problem"], f"{where}.problem")
+    return problem, registry.config_from_dict(registry.operation_of(problem), doc["config"], f"{where}.config")
 
 
 def _library_in(directory: Path, manifest: dict) -> Path | None:
