@@ -195,3 +195,16 @@ def test_the_core_imports_no_operation():
                 if isinstance(n, ast.ImportFrom) and n.level == 2:
                     first = parts[0]
                 assert first not in gemm_modules, f"{f.name} imports {name}"
+
+
+def test_the_registry_and_gemms_entry_load_nothing_heavy():
+    # the GPU machine reads manifests and database rows through the registry without egglog or torch
+    import subprocess
+    import sys
+    code = ("import sys\nfrom cutegen.core import registry as r\nfrom cutegen import GemmProblem\n"
+            "p = GemmProblem.from_dict({'m': 8, 'n': 8, 'k': 8, 'dtype': 'bf16'})\n"
+            "r.problem_key(p); r.problem_from_dict(p.to_dict()); r.db_columns(p); r.get('gemm').backends\n"
+            "print(sorted(m for m in ('egglog', 'torch', 'numpy', 'jinja2', 'cutegen.search', 'cutegen.legality',"
+            " 'cutegen.render') if m in sys.modules))\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stdout + proc.stderr[-2000:]
