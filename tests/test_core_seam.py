@@ -105,13 +105,52 @@ def test_its_validation_plan_and_peer_come_from_it(vscale):
     assert registry.features(p) == {"n": 1000.0, "bytes": 4.0}
 
 
+class _Bare:
+    name = "bare"
+
+    def to_dict(self):
+        return {"op": "bare"}
+
+    @classmethod
+    def from_dict(cls, data, where="problem"):
+        return cls()
+
+
 def test_a_stage_it_lacks_says_so_in_one_line(vscale):
-    bare = toy_op.Operation(name="bare", problem_type=dict, config_type=dict)
+    bare = toy_op.Operation(name="bare", problem_type=_Bare, config_type=_Bare)
     with registry.registered(bare):
         with pytest.raises(CutegenError, match=r"^operation 'bare' has no render \(stage not available for it\)$"):
-            registry.render({}, {})
+            registry.render(_Bare(), _Bare())
     with pytest.raises(ValueError, match="already registered"):
-        registry.register(toy_op.Operation(name="vscale", problem_type=list, config_type=dict))
+        registry.register(toy_op.Operation(name="vscale", problem_type=_Bare, config_type=_Bare))
+    with pytest.raises(TypeError, match=r"problem type dict lacks to_dict, from_dict, name"):
+        registry.register(toy_op.Operation(name="broken", problem_type=dict, config_type=_Bare))
+    with pytest.raises(ValueError, match="lower-case letters"):
+        toy_op.Operation(name="Attention", problem_type=_Bare, config_type=_Bare)
+
+
+def test_problems_and_configs_meet_the_protocols(vscale):
+    import dataclasses
+    from cutegen import GemmProblem, KernelConfig
+    from cutegen.core.op import Config, Problem, config_hash
+    for p, c in ((GemmProblem.from_dict({"m": 64, "n": 64, "k": 64, "dtype": "f16"}), KernelConfig((128, 128, 64))),
+                 (VectorScaleProblem(64), ScaleConfig(64, 2))):
+        assert isinstance(p, Problem) and isinstance(c, Config)
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            c.__setattr__("tile_shape" if isinstance(c, KernelConfig) else "block", None)
+        op = registry.operation_of(p)
+        assert registry.config_from_dict(op, json.loads(json.dumps(c.to_dict()))) == c
+        assert config_hash(c) == c.hash and len(c.hash) == 16
+        registry.validate(p)                       # a valid problem passes its own checks again
+    assert config_hash(ScaleConfig(64, 2)) != config_hash(ScaleConfig(64, 4))
+    bad = VectorScaleProblem(64)
+    object.__setattr__(bad, "n", -1)               # changed behind construction's back
+    with pytest.raises(FieldError, match=r"^problem\.n: -1 is below the minimum 1$"):
+        registry.validate(bad)
+    gemm = GemmProblem.from_dict({"m": 64, "n": 64, "k": 64, "dtype": "f16"})
+    object.__setattr__(gemm, "dtype_a", "int4")
+    with pytest.raises(FieldError, match=r"^problem\.dtype_a"):
+        registry.validate(gemm)
 
 
 def test_the_results_database_files_and_reads_back_its_measurements(vscale, tmp_path):

@@ -24,6 +24,12 @@ def register(op: Operation, *, replace: bool = False) -> Operation:
     """Add ``op``; a second operation of the same name is an error unless ``replace``."""
     if not isinstance(op, Operation):
         raise TypeError(f"expected an Operation, got {type(op).__name__}")
+    for what, cls, needs in (("problem", op.problem_type, ("to_dict", "from_dict", "name")),
+                             ("config", op.config_type, ("to_dict", "from_dict"))):
+        missing = [a for a in needs if not hasattr(cls, a)]
+        if missing:
+            raise TypeError(f"operation {op.name!r}: {what} type {cls.__name__} lacks {', '.join(missing)} "
+                            f"(cutegen.core.op.{what.capitalize()})")
     old = _OPS.get(op.name)
     if old is not None and old is not op and not replace:
         raise ValueError(f"operation {op.name!r} is already registered")
