@@ -98,7 +98,7 @@ def choose(problem: GemmProblem, top_k: int = 3, backend: str = "cutlass") -> tu
     The cost record holds only what the model predicts (deterministic), never search timings, so
     that the manifest's bytes depend on the problem and the configuration alone.
     """
-    from ..core.search import search  # the problem's operation searches (GEMM: the e-graph; egglog behind it)
+    from ..search import search  # egglog lives behind this import
     result = search(problem, top_k, backend=backend)
     if not result.ranked:
         raise CutegenError(f"the search found no legal configuration for {problem.name} "
@@ -131,8 +131,8 @@ def choose(problem: GemmProblem, top_k: int = 3, backend: str = "cutlass") -> tu
 
 
 def run(args: argparse.Namespace) -> int:
+    from .. import render as render_mod
     from ..build import build, find_nvcc
-    from ..core import registry
 
     problem = problem_from_args(args)
     if args.config:
@@ -143,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
         cost, why = None, ["configuration given with --config (no search)"]
     else:
         config, cost, why = choose(problem, backend=args.backend)
-    kernel = registry.render(problem, config, args.backend, cost=cost)
+    kernel = render_mod.render(problem, config, args.backend, cost=cost)
     out = Path(args.output) if args.output else Path("generated") / problem.target / problem.name
     kernel.write(out)
     print(f"kernel   {out / ('kernel.py' if args.backend == 'dsl' else 'kernel.cu')}")

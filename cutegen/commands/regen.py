@@ -42,10 +42,10 @@ def baseline_dir(root: Path, problem: GemmProblem) -> Path:
 
 
 def _render_searched(problem: GemmProblem):
-    from ..core import registry
+    from .. import render as render_mod
     from .generate import choose
     config, cost, _ = choose(problem)
-    return registry.render(problem, config, "cutlass", cost=cost)
+    return render_mod.render(problem, config, "cutlass", cost=cost)
 
 
 def baseline_config(problem: GemmProblem) -> dict:
