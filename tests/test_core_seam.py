@@ -201,6 +201,22 @@ def test_gemm_parts_are_the_modules_they_always_were():
     assert registry.problem_key(p) == json.dumps(p.to_dict(), sort_keys=True, separators=(",", ":"))
     assert registry.problem_from_dict(p.to_dict()) == p == registry.problem_from_dict({**p.to_dict(), "op": "gemm"})
     assert registry.db_columns(p) == {"kernel_class": p.kernel_class_name, "m": 1000, "n": 1500, "k": 777, "batch": 1}
+    f = registry.features(p)
+    assert f["log2_k"] == pytest.approx(9.6018, abs=1e-4) and f["bits_a"] == 16 and f["batch"] == 1
+
+
+def test_gemms_cost_part_prices_a_completed_config_and_names_what_cannot_complete():
+    from cutegen import GemmProblem, KernelConfig
+    from cutegen.legality import check_config
+    from cutegen.search.cost import config_cost
+    op = registry.get("gemm")
+    p = GemmProblem.from_dict({"m": 4096, "n": 4096, "k": 4096, "dtype": "bf16"})
+    small, big = KernelConfig((128, 128, 64), (1, 1, 1)), KernelConfig((128, 256, 64), (2, 1, 1))
+    rep = check_config(p, small)
+    assert op.cost(p, small) == config_cost(p, rep.config, rep.stages)[0] > 0
+    assert op.cost(p, big) != op.cost(p, small)
+    with pytest.raises(ValueError, match="no cost for an illegal config .*RES-SMEM-CAPACITY"):
+        op.cost(p, KernelConfig((256, 256, 128), (1, 1, 1), stages=9))
 
 
 def test_the_search_legality_analysis_indexes_the_registrys_rules():

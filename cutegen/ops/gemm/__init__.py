@@ -67,12 +67,12 @@ def check(p: GemmProblem, c: KernelConfig) -> list:
 
 
 def cost(p: GemmProblem, c: KernelConfig) -> float:
-    """The analytic prior's microseconds for the completed config (no launch plan, calibrated device)."""
+    """The analytic prior's microseconds for a legal config, completed (no launch plan, calibrated device)."""
     from ...legality import check_config
     from ...search.cost import config_cost
     rep = check_config(p, c)
-    if rep.config is None:
-        raise ValueError(f"config cannot be completed for {p.name}: {'; '.join(map(str, rep.violations))}")
+    if rep.config is None or rep.violations:
+        raise ValueError(f"no cost for an illegal config of {p.name}: {'; '.join(map(str, rep.violations))}")
     return config_cost(p, rep.config, rep.stages)[0]
 
 
