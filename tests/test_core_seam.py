@@ -263,3 +263,19 @@ def test_the_registry_and_gemms_entry_load_nothing_heavy():
             " 'cutegen.render') if m in sys.modules))\n")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stdout + proc.stderr[-2000:]
+
+
+def test_the_search_hears_a_renderers_refusals_through_the_registry():
+    # tf32 NT takes CUTLASS's register-A mainloop, which the explicit template does not spell
+    from cutegen import GemmProblem, KernelConfig
+    from cutegen.render import complete_config
+    from cutegen.search.legality_analysis import Judge
+    nt = GemmProblem(2048, 2048, 2048, dtype_a="tf32", dtype_b="tf32", dtype_c="f32", dtype_d="f32",
+                     layout_a="col", layout_b="row")
+    cfg = KernelConfig((128, 128, 32), (1, 1, 1))
+    done = complete_config(nt, cfg)
+    assert registry.backend_refusals(nt, done, "cutlass")[0].startswith("CUTLASS-EXPLICIT-RS")
+    assert registry.backend_refusals(nt, done, "cutlass_builder") == []
+    assert registry.backend_refusals(nt.replace(layout_a="row", layout_b="col"), done, "cutlass") == []
+    assert Judge(nt, "cutlass")(cfg).rules[:1] == ["CUTLASS-EXPLICIT-RS"]
+    assert Judge(nt, "cutlass_builder")(cfg).legal

@@ -153,3 +153,21 @@ def test_the_runner_facade_keeps_every_name():
         assert hasattr(runner, name), name
     from cutegen.run import cases
     assert runner.validation_cases is cases.validation_cases
+
+
+def test_layers_point_one_way():
+    # legality/ knows nothing of search/; the core knows no operation (it reaches cutegen.ops by name only)
+    graph = import_graph(ROOT)
+    against = [(a, b) for a, deps in graph.items() for b in deps
+               if (a.startswith("cutegen.legality") and b.startswith("cutegen.search"))
+               or (a.startswith("cutegen.core") and b.startswith("cutegen.ops"))]
+    assert against == []
+
+
+def test_the_layer_check_sees_a_reversed_import(tmp_path):
+    for sub in ("cutegen", "cutegen/core", "legality", "search", "templates"):
+        (tmp_path / sub).mkdir(parents=True)
+        (tmp_path / sub / "__init__.py").write_text("")
+    (tmp_path / "legality" / "rules.py").write_text("def f():\n    from cutegen.search import engine\n")
+    (tmp_path / "search" / "engine.py").write_text("")
+    assert "cutegen.search.engine" in import_graph(tmp_path)["cutegen.legality.rules"]

@@ -110,6 +110,7 @@ class Operation:
     # --- render, build, run ----------------------------------------------------------------------------
     backends: tuple[str, ...] = ()                               # first: the default
     render: Callable[..., Any] | None = None                     # (problem, config, backend, **kw) -> files
+    backend_refusals: Callable[[Any, Any, str], list] | None = None  # what a renderer refuses: "RULE: why"
     validation_cases: Callable[..., list] | None = None          # (problem, config, shapes, **kw) -> cases
     refusal_probes: Callable[[Any, Any], list] | None = None     # calls the kernel must refuse
     tolerance: Callable[[Any], float] | None = None              # relative error allowed vs the reference

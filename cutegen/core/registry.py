@@ -215,6 +215,12 @@ def render(problem: Any, config: Any, backend: str | None = None, **options: Any
     return fn(problem, config, backend, **options)
 
 
+def backend_refusals(problem: Any, config: Any, backend: str) -> list[str]:
+    """What ``backend``'s renderer refuses of a legal config, each "RULE-ID: reason" (none: renders)."""
+    op = operation_of(problem)
+    return list(op.backend_refusals(problem, config, backend)) if op.backend_refusals else []
+
+
 def validation_cases(problem: Any, config: Any, shapes: Any = (), **options: Any) -> list:
     return list(part(operation_of(problem), "validation_cases")(problem, config, shapes, **options))
 

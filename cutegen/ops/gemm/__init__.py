@@ -86,6 +86,18 @@ def render(p: GemmProblem, c: KernelConfig, backend: str | None = None, **option
     return render_gemm(p, c, backend or BACKENDS[0], **options)
 
 
+def backend_refusals(p: GemmProblem, c: KernelConfig, backend: str) -> list[str]:
+    """What each renderer refuses of a legal config: the CuTe DSL's ``DSL-*``, the explicit C++ template's
+    ``CUTLASS-EXPLICIT-*``; CUTLASS's builder refuses nothing the rules allow (it chooses the mainloop)."""
+    if backend == "dsl":
+        from ...dsl import dsl_supports as supports
+    elif backend == "cutlass":
+        from ...render import cutlass_supports as supports
+    else:
+        from ...render import builder_supports as supports
+    return supports(p, c)
+
+
 def validation_cases(p: GemmProblem, c: KernelConfig, shapes=(), **options: Any) -> list:
     from ...run.cases import validation_cases as cases
     return cases(p, c, shapes, **options)
@@ -107,7 +119,7 @@ OPERATION = register(Operation(
     dtypes=dtypes, extents=extents, flops=lambda p: p.flops,
     db_key=db_key, db_columns=db_columns, features=features,
     rule_sets=rule_sets, config_rule_sets=config_rule_sets, check=check, cost=cost, search=search,
-    backends=BACKENDS, render=render, validation_cases=validation_cases, refusal_probes=refusal_probes,
+    backends=BACKENDS, render=render, backend_refusals=backend_refusals, validation_cases=validation_cases, refusal_probes=refusal_probes,
     tolerance=tolerance, reference="float32 matmul of the same (already quantized) inputs (cutegen._runner_worker)",
     peers=("cublas",), packs=True,
 ))
