@@ -2,8 +2,8 @@
 
 A facade: the code lives in ``cutegen.run`` (one module per concern) and every name this module
 always had is re-exported here, so ``from cutegen.runner import X`` and ``cutegen.runner.X`` keep
-working. New code imports from ``cutegen.run.<module>``. Module-level state belongs to its module:
-patch ``cutegen.run.launch._LEGALITY_ENTRY``, not this module's copy.
+working. New code imports from ``cutegen.run.<module>``. Module-level state lives in its own module,
+so a test patches it there (``cutegen.run.launch._LEGALITY_ENTRY``), not here.
 
 A kernel is a shared library with the C ABI of ``cutegen.abi`` and, beside it, a ``manifest.json``
 (problem + config). Everything here is plain Python and runs without a GPU: the GPU work itself
