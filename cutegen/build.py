@@ -21,7 +21,6 @@ import concurrent.futures
 import contextlib
 import fcntl
 import hashlib
-import importlib.util
 import json
 import os
 import queue
@@ -39,6 +38,7 @@ from typing import IO, TYPE_CHECKING, Iterable
 
 from ._atomic import atomic_write
 from .errors import CutegenError
+from .toolchain import _cutlass_version_at, cutlass_include_dirs, find_nvcc, nvcc_full_version  # noqa: F401  (re-exported)
 
 if TYPE_CHECKING:
     from .progress import Steps
@@ -67,47 +67,10 @@ ERROR_LINE = re.compile(r"error|static assertion|static_assert|\bC75(?:08|10)\b|
 
 
 # --- where things are --------------------------------------------------------------------------------
-def cutlass_include_dirs() -> list[str]:
-    """[CUTLASS include dir, CUTLASS tools/util include dir].
-
-    ``CUTEGEN_CUTLASS_INCLUDE`` may name either a CUTLASS source root (with ``include/`` and
-    ``tools/util/include/``) or the ``include/`` folder itself; otherwise the nvidia-cutlass
-    wheel's ``cutlass_library/source`` is used.
-    """
-    override = os.environ.get("CUTEGEN_CUTLASS_INCLUDE")
-    if override:
-        root = Path(override)
-        if (root / "include" / "cutlass" / "version.h").is_file():
-            dirs = [root / "include", root / "tools" / "util" / "include"]
-        elif (root / "cutlass" / "version.h").is_file():
-            util = root.parent / "tools" / "util" / "include"
-            dirs = [root] + ([util] if util.is_dir() else [])
-        else:
-            raise CutegenError(f"CUTEGEN_CUTLASS_INCLUDE={override}: no cutlass/version.h there or in its include/")
-        return [str(d) for d in dirs if d.is_dir()]
-    spec = importlib.util.find_spec("cutlass_library")  # locates the wheel without importing it
-    if spec is None or not spec.submodule_search_locations:
-        raise CutegenError("CUTLASS headers not found: install nvidia-cutlass==4.2.0.0 or set "
-                           "CUTEGEN_CUTLASS_INCLUDE to a CUTLASS include folder")
-    source = Path(list(spec.submodule_search_locations)[0]) / "source"
-    include = source / "include"
-    if not (include / "cutlass" / "version.h").is_file():
-        raise CutegenError(f"{include}: the nvidia-cutlass wheel has no CUTLASS headers")
-    return [str(include), str(source / "tools" / "util" / "include")]
 
 
 def cache_dir() -> Path:
     return Path(os.environ.get("CUTEGEN_CACHE") or Path.home() / ".cache" / "cutegen")
-
-
-def find_nvcc() -> str | None:
-    found = shutil.which("nvcc")
-    if found:
-        return found
-    for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
-        if home and Path(home, "bin", "nvcc").is_file():
-            return str(Path(home, "bin", "nvcc"))
-    return None
 
 
 def default_jobs() -> int:
@@ -284,7 +247,6 @@ class Builder:
         self.progress = progress
         self.timeout = timeout
         self.include_dirs = cutlass_include_dirs()
-        from .manifest import _cutlass_version_at, nvcc_full_version
         self.nvcc_version = nvcc_full_version(self.nvcc)
         self.cutlass_version = _cutlass_version_at(self.include_dirs[0])
         self._slots: queue.Queue[int] = queue.Queue()

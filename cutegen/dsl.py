@@ -232,7 +232,7 @@ def kernel_hash(problem: GemmProblem, config: KernelConfig) -> str:
 
 def describe_json(problem: GemmProblem, config: KernelConfig) -> str:
     """cutegen_describe()'s JSON, made as the C++ backend makes it."""
-    from .render import _describe
+    from .render_common import _describe
     return _describe(problem, config, BACKEND, kernel_hash(problem, config))
 
 
@@ -308,7 +308,7 @@ def _environment():
     global _ENV
     if _ENV is None:
         import jinja2
-        from .render import _cstring
+        from .render_common import _cstring
         tdir = Path(__file__).resolve().parent.parent / "templates"
         if not (tdir / TEMPLATE).is_file():  # installed (non-editable): templates ship as cutegen.templates
             from . import templates as _t  # type: ignore[attr-defined]
@@ -325,7 +325,7 @@ def _checked(problem: GemmProblem, config: KernelConfig) -> KernelConfig:
         raise FieldError("problem", f"expected a GemmProblem, got {type(problem).__name__}")
     if not isinstance(config, KernelConfig):
         raise FieldError("config", f"expected a KernelConfig, got {type(config).__name__}")
-    from .render import complete_config
+    from .render_common import complete_config
     config = complete_config(problem, config)
     reasons = dsl_supports(problem, config)
     if reasons:
@@ -369,7 +369,7 @@ def render_files(problem: GemmProblem, config: KernelConfig, *, check_legality: 
                  cost: Any = None) -> dict[str, str]:
     """kernel.py, abi.cpp and manifest.json of one DSL kernel (what `generate --backend dsl` writes)."""
     from . import manifest as manifest_mod
-    from .render import check_legality as _check, legality_summary
+    from .render_common import check_legality as _check, legality_summary
     config = _checked(problem, config)
     report = _check(problem, config) if check_legality else None
     ctx = template_context(problem, config)
@@ -471,7 +471,7 @@ def build_dsl(problem: GemmProblem, config: KernelConfig, out_dir: str | os.Path
     """
     from .build import cache_dir, find_nvcc
     from .manifest import nvcc_full_version
-    from .render import atomic_write
+    from ._atomic import atomic_write
     files = render_files(problem, config, check_legality=check_legality, cost=cost)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

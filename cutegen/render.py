@@ -31,6 +31,9 @@ from .errors import CutegenError, FieldError, IllegalConfig
 from .problem import GemmProblem
 from . import staging as _staging
 from .swap_ab import kernel_problem
+from .render_common import (  # noqa: F401  (re-exported: render.complete_config etc. stay importable)
+    _cstring, _describe, check_legality, complete_config, legality_summary,
+)
 
 BACKENDS = ("cutlass", "cutlass_builder", "dsl")   # dsl: cutegen/dsl.py (CuTe DSL, issue 6)
 TEMPLATES = {"cutlass": "cutlass_sm90_gemm.cu.j2", "cutlass_builder": "cutlass_builder_gemm.cu.j2"}
@@ -113,48 +116,6 @@ class RenderedKernel:
         return out
 
 
-# --- completion and legality (owned by other modules; imported late so that a missing or ----
-# --- heavy dependency never stops `import cutegen.render`) --------------------------------------
-def complete_config(problem: GemmProblem, config: KernelConfig) -> KernelConfig:
-    try:
-        from .collective_builder import complete
-    except ModuleNotFoundError as e:
-        if e.name != "cutegen.collective_builder":
-            raise
-        if config.is_complete:
-            return config
-        raise CutegenError("config is incomplete (stages, smem layouts, TMA atoms, WGMMA instruction or "
-                           "warpgroup layout unset) and cutegen.collective_builder is not available "
-                           "to complete it") from None
-    # A swapped kernel is completed for the transposed problem its CUTLASS types are written for.
-    return complete(kernel_problem(problem, config), config)
-
-
-def check_legality(problem: GemmProblem, config: KernelConfig):
-    """The legality report of ``config`` for ``problem``; raises IllegalConfig on any violation."""
-    try:
-        from .legality import check_config
-    except ImportError as e:
-        raise CutegenError(f"cannot check legality: cutegen.legality.check_config is unavailable ({e}); "
-                           "refusing to render an unchecked configuration") from None
-    report = check_config(problem, config)
-    violations = list(getattr(report, "violations", report or []))
-    if violations:
-        raise IllegalConfig(violations)
-    return report
-
-
-def legality_summary(report: Any) -> dict[str, Any]:
-    """What the manifest keeps of a (passing) legality report."""
-    if hasattr(report, "to_dict"):
-        data = manifest_mod.to_jsonable(report.to_dict())
-        if isinstance(data, dict):
-            data.setdefault("legal", True)
-            return data
-    violations = list(getattr(report, "violations", []) or [])
-    return {"legal": not violations, "violations": [manifest_mod.to_jsonable(v) for v in violations]}
-
-
 # --- the template context --------------------------------------------------------------------------
 def epilogue_tile(problem: GemmProblem, config: KernelConfig) -> tuple[int, int]:
     """The epilogue tile, as CUTLASS 4.2's EpilogueTileAuto computes it when the config leaves it unset.
@@ -230,33 +191,6 @@ def _fusion(problem: GemmProblem, element_c: str) -> tuple[str, str, str]:
         return op, f"D = {act}(alpha * acc + beta * C)", ""
     return (f"cutlass::epilogue::fusion::LinearCombination<{d}, ElementCompute, {c}, ElementCompute>",
             "D = alpha * acc + beta * C", "")
-
-
-def _cstring(text: str) -> str:
-    """A C string literal for ``text`` (ASCII JSON), split into short lines."""
-    out, line = [], ""
-    for ch in text:
-        esc = {"\\": "\\\\", '"': '\\"', "\n": "\\n"}.get(ch, ch)
-        if not (32 <= ord(ch) < 127) and ch != "\n":
-            raise ValueError(f"non-ASCII character {ch!r} in a C string")
-        if len(line) + len(esc) > 96:
-            out.append(f'"{line}"')
-            line = ""
-        line += esc
-    out.append(f'"{line}"')
-    return "\n    ".join(out)
-
-
-def _describe(problem: GemmProblem, config: KernelConfig, backend: str, khash: str) -> str:
-    from . import __version__
-    from .staging import describe as staged
-    out = {"backend": backend, "config": config.to_dict(), "cutegen": __version__, "hash": khash,
-           "problem": problem.kernel_key()}
-    if staged(config):          # only staged kernels carry the key: every other kernel keeps its bytes
-        out["staged_operands"] = staged(config)
-    if _staging.transposed_operands(config):      # likewise only transposing ones this one
-        out["transposed_operands"] = _staging.describe_transposed(config)
-    return json.dumps(out, sort_keys=True, separators=(",", ":"))
 
 
 def template_context(problem: GemmProblem, config: KernelConfig, backend: str) -> dict[str, Any]:
@@ -578,4 +512,5 @@ def render_manifest(path: str | os.PathLike, *, keep_toolchain: bool = True) -> 
     """Re-render the kernel a stored manifest.json describes (no search needed)."""
     m = manifest_mod.load(path)
     toolchain = m.data.get("toolchain") if keep_toolchain else None
-    return render(m.problem, m.config, m.backend, cost=m.data.get("cost"), toolchain=toolchain)
+    from .core import registry       # the manifest's operation renders it (GEMM: render() above)
+    return registry.render(m.problem, m.config, m.backend, cost=m.data.get("cost"), toolchain=toolchain)

@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 from .. import runner as R
+from ..core import registry
 from ..errors import CutegenError, FieldError
 from ..problem import GemmProblem
 
@@ -457,7 +458,8 @@ def problem_request(problem: GemmProblem, args) -> tuple[dict, dict]:
     contenders = [
         {"name": "cutegen", "library": str(ours.library) if ours else None, "reason": why_ours,
          **({"launch_plan": ours.manifest["launch_plan"]} if ours and ours.manifest.get("launch_plan") else {})},
-        {"name": "cublas"},
+        # the peers the worker times in-process come from the problem's operation (GEMM: cuBLAS)
+        *({"name": peer} for peer in registry.peers(problem)),
         {"name": "cutlass_builder", "library": str(base.library) if base else None, "reason": why_base},
     ]
     nv = None

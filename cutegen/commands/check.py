@@ -124,3 +124,38 @@ SUBCOMMANDS = {
     "pipeline": ("is this kernel's TMA/mbarrier pipeline free of deadlocks, races and miscounts? "
                  "(every interleaving, bounded)", add_pipeline_arguments, run_pipeline),
 }
+
+
+# --------------------------------------------------------------------------- rules (any operation)
+
+RULES_HELP = "list the legality rules of one operation or all (ID, contract, rulebook ID, summary, source)"
+
+
+def add_rules_arguments(p) -> None:
+    p.add_argument("--op", metavar="NAME", help="only this operation's rule sets (default: every operation's)")
+    p.add_argument("--json", action="store_true", help="one JSON object per rule instead of a table")
+
+
+def run_rules(args) -> int:
+    """Every rule set comes from the operation registry (cutegen.core.registry), so an operation's own
+    rules appear here once its package registers them; a set two operations share is listed once."""
+    from ..core import registry
+
+    try:
+        rules = registry.all_rules(args.op)
+    except FieldError as e:
+        raise FieldError("--op", e.message) from None
+    for rule in rules:
+        if args.json:
+            sys.stdout.write(json.dumps({"id": rule.id, "contract": rule.contract, "rulebook": rule.rulebook,
+                                         "enforced": rule.enforced, "summary": rule.summary,
+                                         "source": rule.source}) + "\n")
+        else:
+            book = f" [{rule.rulebook}]" if rule.rulebook else ""
+            flag = "" if rule.enforced else " (not enforced)"
+            sys.stdout.write(f"{rule.id}{book} {rule.contract}{flag}: {rule.summary}\n")
+    sys.stdout.flush()
+    return 0
+
+
+SUBCOMMANDS["rules"] = (RULES_HELP, add_rules_arguments, run_rules)

@@ -62,9 +62,9 @@ def baseline_config(problem: GemmProblem) -> dict:
 
 
 def _render_baseline(problem: GemmProblem):
-    from .. import render as render_mod
     from ..config import KernelConfig
-    return render_mod.render(problem, KernelConfig.from_dict(baseline_config(problem)), "cutlass_builder")
+    from ..core import registry
+    return registry.render(problem, KernelConfig.from_dict(baseline_config(problem)), "cutlass_builder")
 
 
 def _checked_in(directory: Path) -> bool:

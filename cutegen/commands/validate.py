@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from .. import runner as R
+from ..core import registry
 from ..errors import CutegenError
 
 HELP = "validate built kernels on the GPU (random inputs vs float32 reference, ragged shapes, watchdog)"
@@ -152,11 +153,12 @@ def _kernel_record(info: R.KernelInfo, cases: list, verdict: str, reason: str = 
 def validate_one(worker: R.Worker, info: R.KernelInfo, shapes, args, say) -> dict:
     """Every case and probe of one kernel; stops at the first hang or crash of the kernel."""
     problem, config = info.problem, info.config
-    plan = R.validation_cases(problem, config, shapes, include_manifest=not args.no_manifest_shape,
-                              launch_plan=info.manifest.get("launch_plan"))
+    # the cases, probes and tolerance come from the kernel's operation (cutegen/ops/<op>)
+    plan = registry.validation_cases(problem, config, shapes, include_manifest=not args.no_manifest_shape,
+                                     launch_plan=info.manifest.get("launch_plan"))
     if not args.no_probes:
-        plan += R.refusal_probes(problem, config)
-    tol = R.tolerance(problem)
+        plan += registry.refusal_probes(problem, config)
+    tol = registry.tolerance(problem)
     cases = []
     verdict, reason = "pass", ""
     for case in plan:
