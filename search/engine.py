@@ -447,6 +447,41 @@ def _staging_step(staged, flags, copy_us: float) -> str:
     return "; ".join(parts) + f"  [copies {copy_us:.1f} us]"
 
 
+def _sliced_ranked(problem, s: int, x: Ranked, device: str | None = None) -> Ranked:
+    """A kernel of the batched slice GEMM as the caller's kernel: ``split_k_slices`` set, the separate
+    reduction priced (search/cost.py split_k_reduce_us) and named in the rewrite chain."""
+    from .learned.device import rates as device_rates
+    reduce_us = costmod.split_k_reduce_us(problem, s, device_rates(device))
+    total = x.cost + reduce_us
+    bd = {**x.breakdown, "split_k_slices": s, "split_k_reduce_us": round(reduce_us, 4),
+          "predicted_us": round(total, 3), "predicted_tflops": round(problem.flops / (total * 1e-6) / 1e12, 1)}
+    step = (f"problem: Mul(A, B) = ReduceSlices(Mul(Slice(A, {s}), Slice(B, {s})), {s})  [split-K with a separate "
+            f"reduction: {s} K-slices of {problem.k // s} as one batched GEMM into f32 partials, then the ABI's "
+            f"reduction kernel, {reduce_us:.1f} us]")
+    return Ranked(x.config.replace(split_k_slices=s), total, bd, [step] + x.chain if x.chain else [],
+                  x.prediction, None)
+
+
+def search_split_k_reduce(problem, s: int, top_k: int = 1, *, device: str | None = None) -> list[Ranked]:
+    """The best ``top_k`` kernels of the split-K-with-separate-reduction form at ``s`` slices (explicit CUTLASS
+    backend), cheapest first, whether or not the search would offer ``s`` (``split_k_reduce_forms``); []
+    when the form's rules refuse ``s`` for ``problem``. For measuring the form at a slice count of one's
+    choosing (bench/splitk_reduce.py)."""
+    from cutegen.legality import check_split_k_reduce
+    from cutegen.split_k_reduce import sliced_problem
+
+    probe = _make_config((128, 128, 64), (1, 1), (1, 1, 0)).replace(split_k_slices=s)
+    if [v for v in check_split_k_reduce(problem, probe) if v.enforced]:
+        return []
+    sliced = sliced_problem(problem, probe)
+    space = SearchSpace(sliced, PERSISTENT_POLICIES)
+    try:
+        r = _search(space, sliced, top_k, False, time.perf_counter(), "cutlass", device, None)
+    finally:
+        space.egg.close()
+    return [_sliced_ranked(problem, s, x, device) for x in r.ranked]
+
+
 def _merge(problem, results, top_k: int, swap_pruned: dict, t0: float, unjudged: int = 0,
            device: str | None = None, sliced_results=()) -> SearchResult:
     """One SearchResult from the searches of each orientation: the kernels of a swapped orientation
@@ -472,18 +507,9 @@ def _merge(problem, results, top_k: int, swap_pruned: dict, t0: float, unjudged:
                            + x.chain if x.chain else [], x.prediction, x.plan)   # a plan is K's: the same
             ranked.append((x.cost, swapped, x))
     for s, r in sliced_results:
-        from .learned.device import rates as device_rates
-        reduce_us = costmod.split_k_reduce_us(problem, s, device_rates(device))
         for x in r.ranked:
-            total = x.cost + reduce_us
-            bd = {**x.breakdown, "split_k_slices": s, "split_k_reduce_us": round(reduce_us, 4),
-                  "predicted_us": round(total, 3), "predicted_tflops": round(problem.flops / (total * 1e-6) / 1e12, 1)}
-            step = (f"problem: Mul(A, B) = ReduceSlices(Mul(Slice(A, {s}), Slice(B, {s})), {s})  [split-K with a separate "
-                    f"reduction: {s} K-slices of {problem.k // s} as one batched GEMM into f32 partials, then the ABI's "
-                    f"reduction kernel, {reduce_us:.1f} us]")
-            x = Ranked(x.config.replace(split_k_slices=s), total, bd, [step] + x.chain if x.chain else [],
-                       x.prediction, None)
-            ranked.append((total, False, x))
+            x = _sliced_ranked(problem, s, x, device)
+            ranked.append((x.cost, False, x))
     results = list(results) + [((False, ()), r) for _, r in sliced_results]
     # A swapped kernel must win by more than SWAP_MARGIN: where both orientations cost about the same
     # (large problems, where the model's M/N asymmetries are noise) the problem as stated keeps its

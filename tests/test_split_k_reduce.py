@@ -258,3 +258,16 @@ def test_validation_cases_are_legal_and_cover_the_form(s):
             c = probes[name]
             rep = check_config(TN.replace(m=c.m, n=c.n, k=c.k), config)
             assert [v.rule_id for v in rep.violations] == list(c.expect) and c.k % 8 == 0
+
+
+def test_sanitizer_case_splits_evenly_and_fills_the_sms():
+    from types import SimpleNamespace
+    from cutegen.commands.validate import sanitizer_case
+    for s in (4, 16):
+        config = cfg(s)
+        case = sanitizer_case(SimpleNamespace(problem=TN, config=config))
+        assert case.name == "sanitize_slices" and case.k % s == 0 and case.beta == 0.5
+        assert (case.k // s) % config.tile_shape[2] != 0                      # each slice ends ragged
+        tiles = -(-case.m // 128) * -(-case.n // 64) * s
+        assert tiles >= 3 * 132                                                # several tiles per SM
+        assert check_config(TN.replace(m=case.m, n=case.n, k=case.k), config).legal
