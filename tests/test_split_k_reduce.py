@@ -271,3 +271,11 @@ def test_sanitizer_case_splits_evenly_and_fills_the_sms():
         tiles = -(-case.m // 128) * -(-case.n // 64) * s
         assert tiles >= 3 * 132                                                # several tiles per SM
         assert check_config(TN.replace(m=case.m, n=case.n, k=case.k), config).legal
+
+
+def test_every_rule_has_a_rulebook_row():
+    from pathlib import Path
+    text = (Path(__file__).resolve().parents[1] / "legality" / "RULEBOOK-split-k-reduce.md").read_text()
+    for r in all_rules():
+        if r.contract == "split_k_reduce":
+            assert f"| {r.rulebook} | `{r.id}`" in text, r.id
