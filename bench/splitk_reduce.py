@@ -29,7 +29,6 @@ ROOTS = ("form", "form2", "prev")
 
 
 def plan(args) -> int:
-    from cutegen.commands.generate import choose  # noqa: F401  (the same import path regen uses)
     from cutegen.render import render
     from cutegen.search.engine import search, search_split_k_reduce, split_k_reduce_forms
     from cutegen.suites import load_suite
