@@ -279,3 +279,11 @@ def test_every_rule_has_a_rulebook_row():
     for r in all_rules():
         if r.contract == "split_k_reduce":
             assert f"| {r.rulebook} | `{r.id}`" in text, r.id
+
+
+def test_search_at_a_chosen_slice_count():
+    from cutegen.search.engine import search_split_k_reduce
+    assert search_split_k_reduce(TN.replace(k=65544), 16) == []            # SPLITK-REDUCE-SLICES-DIVIDE-K
+    best = search_split_k_reduce(TN, 4)[0]
+    assert best.config.split_k_slices == 4 and best.config.tile_scheduler == "persistent"
+    assert best.cost == pytest.approx(costmod.config_cost(TN, best.config, best.breakdown["stages"])[0], rel=1e-6)
