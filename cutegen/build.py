@@ -35,10 +35,13 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Iterable
+from typing import IO, TYPE_CHECKING, Iterable
 
 from ._atomic import atomic_write
 from .errors import CutegenError
+
+if TYPE_CHECKING:
+    from .progress import Steps
 
 NVCC_FLAGS = (
     "-gencode=arch=compute_90a,code=sm_90a",
@@ -268,7 +271,9 @@ class Builder:
     """Compiles jobs through the cache with at most ``jobs`` concurrent nvcc processes."""
 
     def __init__(self, *, jobs: int | None = None, cache: Path | None = None, nvcc: str | None = None,
-                 progress: IO[str] | None = None, timeout: float | None = None):
+                 progress: "IO[str] | Steps | None" = None, timeout: float | None = None):
+        """``progress``: a text stream (one line per event), a ``cutegen.progress.Steps`` (a bar on a
+        terminal), or None (silent)."""
         self.nvcc = nvcc or find_nvcc()
         if self.nvcc is None:
             raise CutegenError("nvcc not found on PATH (or in CUDA_HOME); cannot build")
@@ -291,9 +296,20 @@ class Builder:
         self._total = 0
 
     def _say(self, text: str) -> None:
-        if self.progress is not None:
-            with self._print_lock:
-                print(text, file=self.progress, flush=True)
+        if self.progress is None:
+            return
+        if hasattr(self.progress, "log"):   # a cutegen.progress.Steps: a line above its bar
+            self.progress.log(text)
+            return
+        with self._print_lock:
+            print(text, file=self.progress, flush=True)
+
+    def _done_line(self, n: int, text: str) -> None:
+        """One finished job: a step of a ``cutegen.progress.Steps``, or ``[n/N] text`` on a stream."""
+        if hasattr(self.progress, "step"):
+            self.progress.step(text)
+        else:
+            self._say(f"[{n}/{self._total}] {text}")
 
     def entry(self, key: str) -> Path:
         return self.cache / key[:2] / key
@@ -323,7 +339,7 @@ class Builder:
         if result.stats.get("spill_bytes"):
             # Not fatal (ptxas did not serialize the wgmma), but a register budget the rules missed.
             tail += f" (warning: {result.stats['spill_bytes']} bytes of register spills)"
-        self._say(f"[{n}/{self._total}] {job.name}: {tail}")
+        self._done_line(n, f"{job.name}: {tail}")
         if not result.ok:
             self._say(result.message)
         return result
@@ -373,6 +389,8 @@ class Builder:
     def build(self, jobs: list[Job]) -> BuildSummary:
         self._total = len(jobs)
         self._done = 0
+        if hasattr(self.progress, "set_total"):
+            self.progress.set_total(len(jobs))
         if self.jobs == 1 or len(jobs) <= 1:
             return BuildSummary([self.build_one(j) for j in jobs])
         with concurrent.futures.ThreadPoolExecutor(max_workers=self.jobs) as pool:
@@ -380,8 +398,11 @@ class Builder:
 
 
 def build(paths: Iterable[str | os.PathLike], *, jobs: int | None = None, cache: Path | None = None,
-          progress: IO[str] | None = sys.stderr, timeout: float | None = None, executor=None) -> BuildSummary:
+          progress: "IO[str] | Steps | None" = sys.stderr, timeout: float | None = None,
+          executor=None) -> BuildSummary:
     """Build kernel directories (kernel.cu + manifest.json) or .cu files; kernel.so lands beside them.
+
+    ``progress``: where to report each compile (a stream, a ``cutegen.progress.Steps`` or None).
 
     ``executor`` (``cutegen.executor``): where the compiles run; None is this machine, as always.
     """

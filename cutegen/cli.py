@@ -33,7 +33,7 @@ def _add_command(sub, name: str, mod) -> None:
 
 def _build_parser(command: str | None) -> argparse.ArgumentParser:
     import cutegen
-    parser = argparse.ArgumentParser(prog="cutegen", description=cutegen.__doc__)
+    parser = argparse.ArgumentParser(prog="cutegen", description=cutegen.__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"cutegen {cutegen.__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     if command in COMMANDS:
@@ -45,6 +45,11 @@ def _build_parser(command: str | None) -> argparse.ArgumentParser:
             except ImportError as e:
                 sub.add_parser(name, help=f"(unavailable here: {e})")
     return parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole ``cutegen`` parser, every command loaded (the CLI reference in docs/ is generated from it)."""
+    return _build_parser(None)
 
 
 def main(argv: list[str] | None = None) -> int:

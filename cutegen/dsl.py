@@ -345,10 +345,21 @@ def _lint(kernel_py: str) -> str:
     return kernel_py
 
 
+def _verify_pipeline(kernel_py: str, problem: GemmProblem, config: KernelConfig) -> str:
+    """Refuse a rendered module whose TMA/mbarrier pipeline, read back from its source, is not the term the
+    pipeline checker proves (cutegen/dsl_pipeline.py, DSL-PIPELINE-MATCH)."""
+    from .dsl_pipeline import check_rendered
+    problems = check_rendered(kernel_py, problem, config)
+    if problems:
+        raise CutegenError("the rendered CuTe DSL kernel's pipeline is not the verified one: " + "; ".join(problems))
+    return kernel_py
+
+
 def render_dsl(problem: GemmProblem, config: KernelConfig) -> str:
     """The CuTe DSL module (kernel.py) for a configuration the DSL template can express."""
     config = _checked(problem, config)
-    return _lint(_environment().get_template(TEMPLATE).render(**template_context(problem, config)))
+    kernel_py = _lint(_environment().get_template(TEMPLATE).render(**template_context(problem, config)))
+    return _verify_pipeline(kernel_py, problem, config)
 
 
 def render_dsl_abi(problem: GemmProblem, config: KernelConfig) -> str:
@@ -368,6 +379,7 @@ def render_files(problem: GemmProblem, config: KernelConfig, *, check_legality: 
     env = _environment()
     kernel_py = env.get_template(TEMPLATE).render(**ctx)
     _lint(kernel_py)
+    _verify_pipeline(kernel_py, problem, config)
     abi_cpp = env.get_template(ABI_TEMPLATE).render(**ctx)
     man = manifest_mod.build_manifest(
         problem=problem, config=config, backend=BACKEND, source=kernel_py,

@@ -217,10 +217,12 @@ def problem_mask(problem, clusters, pols, ci, pi):
     """Candidates that a rule depending only on the problem, the policy and the cluster rejects, dropped
     before ranking so the judging budget goes to candidates that can be legal: a TMA mainloop when TMA
     cannot read A or B (SM90-TMA-ALIGNMENT), a TMA epilogue when C/D are not 16-byte aligned
-    (SM90-EPILOGUE-ALIGNMENT), a cp.async mainloop in a cluster (SM90-CPASYNC-CLUSTER)."""
+    (SM90-EPILOGUE-ALIGNMENT), a cp.async mainloop in a cluster (SM90-CPASYNC-CLUSTER) or with the
+    stream-K scheduler (SM90-CPASYNC-STREAMK)."""
     ns = len(costmod.SCHEDULES)
     cp = pols[pi, 0] >= ns
-    keep = ~(cp & ((clusters[ci, 0] > 1) | (clusters[ci, 1] > 1)))
+    stream_k = pols[pi, 2] == costmod.SCHEDULERS.index("stream_k")
+    keep = ~(cp & ((clusters[ci, 0] > 1) | (clusters[ci, 1] > 1) | stream_k))
     if not tma_can_load(problem):
         keep &= cp
     if not tma_can_store(problem):

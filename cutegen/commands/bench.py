@@ -129,6 +129,13 @@ def hbm_bytes(problem: dict) -> int:
     return total
 
 
+def _ratio_text(entry: dict) -> str:
+    """cutegen's time against cuBLAS's for a progress line (the medians, as ``derive`` ratios them)."""
+    times = {c: r.get("median_ms") for c, r in entry.get("results", {}).items() if r.get("status") == "ok"}
+    ours, cublas = times.get("cutegen"), times.get("cublas")
+    return f"{cublas / ours:.3f}x cuBLAS" if ours and cublas else "no ratio to cuBLAS"
+
+
 def derive(entry: dict, peak_tflops: float = R.H100_SXM_DENSE_BF16_PEAK_TFLOPS,
            hbm_bytes_per_s: float | None = None) -> dict:
     """Add TFLOP/s per contender, the ratios of cutegen to both baselines and the fraction of peak;
@@ -351,19 +358,23 @@ def run(args: argparse.Namespace) -> int:
             entries[:], device = bench_remote(ex, suite, args, t0)
             print(ex.summary.text(), file=sys.stderr)
         vers = versions(device, args.versions_from)
+    from ..progress import Steps
     worker = R.Worker(startup_timeout=args.startup_timeout, init={"op": "init"})
     try:
-        for name, problem in suite[len(entries):]:
-            if args.deadline and time.monotonic() - t0 > args.deadline:
-                entries.append(skipped_entry(name, problem, f"deadline of {args.deadline:g} s reached"))
-                print(f"SKIP  {name}: deadline reached", flush=True)
-                continue
-            entries.append(bench_problem(worker, name, problem, args))
-            if worker.init_reply is not None and worker.init_reply.ok:
-                device = worker.init_reply.value
-            if vers is None and device is not None:
-                vers = versions(device, args.versions_from)
-            write()
+        with Steps("bench", len(suite) - len(entries)) as steps:   # a bar on a terminal, a line per problem
+            for name, problem in suite[len(entries):]:
+                if args.deadline and time.monotonic() - t0 > args.deadline:
+                    entries.append(skipped_entry(name, problem, f"deadline of {args.deadline:g} s reached"))
+                    print(f"SKIP  {name}: deadline reached", flush=True)
+                    steps.step(f"{name}: skipped")
+                    continue
+                entries.append(bench_problem(worker, name, problem, args))
+                steps.step(f"{name}: {_ratio_text(entries[-1])}")
+                if worker.init_reply is not None and worker.init_reply.ok:
+                    device = worker.init_reply.value
+                if vers is None and device is not None:
+                    vers = versions(device, args.versions_from)
+                write()
     finally:
         worker.close()
     if vers is None:

@@ -64,8 +64,12 @@ def run(args: argparse.Namespace) -> int:
     if not paths:
         return 1 if failed else 0
     from .. import executor as X
+    from ..progress import Steps
     with X.from_args(args) as ex:
-        summary = build(paths, jobs=args.jobs, cache=cache, progress=sys.stderr, timeout=args.timeout, executor=ex)
+        # Locally a bar (terminal) or a line per kernel (log); a cluster run draws the executor's own line.
+        with Steps("build", len(paths), stream=sys.stderr if ex.name == "local" else None) as steps:
+            summary = build(paths, jobs=args.jobs, cache=cache, progress=steps if ex.name == "local" else sys.stderr,
+                            timeout=args.timeout, executor=ex)
         for r in summary.results:
             if r.ok:
                 print(f"{r.status:7s} {r.library}")

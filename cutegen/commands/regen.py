@@ -43,8 +43,8 @@ def baseline_dir(root: Path, problem: GemmProblem) -> Path:
 
 def _render_searched(problem: GemmProblem):
     from .. import render as render_mod
-    from .generate import choose
-    config, cost, _ = choose(problem)
+    from .. import _api
+    config, cost, _ = _api.choose(problem)
     return render_mod.render(problem, config, "cutlass", cost=cost)
 
 
@@ -115,7 +115,8 @@ def run(args: argparse.Namespace) -> int:
     items = [(name, (kind, problem, directory, args.from_manifests)) for name, problem in suite
              for kind, directory in (("kernel", kernel_dir(root, problem)), ("baseline", baseline_dir(root, problem)))]
     # Re-rendering from manifests reads this machine's files and searches nothing: it stays here.
-    with (X.LocalExecutor(progress=None) if args.from_manifests else X.from_args(args)) as ex:
+    local = X.LocalExecutor(progress=sys.stderr) if args.from_manifests else None
+    with local or X.from_args(args, progress=sys.stderr) as ex:
         outcomes = ex.map(render_task, [it for _, it in items], kind="cpu",
                           names=[f"{name} {it[0]}" for name, it in items])
         if ex.name != "local":

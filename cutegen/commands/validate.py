@@ -110,6 +110,8 @@ def validate_kernels(kernels, shapes, args, say, t_start) -> list[dict]:
     for item in enumerate(kernels):
         todo.put(item)
     results: list[dict | None] = [None] * len(kernels)
+    from ..progress import Steps
+    steps = Steps("validate", len(kernels), quiet=getattr(args, "quiet", False))  # a bar, or a line per kernel
 
     def drain():
         worker = _new_worker(args)
@@ -122,21 +124,24 @@ def validate_kernels(kernels, shapes, args, say, t_start) -> list[dict]:
                 if args.deadline and time.monotonic() - t_start > args.deadline:
                     results[i] = _kernel_record(info, [], "skipped", f"deadline of {args.deadline:g} s reached")
                     say(f"SKIP  {info.label}: deadline reached")
+                    steps.step(f"{info.label}: skipped")
                     continue
                 if args.fresh_child:
                     worker.close()
                     worker = _new_worker(args)
                 results[i] = validate_one(worker, info, shapes, args, say)
+                steps.step(f"{info.label}: {results[i]['verdict']}")
                 if worker.init_reply is not None and worker.init_reply.ok:
                     _LAST_DEVICE["info"] = worker.init_reply.value
         finally:
             worker.close()
 
     threads = [threading.Thread(target=drain, daemon=True) for _ in range(max(1, min(args.workers, len(kernels))))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    with steps:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
     return [r for r in results if r is not None]
 
 

@@ -25,7 +25,7 @@ from typing import Any, Sequence
 from ..errors import CutegenError
 from .local import Executor, _names
 from .outcome import TaskOutcome
-from .progress import Progress
+from ..progress import Progress
 from .tasks import compile_kernel, identity, run_task
 
 GPU_RESOURCE = "GPU"

@@ -103,7 +103,7 @@ class Tuner:
         ``measurement`` and ``kind_of`` default to ``cutegen.results.Measurement`` and
         ``cutegen.results.device_kind``. ``deadline`` (a
         ``time.monotonic()`` value): no problem starts timing after it; the rest are reported skipped."""
-        from .progress import Display
+        from ..progress import Display
         self.plan, self.plan_dir, self.out = plan, Path(plan_dir), Path(out)
         self.db, self.builder, self.timer, self.validator = db, builder, timer, validator
         self.force, self.single = force, single
