@@ -125,6 +125,9 @@ def dsl_supports(problem: GemmProblem, config: KernelConfig) -> list[str]:
     if getattr(config, "stage_a", False) or getattr(config, "stage_b", False):
         out.append("DSL-STAGING: the DSL template's ABI does not make the restride copies of staged operands "
                    "(cutegen/staging.py); use the C++ backend (cutlass)")
+    if getattr(config, "split_k_slices", 1) > 1:
+        out.append("DSL-SPLIT-K-REDUCE: the DSL template's ABI has no separate split-K reduction "
+                   "(cutegen/split_k_reduce.py); use the C++ backend (cutlass)")
     for op, dt in (("A", problem.dtype_a), ("B", problem.dtype_b)):
         if dt == "tf32":
             out.append(f"DSL-TF32: operand {op} is tf32; CuTe DSL 4.8's warpgroup module has no tf32 WGMMA "

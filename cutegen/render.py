@@ -29,6 +29,7 @@ from .config import KernelConfig
 from .dtypes import DTYPES
 from .errors import CutegenError, FieldError, IllegalConfig
 from .problem import GemmProblem
+from . import split_k_reduce as _split_k_reduce
 from . import staging as _staging
 from .swap_ab import kernel_problem
 from .render_common import (  # noqa: F401  (re-exported: render.complete_config etc. stay importable)
@@ -202,6 +203,7 @@ def template_context(problem: GemmProblem, config: KernelConfig, backend: str) -
     khash = manifest_mod.kernel_hash(problem, config, backend)
     describe_json = _describe(problem, config, backend, khash)
     problem_name = problem.kernel_class_name
+    caller = problem
     problem = kernel_problem(problem, config)
     element_c = "void" if problem.dtype_c == "void" else DTYPES[problem.dtype_c].cutlass
     fusion_op, fusion_comment, bias_element = _fusion(problem, element_c)
@@ -252,6 +254,19 @@ def template_context(problem: GemmProblem, config: KernelConfig, backend: str) -
         "unaligned_abi": any(getattr(problem, f"alignment_{op}") * DTYPES[dt].bits < 128
                              for op, dt in (("a", problem.dtype_a), ("b", problem.dtype_b), ("c", problem.dtype_d))),
     }
+    # split-K with a separate reduction (cutegen/split_k_reduce.py): the CUTLASS types above are the sliced
+    # GEMM's (f32 D into the workspace, no C); the reduction kernel of the ABI writes the caller's C and D
+    s = _split_k_reduce.slices(config)
+    ctx.update({
+        "split_k_reduce": s > 1, "split_k_slices": s,
+        "out_dtype_c": caller.dtype_c, "out_dtype_d": caller.dtype_d,
+        "out_element_c": "void" if caller.dtype_c == "void" else DTYPES[caller.dtype_c].cutlass,
+        "out_element_d": DTYPES[caller.dtype_d].cutlass,
+        "out_c_is_void": caller.dtype_c == "void",
+        "out_row_major": caller.layout_c == "row",
+        "out_alignment_c": caller.alignment_c,
+        "partial_unit": _split_k_reduce.PARTIAL_UNIT,
+    })
     ctx["align_words"] = "(one vector of this kernel)" if ctx["unaligned_abi"] else "(16 bytes); TMA needs it"
     if ctx["cp_async"]:
         ctx["kernel_schedule"] = _CP_ASYNC_SCHEDULES[config.mainloop_schedule]
@@ -418,6 +433,9 @@ def builder_supports(problem: GemmProblem, config: KernelConfig) -> list[str]:
     """Why CUTLASS's CollectiveBuilder cannot build a configuration the explicit template can (empty: it can)."""
     if cutlass_temporal(config):
         return cutlass_temporal(config)
+    if config.split_k_slices > 1:
+        return ["CUTLASS-BUILDER-SPLIT-K-REDUCE: the CollectiveBuilder template includes only the ordinary C ABI; "
+                "the separate split-K reduction (cutegen/split_k_reduce.py) is rendered by backend cutlass"]
     if config.mainloop_load == "cp_async":
         from .legality.cp_async import vector_bytes
         small = [f"{op.upper()} {vector_bytes(problem, op)} B" for op in ("a", "b") if vector_bytes(problem, op) < 4]
@@ -470,6 +488,8 @@ def render(problem: GemmProblem, config: KernelConfig, backend: str = "cutlass",
         man["numerics"] = FP8_FAST_ACCUM_NUMERICS
     if config.tile_scheduler == "stream_k":
         man["launch_plan"] = launch_plan_for(problem, config, cost).to_dict()
+    if config.split_k_slices > 1:
+        man["split_k_reduce"] = _split_k_reduce.describe(problem, config)
     if config.stage_a or config.stage_b:
         from . import staging
         man["staging"] = {

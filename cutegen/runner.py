@@ -69,6 +69,8 @@ from .run.cases import (  # noqa: F401
     problem_ld_pads,
     ragged_extent,
     refusal_probes,
+    split_k_reduce_cases,
+    split_k_reduce_probes,
     tile_extents,
     validation_cases,
 )

@@ -211,6 +211,15 @@ def sanitizer_case(info: R.KernelInfo) -> R.Case:
     tm, tn, tk = info.config.tile_shape
     u = R.dim_units(info.problem)
     beta = 0.5 if info.problem.dtype_c != "void" else 0.0
+    slices = getattr(info.config, "split_k_slices", 1)
+    if slices > 1:
+        # split-K with a separate reduction (cutegen/split_k_reduce.py): K is slices x a ragged slice, and the
+        # slices' batches give every SM of a 132-SM part about three tiles (ping-pong's second warpgroup runs)
+        n_tiles = 4
+        m_tiles = max(2, -(-3 * 132 // (n_tiles * slices)))
+        return R.Case("sanitize_slices", R.ragged_extent(tm, u["m"], m_tiles - 1),
+                      R.ragged_extent(tn, u["n"], n_tiles - 1), slices * R.ragged_extent(tk, u["k"], 2), 1, 1.0, beta,
+                      seed=21)
     if info.config.mainloop_schedule == "pingpong":
         # ping-pong's second math warpgroup runs only when a persistent CTA takes several tiles: give
         # every SM of a 132-SM part three (ragged in M, N, K; one batch), or the sanitizer never sees it

@@ -156,7 +156,32 @@ def validation_cases(problem: GemmProblem, config: KernelConfig, shapes: Iterabl
         if launch_plan and cases and cases[0].name == "manifest":
             cases[0] = replace(cases[0], plan=dict(launch_plan))
         cases += plan_cases(problem, config)
+    if getattr(config, "split_k_slices", 1) > 1:
+        cases = split_k_reduce_cases(problem, config, cases)
     return cases
+
+
+def split_k_reduce_cases(problem: GemmProblem, config: KernelConfig, cases: list[Case]) -> list[Case]:
+    """The cases of a split-K kernel with a separate reduction (cutegen/split_k_reduce.py), from the standard ones.
+
+    Each standard case of its own making (ragged, batched, padded, sub-tile) keeps its K as the extent of
+    every slice: K = s x that (SPLITK-REDUCE-SLICES-DIVIDE-K), so each slice ends in the ragged k-block the
+    ordinary kernel is validated with, and a slice's stride stays a multiple of the 16-byte unit
+    (SPLITK-REDUCE-SLICE-STRIDE-ALIGN). The manifest case and the caller's shapes are left as given (the
+    preflight refuses a K the rules refuse). Added: slices of whole k-blocks, and the relaunch case: one
+    workspace (the partials' region) reused for STREAMK_RELAUNCHES launches, each checked.
+    """
+    s = config.split_k_slices
+    tm, tn, tk = tile_extents(config)
+    u = dim_units(problem)
+    beta = 0.5 if problem.dtype_c != "void" else 0.0
+    own = {"ragged", "ragged_batch2", "padded_batch3", "sub_tile", "unaligned_ld"}
+    out = [replace(c, k=c.k * s) if c.name in own else c for c in cases]
+    m, n = ragged_extent(tm, u["m"], 1), ragged_extent(tn, u["n"], 2)
+    out.append(Case("slices_whole_kblocks", m, n, s * 2 * ceil_to(tk, u["k"]), 1, 1.5, beta, seed=240))
+    out.append(Case("relaunch_slices", m, n, s * ragged_extent(tk, u["k"], 2), 2, 0.75, beta, seed=241,
+                    repeat=STREAMK_RELAUNCHES))
+    return out
 
 
 STREAMK_RELAUNCHES = 20
@@ -201,7 +226,9 @@ def refusal_probes(problem: GemmProblem, config: KernelConfig) -> list[Case]:
     """
     tm, tn, tk = tile_extents(config)
     u = dim_units(problem)
-    m, n, k = ceil_to(tm + 1, u["m"]), ceil_to(tn + 1, u["n"]), ceil_to(tk + 1, u["k"])
+    slices = getattr(config, "split_k_slices", 1)
+    # a split-K-reduce kernel: K = slices x one slice's extent, so only the intended rule breaks
+    m, n, k = ceil_to(tm + 1, u["m"]), ceil_to(tn + 1, u["n"]), slices * ceil_to(tk + 1, u["k"])
     g = geometries(problem, m, n, k)
     # A staged operand (cutegen/staging.py) is copied by cudaMemcpy2DAsync, which takes any pointer,
     # pitch and batch stride, into an aligned workspace: nothing about its alignment can be refused.
@@ -249,7 +276,27 @@ def refusal_probes(problem: GemmProblem, config: KernelConfig) -> list[Case]:
                            expect=tuple(expect), seed=17))
     if problem.dtype_c == "void":
         probes.append(Case("probe_void_c_beta", m, n, k, beta=1.0, expect=("CUTLASS-EPILOGUE-VOID-C-BETA",), seed=18))
+    if slices > 1:
+        probes += split_k_reduce_probes(problem, config, m, n)
     return probes
+
+
+def split_k_reduce_probes(problem: GemmProblem, config: KernelConfig, m: int, n: int) -> list[Case]:
+    """A K the slices cannot split evenly, and a K they split into slices whose stride is not 16 bytes,
+    each with K itself a multiple of the 16-byte unit (so only the form's rule breaks); a probe exists only
+    where such a K does (legality/split_k_reduce.py)."""
+    s = config.split_k_slices
+    tk = tile_extents(config)[2]
+    uk = dim_units(problem)["k"]
+    whole = s * ceil_to(tk + 1, uk)
+    out = []
+    if uk % s:                       # K = s x X + uk: a multiple of uk, not of s
+        out.append(Case("probe_split_k_divide_k", m, n, whole + uk, expect=("SPLITK-REDUCE-SLICES-DIVIDE-K",),
+                        seed=19))
+    if uk > 1 and s % uk == 0:        # K = s x (X + 1): a multiple of uk and of s, K/s one element off the unit
+        out.append(Case("probe_split_k_slice_stride", m, n, whole + s,
+                        expect=("SPLITK-REDUCE-SLICE-STRIDE-ALIGN",), seed=20))
+    return out
 
 
 def case_operands(problem: GemmProblem, case: Case, bases: dict[str, int]) -> dict[str, Operand]:
