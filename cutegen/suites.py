@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .errors import CutegenError, FieldError
+from .paths import check_name
 from .problem import GemmProblem
 
 
@@ -39,9 +40,12 @@ def load_suite(path: str | Path) -> list[tuple[str, GemmProblem]]:
     out = []
     for i, entry in enumerate(entries):
         entry = dict(entry)
-        name = str(entry.pop("name", ""))
+        name = entry.pop("name", "")
+        if not isinstance(name, str):
+            raise FieldError(f"{path.name}:{key}[{i}].name", f"expected a string, got {name!r}")
         for extra in ("note", "notes", "comment", "why", "tags", "group"):
             entry.pop(extra, None)
         problem = GemmProblem.from_dict(entry, where=f"{path.name}:{key}[{i}]")
-        out.append((name or problem.name, problem))
+        # the name becomes a directory (tune's work and output folders): one safe path component
+        out.append((check_name(name, f"{path.name}:{key}[{i}].name") if name else problem.name, problem))
     return out

@@ -11,6 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from .._fields import finite_float
 from ..errors import CutegenError, FieldError
 
 HELP = "generate a kernel pack for a shapes file: selection, dispatch, plan API, CMake package, PyTorch op"
@@ -21,7 +22,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("shapes", help="shapes TOML ([[shape]] tables; M, N, K as numbers, lists or {min, max})")
     p.add_argument("-o", "--out", required=True, help="output folder; one pack per target in OUT/<target>/")
     p.add_argument("--max-kernels", type=int, default=16, help="at most this many kernels per pack (default 16)")
-    p.add_argument("--tolerance", type=float, default=0.03,
+    p.add_argument("--tolerance", type=finite_float, default=0.03,
                    help="a shape is covered within this fraction of its best known time (default 0.03)")
     p.add_argument("--target", action="append", choices=kinds(), metavar="KIND",
                    help=f"device kind, repeatable ({', '.join(kinds())}; default h100-sxm); its SM count, "

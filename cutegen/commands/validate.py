@@ -23,6 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from .._fields import finite_float
 from .. import runner as R
 from ..errors import CutegenError
 
@@ -39,9 +40,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-probes", action="store_true", help="skip the refusal probes")
     p.add_argument("--no-manifest-shape", action="store_true",
                    help="do not run each kernel at its own (possibly large) problem size")
-    p.add_argument("--timeout", type=float, default=60.0,
+    p.add_argument("--timeout", type=finite_float, default=60.0,
                    help="seconds one launch (with its reference) may take before it counts as a hang [60]")
-    p.add_argument("--startup-timeout", type=float, default=180.0,
+    p.add_argument("--startup-timeout", type=finite_float, default=180.0,
                    help="seconds a worker child may take to import torch and create its CUDA context [180]")
     p.add_argument("--workers", type=int, default=1,
                    help="kernels validated at once, each in its own child process on the one GPU [1]")
@@ -53,10 +54,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sanitize-only", action="store_true", help="run only compute-sanitizer")
     p.add_argument("--sanitize-tools", default=",".join(SANITIZER_TOOLS),
                    help="comma-separated compute-sanitizer tools [memcheck,racecheck,synccheck]")
-    p.add_argument("--sanitize-timeout", type=float, default=240.0, help="seconds per sanitizer tool [240]")
+    p.add_argument("--sanitize-timeout", type=finite_float, default=240.0, help="seconds per sanitizer tool [240]")
     p.add_argument("--sanitize-parallel", action="store_true",
                    help="run the sanitizer tools at the same time (each its own process on the one GPU)")
-    p.add_argument("--deadline", type=float, default=0.0,
+    p.add_argument("--deadline", type=finite_float, default=0.0,
                    help="stop starting new kernels after this many seconds (0: no limit); the rest are reported skipped")
     p.add_argument("--json", metavar="FILE", help="write the full report as JSON")
     p.add_argument("-q", "--quiet", action="store_true", help="print only failures and the summary")
