@@ -151,30 +151,36 @@ def _exchange(a: Path, b: Path) -> bool:
     raise OSError(err, os.strerror(err), str(b))
 
 
-def _copy_existing(src: Path, dst: Path) -> None:
-    """Carry the current contents into the new directory (hard links where the file system has them:
-    cutegen replaces files, it never writes into one, so sharing inodes is safe), minus temporaries."""
+def _copy_existing(src: Path, dst: Path, link) -> None:
+    """Carry the current contents into the new directory, minus temporaries. Files are copied, so that
+    writing into one in the new directory (``write_text`` truncates the same inode) cannot touch the
+    live directory; those ``link(relative path)`` accepts are hard-linked instead (files the caller
+    never writes, such as a build folder's: no copy of megabytes for each write)."""
     def ignore(_dir, names):
         return [n for n in names if _is_cutegen_temp(n)]
 
     def link_or_copy(s, d):
-        try:
-            os.link(s, d)
-        except OSError:
-            shutil.copy2(s, d)
+        if link is not None and link(Path(os.path.relpath(s, src))):
+            try:
+                os.link(s, d)
+                return d
+            except OSError:
+                pass
+        return shutil.copy2(s, d)
 
     shutil.copytree(src, dst, symlinks=True, ignore=ignore, copy_function=link_or_copy, dirs_exist_ok=True)
 
 
 @contextlib.contextmanager
-def atomic_directory(path: str | os.PathLike, *, keep_existing: bool = True) -> Iterator[Path]:
+def atomic_directory(path: str | os.PathLike, *, keep_existing: bool = True, link=None) -> Iterator[Path]:
     """Replace directory ``path`` whole: yields a private temporary sibling to fill; on a normal exit it
     takes ``path``'s place in one rename, on an exception it is removed and ``path`` is untouched.
 
     ``keep_existing``: the temporary directory starts as a copy of ``path``'s current contents, so the
     caller only writes what changes and deletes what is stale, and files it does not own (a build
-    folder, say) survive. Holds ``output_lock(path)`` throughout and first removes what killed
-    writers left. ``path`` naming an existing file (not a directory) is a one-line error."""
+    folder, say) survive; ``link(relative path) -> bool`` names files to hard-link rather than copy
+    (the caller must then never write into them, only replace or delete them). Holds ``output_lock(path)``
+    throughout and first removes what killed writers left. ``path`` naming an existing file (not a directory) is a one-line error."""
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise CutegenError(f"{path}: exists and is not a directory (an output directory was expected)")
@@ -191,7 +197,7 @@ def atomic_directory(path: str | os.PathLike, *, keep_existing: bool = True) -> 
         new = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.cutegen-new-", suffix=""))
         try:
             if keep_existing and path.is_dir():
-                _copy_existing(path, new)
+                _copy_existing(path, new, link)
             os.chmod(new, 0o755)
             yield new
             if path.is_dir():

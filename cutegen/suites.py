@@ -28,9 +28,13 @@ def load_suite(path: str | Path) -> list[tuple[str, GemmProblem]]:
     import tomllib
     path = Path(path)
     try:
-        data = tomllib.loads(path.read_text())
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise CutegenError(f"{path}: no such suite file") from None
+    except OSError as e:
+        raise CutegenError(f"{path}: cannot read the suite file: {e.strerror}") from None
+    except UnicodeDecodeError as e:
+        raise FieldError(str(path), f"not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start})") from None
     except tomllib.TOMLDecodeError as e:
         raise FieldError(str(path), f"not valid TOML: {e}") from None
     tables = [(k, v) for k, v in data.items() if isinstance(v, list) and v and all(isinstance(x, dict) for x in v)]

@@ -51,7 +51,7 @@ def ld_fields(args) -> dict:
 
 
 def problem_from_args(args: argparse.Namespace) -> GemmProblem:
-    if args.problem:
+    if args.problem is not None:        # an empty --problem is invalid JSON, not "no problem given"
         try:
             data = loads_json(args.problem)
         except json.JSONDecodeError as e:
@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
 
     problem = problem_from_args(args)
     config = None
-    if args.config:
+    if args.config is not None:
         try:
             config = KernelConfig.from_dict(loads_json(args.config), where="--config")
         except json.JSONDecodeError as e:

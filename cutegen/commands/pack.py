@@ -57,8 +57,21 @@ def run(args: argparse.Namespace) -> int:
     return status
 
 
+def _readable_text(path: str) -> None:
+    """A one-line error for a shapes file that cannot be read as UTF-8 text (before any search runs)."""
+    try:
+        Path(path).read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        raise CutegenError(f"{path}: no such shapes file") from None
+    except OSError as e:
+        raise CutegenError(f"{path}: cannot read the shapes file: {e.strerror}") from None
+    except UnicodeDecodeError as e:
+        raise FieldError(path, f"not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start})") from None
+
+
 def _run(args: argparse.Namespace, ex) -> int:
     from .. import packs
+    _readable_text(args.shapes)
     targets = list(dict.fromkeys(args.target or ["h100-sxm"]))
     db = _open_db(args.db)
     say = lambda msg: print(msg, file=sys.stderr)  # noqa: E731

@@ -72,10 +72,12 @@ def run(args: argparse.Namespace) -> int:
     for t in tools:
         if t not in SANITIZER_TOOLS + ("initcheck",):
             raise CutegenError(f"--sanitize-tools: unknown tool {t!r} (memcheck, racecheck, synccheck, initcheck)")
-    if not kernels:
-        for path, why in unusable:
-            print(f"cutegen validate: {path}: {why}", file=sys.stderr)
-        raise CutegenError("no kernel to validate")
+    if not kernels:   # one line: the reason (one input) or the count and the first reason (several)
+        if len(unusable) == 1:
+            raise CutegenError(f"no kernel to validate: {unusable[0][1]}")
+        first = f": {unusable[0][1]}" + (f" (and {len(unusable) - 1} more)" if len(unusable) > 1 else "") \
+            if unusable else ""
+        raise CutegenError(f"no kernel to validate{first}")
     say = (lambda *a, **k: None) if args.quiet else print
     report = {"schema": "cutegen-validate/1", "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
               "unusable": [{"path": p, "reason": w} for p, w in unusable], "kernels": [], "device": None}

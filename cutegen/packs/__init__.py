@@ -55,7 +55,8 @@ def write(root: Path, files: dict[str, str]) -> list[str]:
     changed = differences(root, files)
     if not changed and not leftovers(root):
         return []
-    with atomic_directory(root) as new:
+    # what the pack does not own (a build folder) is hard-linked, not copied: the pack never writes it
+    with atomic_directory(root, link=lambda rel: not _owned(rel)) as new:
         changed = differences(new, files)
         for rel in changed:
             path = new / rel
