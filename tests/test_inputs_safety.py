@@ -533,3 +533,29 @@ def test_db_import_counts_are_right_while_another_writer_adds_records(tmp_path, 
     assert rc == 0 and "3 new, 0 already present" in out, out
     rc, out, _ = run_cli(["db", "import", "--db", str(path), "--no-seed", str(f)])
     assert rc == 0 and "0 new, 3 already present" in out, out
+
+
+def test_two_pack_writers_at_once_neither_fails_and_the_pack_is_one_of_them_whole(tmp_path):
+    from cutegen import packs
+    root = tmp_path / "pack"
+    sets = [{"CMakeLists.txt": f"kernels {w}\n", **{f"kernels/{w}{i}/kernel.cu": f"{w}{i}\n" for i in range(4)}}
+            for w in ("a", "b")]
+    errors = []
+
+    def writer(files):
+        try:
+            for _ in range(15):
+                packs.write(root, files)
+        except BaseException as e:   # noqa: BLE001 - the test reports any
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=writer, args=(s,)) for s in sets]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert errors == []
+    now = {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()}
+    assert now in ({*sets[0]}, {*sets[1]}) and leftovers(root) == []
+    w = (root / "CMakeLists.txt").read_text().split()[1]
+    assert all((root / f"kernels/{w}{i}/kernel.cu").read_text() == f"{w}{i}\n" for i in range(4))
