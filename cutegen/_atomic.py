@@ -37,6 +37,18 @@ def cache_root() -> Path:
     return Path(os.environ.get("CUTEGEN_CACHE") or Path.home() / ".cache" / "cutegen")
 
 
+def ensure_directory(path: str | os.PathLike, what: str) -> Path:
+    """``mkdir -p path`` with a one-line error naming ``what`` (an option) when it cannot be a directory."""
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise CutegenError(f"{what}: {path} exists and is not a directory") from None
+    except OSError as e:
+        raise CutegenError(f"{what}: cannot create {path}: {e.strerror}") from None
+    return path
+
+
 def _lock_file(path: Path) -> Path:
     """The lock of one output path: a file named by the hash of its absolute path, in the cache."""
     key = hashlib.sha256(str(Path(os.path.abspath(path))).encode("utf-8", "surrogateescape")).hexdigest()[:32]

@@ -309,6 +309,15 @@ def test_output_naming_an_existing_file_is_a_one_line_error(tmp_path):
     one_line_error(["generate", "--no-build", "--m", "256", "--n", "256", "--k", "256", "-o", str(f),
                     "--config", json.dumps(CFG_A.to_dict())], str(f), "not a directory")
     one_line_error(["db", "export", "-o", str(tmp_path)], "--output")
+    suite = tmp_path / "s.toml"
+    suite.write_text(f'[[problem]]\nname = "a"\n{SUITE_ENTRY}')
+    shapes = tmp_path / "shapes.toml"
+    shapes.write_text("[[shape]]\nm = 128\nn = 256\nk = 256\n")
+    for argv in (["regen", "--suite", str(suite), "--out", str(f)], ["bench", "--suite", str(suite), "--out", str(f)],
+                 ["tune", "--suite", str(suite), "-o", str(f), "--device-kind", "h100-sxm", "--quiet"],
+                 ["tune", "--suite", str(suite), "--plan-only", "--workdir", str(f), "--quiet"],
+                 ["pack", str(shapes), "-o", str(f)], ["validate", str(tmp_path), "--json", str(tmp_path)]):
+        one_line_error(argv, str(f) if "--json" not in argv else "--json")
     assert f.read_text() == "x"
 
 

@@ -338,8 +338,8 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.monotonic()
     entries: list[dict] = []
     device = None
-    out_dir = Path(args.out)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    from .._atomic import atomic_write, ensure_directory
+    out_dir = ensure_directory(args.out, "--out")
     vers = None
 
     def write() -> tuple[dict, Path]:
@@ -349,9 +349,7 @@ def run(args: argparse.Namespace) -> int:
         doc = make_document(done + left, device, started, vers, warmup=args.warmup, iters=args.iters,
                             l2_multiple=args.l2_multiple, suite=str(args.suite), seconds=time.monotonic() - t0)
         path = out_dir / result_filename(started, doc["device"]["name"])
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(doc, indent=1, default=R.json_default) + "\n")
-        os.replace(tmp, path)
+        atomic_write(path, (json.dumps(doc, indent=1, default=R.json_default) + "\n").encode())
         return doc, path
 
     if getattr(args, "executor", "local") != "local":

@@ -72,6 +72,8 @@ def _readable_text(path: str) -> None:
 def _run(args: argparse.Namespace, ex) -> int:
     from .. import packs
     _readable_text(args.shapes)
+    if Path(args.out).exists() and not Path(args.out).is_dir():    # before the searches, not after
+        raise CutegenError(f"-o/--out: {args.out} exists and is not a directory")
     targets = list(dict.fromkeys(args.target or ["h100-sxm"]))
     db = _open_db(args.db)
     say = lambda msg: print(msg, file=sys.stderr)  # noqa: E731

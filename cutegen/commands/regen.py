@@ -122,6 +122,8 @@ def run(args: argparse.Namespace) -> int:
         return status
     from .. import executor as X
     root = Path(args.out)
+    if root.exists() and not root.is_dir():      # one line now, not one error per kernel later
+        raise CutegenError(f"--out: {root} exists and is not a directory")
     suite = select_suite(args.suite, args.only)
     changed: list[Path] = []
     failures: list[str] = []

@@ -100,6 +100,9 @@ def run(args: argparse.Namespace) -> int:
     from ..tuning import records_document, records_lines
 
     t0 = time.monotonic()
+    for opt, value in (("-o/--output", args.output), ("--workdir", None if args.from_plan else args.workdir)):
+        if value and Path(value).exists() and not Path(value).is_dir():   # found now, not after the GPU work
+            raise CutegenError(f"{opt}: {value} exists and is not a directory")
     if args.iters < 50:
         raise FieldError("--iters", f"{args.iters} is below 50")
     with Display(quiet=args.quiet) as display:

@@ -67,6 +67,8 @@ def run(args: argparse.Namespace) -> int:
     if args.workers < 1:
         raise CutegenError(f"--workers: {args.workers} is below 1")
     kernels, unusable = R.discover_kernels(args.kernels)
+    if args.json and Path(args.json).is_dir():      # found now, not after the GPU work
+        raise CutegenError(f"--json: {args.json} is a directory (a file name was expected)")
     shapes = [R.parse_shape(s) for s in args.shapes]
     tools = [t.strip() for t in args.sanitize_tools.split(",") if t.strip()]
     for t in tools:
@@ -92,8 +94,12 @@ def run(args: argparse.Namespace) -> int:
                                for k in kernels]
     report["summary"] = summarize(report)
     if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(report, indent=1, default=R.json_default) + "\n")
+        from .._atomic import atomic_write
+        try:
+            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(args.json, (json.dumps(report, indent=1, default=R.json_default) + "\n").encode())
+        except OSError as e:
+            raise CutegenError(f"--json: cannot write {args.json}: {e.strerror}") from None
     print_summary(report)
     return 0 if report["summary"]["ok"] else 1
 
