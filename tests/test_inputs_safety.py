@@ -568,3 +568,17 @@ def test_two_pack_writers_at_once_neither_fails_and_the_pack_is_one_of_them_whol
     assert now in ({*sets[0]}, {*sets[1]}) and leftovers(root) == []
     w = (root / "CMakeLists.txt").read_text().split()[1]
     assert all((root / f"kernels/{w}{i}/kernel.cu").read_text() == f"{w}{i}\n" for i in range(4))
+
+
+def test_swap_without_rename_exchange_and_a_kill_between_its_two_renames(tmp_path, monkeypatch):
+    import cutegen._atomic as atomic_mod
+    monkeypatch.setattr(atomic_mod, "_exchange", lambda a, b: False)    # a file system without RENAME_EXCHANGE
+    d = tmp_path / "k"
+    ka, kb = kernel(CFG_A), kernel(CFG_B)
+    ka.write(d)
+    assert kb.write(d) and json.loads((d / "manifest.json").read_text())["kernel_hash"] == kb.kernel_hash
+    assert leftovers(d) == []
+    # killed between "rename d away" and "rename the new one in": no d, the old contents beside it
+    os.rename(d, tmp_path / ".k.cutegen-old-abcd1234")
+    assert leftovers(d) == [tmp_path / ".k.cutegen-old-abcd1234"]
+    assert kb.write(d) and (d / "kernel.cu").read_text() == kb.files["kernel.cu"] and leftovers(d) == []
