@@ -29,14 +29,13 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Iterable
 
-from ._atomic import atomic_write
+from ._atomic import atomic_write, scratch_directory
 from .errors import CutegenError
 from .toolchain import _cutlass_version_at, cutlass_include_dirs, find_nvcc, nvcc_full_version  # noqa: F401  (re-exported)
 
@@ -309,7 +308,8 @@ class Builder:
     def _compile(self, job: Job, key: str, entry: Path) -> BuildResult:
         slot = self._slots.get()
         try:
-            with _slot_lock(slot), tempfile.TemporaryDirectory(prefix="cutegen-build-") as tmp:
+            # a scratch directory, not a TemporaryDirectory: a killed build's is removed by the next build
+            with _slot_lock(slot), scratch_directory("cutegen-build-") as tmp:
                 self._say(f"[..] compiling {job.name} (nvcc slot {slot})")
                 src = Path(tmp, "kernel.cu")
                 src.write_text(job.source)
@@ -335,8 +335,8 @@ class Builder:
 
     def _store(self, entry: Path, library: Path, record: dict) -> None:
         entry.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(dir=entry.parent, prefix=f".{entry.name}."))
-        try:
+        # a scratch directory beside the entry: a build killed while storing leaves nothing for good
+        with scratch_directory(f".{entry.name}.", root=entry.parent) as staging:
             shutil.copyfile(library, staging / "kernel.so")
             (staging / "build.json").write_text(json.dumps(record, sort_keys=True, indent=2) + "\n")
             try:
@@ -344,9 +344,6 @@ class Builder:
             except OSError:
                 if not (entry / "kernel.so").is_file():  # not a lost race with another builder
                     raise
-        finally:
-            if staging.exists():
-                shutil.rmtree(staging, ignore_errors=True)
 
     def build(self, jobs: list[Job]) -> BuildSummary:
         self._total = len(jobs)

@@ -19,7 +19,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -476,12 +475,14 @@ def build_dsl(problem: GemmProblem, config: KernelConfig, out_dir: str | os.Path
     from .manifest import nvcc_full_version
     from ._atomic import atomic_write
     files = render_files(problem, config, check_legality=check_legality, cost=cost)
+    from ._atomic import atomic_directory, leftovers
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    for name, text in files.items():
-        path = out / name
-        if not path.exists() or path.read_bytes() != text.encode():
-            atomic_write(path, text.encode())
+    stale = [n for n, t in files.items() if not (out / n).is_file() or (out / n).read_bytes() != t.encode()]
+    if stale or leftovers(out):
+        with atomic_directory(out) as new:          # the sources appear together (a kernel.so stays)
+            for name, text in files.items():
+                if not (new / name).is_file() or (new / name).read_bytes() != text.encode():
+                    (new / name).write_bytes(text.encode())
     nvcc = find_nvcc()
     key = _cache_key(files, nvcc_full_version(nvcc) if nvcc else None)
     entry = (Path(cache) if cache else cache_dir()) / key[:2] / key
@@ -498,8 +499,9 @@ def build_dsl(problem: GemmProblem, config: KernelConfig, out_dir: str | os.Path
 def _build_entry(files: dict[str, str], khash: str, entry: Path, nvcc: str | None, key: str) -> None:
     prefix = f"cutegen_dsl_{khash}"
     entry.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="cutegen-dsl-") as tmp:
-        work = Path(tmp)
+    from ._atomic import scratch_directory
+    # scratch directories, not TemporaryDirectory: what a killed build leaves, the next one removes
+    with scratch_directory("cutegen-dsl-") as work:
         (work / "kernel.py").write_text(files["kernel.py"])
         (work / "abi.cpp").write_text(files["abi.cpp"])
         timings = compile_object(work / "kernel.py", work, prefix)
@@ -507,8 +509,7 @@ def _build_entry(files: dict[str, str], khash: str, entry: Path, nvcc: str | Non
         timings["link_s"] = round(link_library(work, prefix, work / "kernel.so", nvcc), 3)
         record = {"key": key, "backend": BACKEND, "cute_dsl": dsl_version(), "link_flags": list(LINK_FLAGS),
                   "timings": timings, "library_bytes": (work / "kernel.so").stat().st_size}
-        staging = Path(tempfile.mkdtemp(dir=entry.parent, prefix=f".{entry.name}."))
-        try:
+        with scratch_directory(f".{entry.name}.", root=entry.parent) as staging:
             shutil.copyfile(work / "kernel.so", staging / "kernel.so")
             (staging / "build.json").write_text(json.dumps(record, sort_keys=True, indent=2) + "\n")
             try:
@@ -516,9 +517,6 @@ def _build_entry(files: dict[str, str], khash: str, entry: Path, nvcc: str | Non
             except OSError:
                 if not (entry / "kernel.so").is_file():
                     raise
-        finally:
-            if staging.exists():
-                shutil.rmtree(staging, ignore_errors=True)
 
 
 def build_dsl_dir(directory: str | os.PathLike, *, cache: Path | None = None) -> Path:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ._fields import loads_json
 from .config import KernelConfig
 from .errors import CutegenError, FieldError
 from .problem import GemmProblem
@@ -104,7 +105,7 @@ def load(path: str | os.PathLike) -> Manifest:
     if path.is_dir():
         path = path / "manifest.json"
     try:
-        data = json.loads(path.read_text())
+        data = loads_json(path.read_text())
     except FileNotFoundError:
         raise CutegenError(f"{path}: no manifest.json (render the kernel first)") from None
     except json.JSONDecodeError as e:

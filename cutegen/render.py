@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from . import manifest as manifest_mod
-from ._atomic import atomic_write  # noqa: F401  (also used by dsl.py)
+from ._atomic import atomic_directory, atomic_write, leftovers  # noqa: F401  (atomic_write: also dsl.py)
 from .config import KernelConfig
 from .dtypes import DTYPES
 from .errors import CutegenError, FieldError, IllegalConfig
@@ -93,18 +93,20 @@ class RenderedKernel:
         return self.files["kernel.cu"]
 
     def write(self, directory: str | os.PathLike) -> list[Path]:
-        """Write every file atomically; returns the paths whose bytes changed."""
+        """Write the kernel directory whole (``atomic_directory``: a concurrent writer of the same
+        directory cannot mix its files with these; a kill leaves the old directory or the new one);
+        returns the paths whose bytes changed. Other files there (a built kernel.so) are kept."""
         directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        changed = []
-        for name in sorted(self.files):
-            path = directory / name
-            data = self.files[name].encode()
-            if path.exists() and path.read_bytes() == data:
-                continue
-            atomic_write(path, data)
-            changed.append(path)
-        return changed
+        if directory.exists() and not directory.is_dir():
+            raise CutegenError(f"{directory}: exists and is not a directory (the kernel directory)")
+        changed = self.differences(directory)
+        if not changed and not leftovers(directory):
+            return []
+        with atomic_directory(directory) as new:
+            changed = self.differences(new)         # under the lock: what this write changes
+            for path in changed:
+                (new / path.name).write_bytes(self.files[path.name].encode())
+        return [directory / p.name for p in changed]
 
     def differences(self, directory: str | os.PathLike) -> list[Path]:
         """Files under ``directory`` that are missing or whose bytes differ from this rendering."""

@@ -60,12 +60,14 @@ def legality_summary(report: Any) -> dict[str, Any]:
 
 
 def _cstring(text: str) -> str:
-    """A C string literal for ``text`` (ASCII JSON), split into short lines."""
+    """A C string literal for ``text``, split into short lines. Printable ASCII stays as it is; a tab,
+    another control character or a non-ASCII character (a pack entry's name, say) becomes the octal
+    escapes of its UTF-8 bytes (three digits each, so a following digit cannot join the escape)."""
     out, line = [], ""
     for ch in text:
-        esc = {"\\": "\\\\", '"': '\\"', "\n": "\\n"}.get(ch, ch)
-        if not (32 <= ord(ch) < 127) and ch != "\n":
-            raise ValueError(f"non-ASCII character {ch!r} in a C string")
+        esc = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t"}.get(ch)
+        if esc is None:
+            esc = ch if 32 <= ord(ch) < 127 else "".join(f"\\{b:03o}" for b in ch.encode("utf-8", "surrogatepass"))
         if len(line) + len(esc) > 96:
             out.append(f'"{line}"')
             line = ""

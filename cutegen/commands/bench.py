@@ -29,6 +29,8 @@ import sys
 import time
 from pathlib import Path
 
+from .._fields import finite_float
+from .._fields import loads_json
 from .. import runner as R
 from ..core import registry
 from ..errors import CutegenError, FieldError
@@ -61,9 +63,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--iters", type=int, default=50, help="timed calls per contender, at least 50 [50]")
     p.add_argument("--l2-multiple", type=int, default=4,
                    help="rotate among input sets totalling at least this many times the L2 [4]")
-    p.add_argument("--timeout", type=float, default=240.0, help="seconds per problem before it counts as a hang [240]")
-    p.add_argument("--startup-timeout", type=float, default=180.0, help="seconds for the worker to start [180]")
-    p.add_argument("--deadline", type=float, default=0.0,
+    p.add_argument("--timeout", type=finite_float, default=240.0, help="seconds per problem before it counts as a hang [240]")
+    p.add_argument("--startup-timeout", type=finite_float, default=180.0, help="seconds for the worker to start [180]")
+    p.add_argument("--deadline", type=finite_float, default=0.0,
                    help="stop starting new problems after this many seconds (0: none); the rest are reported skipped")
     p.add_argument("--no-plot", action="store_true", help="do not draw the PNG")
     p.add_argument("--skip-failed", metavar="VALIDATE_JSON",
@@ -337,8 +339,8 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.monotonic()
     entries: list[dict] = []
     device = None
-    out_dir = Path(args.out)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    from .._atomic import atomic_write, ensure_directory
+    out_dir = ensure_directory(args.out, "--out")
     vers = None
 
     def write() -> tuple[dict, Path]:
@@ -348,9 +350,7 @@ def run(args: argparse.Namespace) -> int:
         doc = make_document(done + left, device, started, vers, warmup=args.warmup, iters=args.iters,
                             l2_multiple=args.l2_multiple, suite=str(args.suite), seconds=time.monotonic() - t0)
         path = out_dir / result_filename(started, doc["device"]["name"])
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(doc, indent=1, default=R.json_default) + "\n")
-        os.replace(tmp, path)
+        atomic_write(path, (json.dumps(doc, indent=1, default=R.json_default) + "\n").encode())
         return doc, path
 
     if getattr(args, "executor", "local") != "local":
@@ -434,7 +434,7 @@ def failed_in_validation(path) -> dict[str, str]:
     if not path:
         return {}
     try:
-        doc = json.loads(Path(path).read_text())
+        doc = loads_json(Path(path).read_text())
     except (OSError, json.JSONDecodeError) as e:
         raise FieldError("--skip-failed", f"cannot read {path}: {e}") from None
     return {str(Path(k["library"]).resolve()): k["verdict"] for k in doc.get("kernels", [])

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import time
 
+from .._fields import loads_json
 from ..errors import CutegenError, FieldError, IllegalConfig
 
 HELP = "check a kernel configuration's TMA/mbarrier pipeline over every interleaving of its roles"
@@ -40,7 +41,7 @@ def run(args) -> int:
     from .check_config import parse_case, _read
 
     try:
-        data = json.loads(_read(args.file))
+        data = loads_json(_read(args.file))
     except json.JSONDecodeError as e:
         raise FieldError("input", f"{args.file} is not valid JSON ({e.msg}; line {e.lineno})") from None
     if args.stages < 0:

@@ -6,6 +6,8 @@ import json
 import sys
 
 from .._api import DEFAULT_PROBLEM, config_label
+from .._fields import finite_float
+from .._fields import loads_json
 from ..config import KernelConfig
 from ..errors import FieldError
 from ..problem import ACTIVATIONS, BLAS_LAYOUTS, C_DTYPES, GemmProblem, OUTPUT_DTYPES
@@ -26,7 +28,7 @@ def add_problem_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--dtype-c", choices=C_DTYPES, help="C's type (default: by dtype; void: no C)")
     g.add_argument("--dtype-d", choices=OUTPUT_DTYPES, help="D's type (default: by dtype)")
     g.add_argument("--layout-c", choices=("row", "col"), default="row")
-    g.add_argument("--beta", type=float, default=0.0)
+    g.add_argument("--beta", type=finite_float, default=0.0)
     g.add_argument("--bias", action="store_true", help="add a per-row (M) bias")
     g.add_argument("--activation", choices=ACTIVATIONS, default="none")
     g.add_argument("--fp8-fast-accum", action="store_true",
@@ -49,9 +51,9 @@ def ld_fields(args) -> dict:
 
 
 def problem_from_args(args: argparse.Namespace) -> GemmProblem:
-    if args.problem:
+    if args.problem is not None:        # an empty --problem is invalid JSON, not "no problem given"
         try:
-            data = json.loads(args.problem)
+            data = loads_json(args.problem)
         except json.JSONDecodeError as e:
             raise FieldError("--problem", f"not valid JSON: {e}") from None
         return GemmProblem.from_dict(data, where="--problem")
@@ -94,9 +96,9 @@ def run(args: argparse.Namespace) -> int:
 
     problem = problem_from_args(args)
     config = None
-    if args.config:
+    if args.config is not None:
         try:
-            config = KernelConfig.from_dict(json.loads(args.config), where="--config")
+            config = KernelConfig.from_dict(loads_json(args.config), where="--config")
         except json.JSONDecodeError as e:
             raise FieldError("--config", f"not valid JSON: {e}") from None
     result = generate(problem, args.output, config=config, backend=args.backend, build=not args.no_build,

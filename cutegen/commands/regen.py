@@ -68,12 +68,26 @@ def _render_baseline(problem: GemmProblem):
 
 
 def _checked_in(directory: Path) -> bool:
-    """Whether ``directory`` is inside this repository's generated/ tree."""
-    repo_generated = Path(__file__).resolve().parents[2] / "generated"
+    """Whether ``directory`` is inside the generated/ tree of a cutegen checkout: the nearest ancestor
+    with a pyproject.toml naming the project cutegen, judged from ``directory`` itself (the --out tree).
+    Not from where the cutegen package is installed: with a wheel, a venv of another worktree or a copy
+    of the repository, the installed package's generated/ is not the tree being rendered or checked."""
+    path = Path(directory).resolve()
+    for root in path.parents:
+        if (root / "pyproject.toml").is_file() and _is_cutegen_project(root / "pyproject.toml"):
+            try:
+                path.relative_to(root / "generated")
+                return True
+            except ValueError:
+                return False
+    return False
+
+
+def _is_cutegen_project(pyproject: Path) -> bool:
+    import tomllib
     try:
-        Path(directory).resolve().relative_to(repo_generated)
-        return True
-    except ValueError:
+        return tomllib.loads(pyproject.read_text(encoding="utf-8")).get("project", {}).get("name") == "cutegen"
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, AttributeError):
         return False
 
 
@@ -108,6 +122,8 @@ def run(args: argparse.Namespace) -> int:
         return status
     from .. import executor as X
     root = Path(args.out)
+    if root.exists() and not root.is_dir():      # one line now, not one error per kernel later
+        raise CutegenError(f"--out: {root} exists and is not a directory")
     suite = select_suite(args.suite, args.only)
     changed: list[Path] = []
     failures: list[str] = []

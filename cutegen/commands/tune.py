@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+from .._fields import finite_float
 from ..errors import CutegenError, FieldError
 from .generate import add_problem_arguments, problem_from_args
 
@@ -55,13 +56,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(built here, seconds each) and compile only the finalists with nvcc")
     p.add_argument("--finalists", type=int, default=2, help="screened candidates compiled per problem [2]")
     p.add_argument("--jobs", type=int, help="parallel compiles (default: from cores and memory)")
-    p.add_argument("--build-deadline", type=float, default=0.0, metavar="SECONDS",
+    p.add_argument("--build-deadline", type=finite_float, default=0.0, metavar="SECONDS",
                    help="start no compile batch this many seconds after tune started; the rest is reported "
                         "not built (0: none)")
     p.add_argument("--warmup", type=int, default=10, help="untimed calls per contender [10]")
     p.add_argument("--iters", type=int, default=50, help="timed calls per contender, at least 50 [50]")
-    p.add_argument("--timeout", type=float, default=240.0, help="seconds per problem's timing before it is a hang")
-    p.add_argument("--deadline", type=float, default=0.0, metavar="SECONDS",
+    p.add_argument("--timeout", type=finite_float, default=240.0, help="seconds per problem's timing before it is a hang")
+    p.add_argument("--deadline", type=finite_float, default=0.0, metavar="SECONDS",
                    help="start timing no problem this many seconds after tune started; the rest are reported "
                         "skipped (0: none)")
     p.add_argument("--quiet", action="store_true", help="no progress display")
@@ -99,6 +100,9 @@ def run(args: argparse.Namespace) -> int:
     from ..tuning import records_document, records_lines
 
     t0 = time.monotonic()
+    for opt, value in (("-o/--output", args.output), ("--workdir", None if args.from_plan else args.workdir)):
+        if value and Path(value).exists() and not Path(value).is_dir():   # found now, not after the GPU work
+            raise CutegenError(f"{opt}: {value} exists and is not a directory")
     if args.iters < 50:
         raise FieldError("--iters", f"{args.iters} is below 50")
     with Display(quiet=args.quiet) as display:

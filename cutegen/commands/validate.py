@@ -23,6 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from .._fields import finite_float
 from .. import runner as R
 from ..core import registry
 from ..errors import CutegenError
@@ -40,9 +41,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-probes", action="store_true", help="skip the refusal probes")
     p.add_argument("--no-manifest-shape", action="store_true",
                    help="do not run each kernel at its own (possibly large) problem size")
-    p.add_argument("--timeout", type=float, default=60.0,
+    p.add_argument("--timeout", type=finite_float, default=60.0,
                    help="seconds one launch (with its reference) may take before it counts as a hang [60]")
-    p.add_argument("--startup-timeout", type=float, default=180.0,
+    p.add_argument("--startup-timeout", type=finite_float, default=180.0,
                    help="seconds a worker child may take to import torch and create its CUDA context [180]")
     p.add_argument("--workers", type=int, default=1,
                    help="kernels validated at once, each in its own child process on the one GPU [1]")
@@ -54,10 +55,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sanitize-only", action="store_true", help="run only compute-sanitizer")
     p.add_argument("--sanitize-tools", default=",".join(SANITIZER_TOOLS),
                    help="comma-separated compute-sanitizer tools [memcheck,racecheck,synccheck]")
-    p.add_argument("--sanitize-timeout", type=float, default=240.0, help="seconds per sanitizer tool [240]")
+    p.add_argument("--sanitize-timeout", type=finite_float, default=240.0, help="seconds per sanitizer tool [240]")
     p.add_argument("--sanitize-parallel", action="store_true",
                    help="run the sanitizer tools at the same time (each its own process on the one GPU)")
-    p.add_argument("--deadline", type=float, default=0.0,
+    p.add_argument("--deadline", type=finite_float, default=0.0,
                    help="stop starting new kernels after this many seconds (0: no limit); the rest are reported skipped")
     p.add_argument("--json", metavar="FILE", help="write the full report as JSON")
     p.add_argument("-q", "--quiet", action="store_true", help="print only failures and the summary")
@@ -67,15 +68,19 @@ def run(args: argparse.Namespace) -> int:
     if args.workers < 1:
         raise CutegenError(f"--workers: {args.workers} is below 1")
     kernels, unusable = R.discover_kernels(args.kernels)
+    if args.json and Path(args.json).is_dir():      # found now, not after the GPU work
+        raise CutegenError(f"--json: {args.json} is a directory (a file name was expected)")
     shapes = [R.parse_shape(s) for s in args.shapes]
     tools = [t.strip() for t in args.sanitize_tools.split(",") if t.strip()]
     for t in tools:
         if t not in SANITIZER_TOOLS + ("initcheck",):
             raise CutegenError(f"--sanitize-tools: unknown tool {t!r} (memcheck, racecheck, synccheck, initcheck)")
-    if not kernels:
-        for path, why in unusable:
-            print(f"cutegen validate: {path}: {why}", file=sys.stderr)
-        raise CutegenError("no kernel to validate")
+    if not kernels:   # one line: the reason (one input) or the count and the first reason (several)
+        if len(unusable) == 1:
+            raise CutegenError(f"no kernel to validate: {unusable[0][1]}")
+        first = f": {unusable[0][1]}" + (f" (and {len(unusable) - 1} more)" if len(unusable) > 1 else "") \
+            if unusable else ""
+        raise CutegenError(f"no kernel to validate{first}")
     say = (lambda *a, **k: None) if args.quiet else print
     report = {"schema": "cutegen-validate/1", "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
               "unusable": [{"path": p, "reason": w} for p, w in unusable], "kernels": [], "device": None}
@@ -90,8 +95,12 @@ def run(args: argparse.Namespace) -> int:
                                for k in kernels]
     report["summary"] = summarize(report)
     if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(report, indent=1, default=R.json_default) + "\n")
+        from .._atomic import atomic_write
+        try:
+            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(args.json, (json.dumps(report, indent=1, default=R.json_default) + "\n").encode())
+        except OSError as e:
+            raise CutegenError(f"--json: cannot write {args.json}: {e.strerror}") from None
     print_summary(report)
     return 0 if report["summary"]["ok"] else 1
 

@@ -167,7 +167,13 @@ class ResultsDB:
 
     def add_many(self, ms: Iterable[Measurement]) -> list[int]:
         """Store measurements in one transaction: all of them land or none does. Idempotent."""
+        return self.add_many_counted(ms)[0]
+
+    def add_many_counted(self, ms: Iterable[Measurement]) -> tuple[list[int], int]:
+        """``add_many``, and how many of the measurements were new: counted inside the transaction (the
+        rows its inserts changed), so a concurrent writer cannot make the count wrong."""
         ms = list(ms)
+        inserted = 0
         if self.readonly:
             raise CutegenError(f"results database {self.path} was opened read-only")
         conn = self._open()
@@ -181,7 +187,7 @@ class ResultsDB:
         try:
             for m in ms:
                 row = _row(conn, m)
-                conn.execute(sql, row)
+                inserted += conn.execute(sql, row).rowcount
                 ids.append(conn.execute("SELECT id FROM measurements WHERE record_key = ?", (row[0],)).fetchone()[0])
             conn.execute("COMMIT")
         except sqlite3.Error as e:
@@ -190,7 +196,7 @@ class ResultsDB:
         except BaseException:
             conn.execute("ROLLBACK")
             raise
-        return ids
+        return ids, inserted
 
     def compact(self) -> None:
         """Make the file self-contained and small (rollback journal, vacuumed): how the seed is committed.
