@@ -4,7 +4,7 @@ For a tiny M x N with a huge K (256 x 256 x 65536) a data-parallel kernel has a 
 tiles for 132 SMs, so the K loop must be split. cutegen's stream-K kernels split it inside one
 launch (CUTLASS's ``PersistentTileSchedulerSm90StreamK``, cutegen/launch_plan.py): the pieces of a
 tile meet through the workspace in a serialized fix-up, the last piece waiting for the others. On
-the H200 (2026-11-26, bench/results/2026-11-26-nvidia-h200-diagnose.json) that kernel ran 42.1 us at
+the H200 (2026-11-26, bench/results/diagnose/2026-11-26-nvidia-h200-diagnose.json) that kernel ran 42.1 us at
 36% of DRAM peak where cuBLAS ran a split-K GEMM (21.8 us, 66% of DRAM peak) and then a separate
 ``splitKreduce_kernel`` (4.4 us): 26.3 us. This form is cuBLAS's: the GEMM writes every slice's f32
 partial tile to the workspace with no waiting, and a second, tiny kernel sums them.

@@ -171,7 +171,7 @@ def _smem_atoms(c):
 # INTER kernel has not been run either way (NOTES.md).
 @_rule("SM90-SMEM-INTERLEAVE-FAULT", rulebook="E03 (new)",
        source="H200 2026-11-26: 3/3 faulted (misaligned address) with a cluster > 1 and swap-AB; 5/5 validated 1x1 "
-              "unswapped (bench/results/2026-11-26-nvidia-h200-probes.json)",
+              "unswapped (bench/results/diagnose/2026-11-26-nvidia-h200-probes.json)",
        summary="an unswizzled (INTER) A or B smem atom only in a 1x1 cluster (the form shown to run)")
 def _interleave_fault(c):
     atoms = [n for n, a in (("A", c.config.smem_layout_a), ("B", c.config.smem_layout_b))

@@ -186,7 +186,7 @@ def _acc_regs(c):
     return None
 
 
-# H200, 2026-11-26 (bench/probe_forms.py; bench/results/2026-11-26-nvidia-h200-probes.json): ptxas serializes
+# H200, 2026-11-26 (bench/probe_forms.py; bench/results/diagnose/2026-11-26-nvidia-h200-probes.json): ptxas serializes
 # the wgmma pipeline (C7511/C7512, "insufficient register resources") once each MMA thread holds 216 or more
 # f32 accumulator registers, whatever the schedule and instruction width: built at 208 (ping-pong 128x208,
 # cooperative 256x208; both already spill 86-100 B) and below; serialized at 216 (ping-pong 192x144, twice,
@@ -199,7 +199,7 @@ ACC_SERIALIZE_REGS = 216
 
 
 @_rule("WGMMA-ACCUMULATOR-SERIALIZED", rulebook="B10 (new)", enforced=False,
-       source="H200 2026-11-26 nvcc 13.0 probes (bench/results/2026-11-26-nvidia-h200-probes.json): 208 f32 "
+       source="H200 2026-11-26 nvcc 13.0 probes (bench/results/diagnose/2026-11-26-nvidia-h200-probes.json): 208 f32 "
               "accumulator registers per MMA thread built, 216/224/240 serialized (ptxas C7511/C7512)",
        summary="the f32 WGMMA accumulator of one CTA tile takes fewer than 216 registers per MMA thread "
                "(at 216 and above ptxas serializes the wgmma instructions)")

@@ -1,4 +1,4 @@
-"""Rules from the H200 probes of 2026-11-26 (bench/probe_forms.py, bench/results/2026-11-26-nvidia-h200-probes.json):
+"""Rules from the H200 probes of 2026-11-26 (bench/probe_forms.py, bench/results/diagnose/2026-11-26-nvidia-h200-probes.json):
 each tested on both sides of its boundary with the configurations that ran there."""
 from cutegen.config import KernelConfig
 from cutegen.legality import check_config
