@@ -14,7 +14,7 @@ from typing import IO, TYPE_CHECKING, Any, Callable, Mapping, Sequence, Union
 
 from .config import KernelConfig
 from .errors import CutegenError, FieldError
-from .problem import GemmProblem
+from .problem import DEFAULT_PROBLEM, GemmProblem
 
 if TYPE_CHECKING:
     from .build import BuildResult
@@ -28,7 +28,6 @@ if TYPE_CHECKING:
 ProblemLike = Union[GemmProblem, Mapping[str, Any]]
 
 #: The problem ``cutegen`` with no arguments generates a kernel for.
-DEFAULT_PROBLEM = {"m": 4096, "n": 4096, "k": 4096, "dtype": "bf16", "layout": "tn"}
 
 
 def as_problem(problem: ProblemLike | None, where: str = "problem") -> GemmProblem:

@@ -44,6 +44,10 @@ def pow2_alignment(cap: int, *values: int) -> int:
     return a
 
 
+# The problem `cutegen` and `cutegen generate` make when given none (the Python API's too).
+DEFAULT_PROBLEM = {"m": 4096, "n": 4096, "k": 4096, "dtype": "bf16", "layout": "tn"}
+
+
 @dataclass(frozen=True)
 class GemmProblem:
     m: int

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from .._fields import finite_float
 from ..errors import CutegenError, FieldError
-from .generate import add_problem_arguments, problem_from_args
+from ._problem_args import add_problem_arguments, problem_from_args
 
 HELP = "time the search's top k with cuBLAS, nvMMH's pick and the CUTLASS default on the GPU; keep the best"
 
