@@ -102,16 +102,21 @@ def log_uniform(rng: random.Random, lo: float, hi: float) -> float:
     return math.exp(rng.uniform(math.log(lo), math.log(hi)))
 
 
-def sample_anchor(rng: random.Random, max_macs: int) -> tuple[float, float, float]:
-    """A size regime: M from 1 to 16k (a fifth of them at most 16), N likewise from 1, K small (up to
-    256), medium or huge (8k to 128k)."""
-    m = log_uniform(rng, 1, 16) if rng.random() < 0.2 else log_uniform(rng, 16, MAX_M)
+def sample_anchor(rng: random.Random, max_macs: int, big_m: bool = False) -> tuple[float, float, float]:
+    """A size regime: M from 1 to 16k (a fifth of them at most 16; ``big_m``: 8k to 16k), N likewise
+    from 1, K small (up to 256), medium or huge (8k to 128k)."""
+    if big_m:
+        m = log_uniform(rng, 8192, MAX_M)
+    else:
+        m = log_uniform(rng, 1, 16) if rng.random() < 0.2 else log_uniform(rng, 16, MAX_M)
     n = log_uniform(rng, 1, 16) if rng.random() < 0.1 else log_uniform(rng, 16, MAX_M)
     u = rng.random()
     k = log_uniform(rng, 1, 256) if u < 0.25 else (log_uniform(rng, 256, 8192) if u < 0.7 else
                                                    log_uniform(rng, 8192, 131072))
     while m * n * k > max_macs:      # shrink the larger of M and N first, K last (huge K is the point)
-        if max(m, n) > 64:
+        if big_m and n > 16:
+            n /= 2
+        elif max(m, n) > 64 and not big_m:
             if m >= n:
                 m /= 2
             else:
@@ -123,21 +128,28 @@ def sample_anchor(rng: random.Random, max_macs: int) -> tuple[float, float, floa
 
 def make_groups(rng: random.Random, families: list[str], layouts: list[str], extra: int,
                 alignment: str, max_macs: int, anchors: int) -> list[dict]:
-    """Every (core family, layout) once, then ``extra`` groups of any family and layout."""
+    """Every (core family, layout) once, every other family once (a random layout), then ``extra``
+    groups of 16-bit inputs with K unaligned (``alignment`` any). Every third group's first size regime
+    has M from 8k to 16k."""
     core = [f for f in families if f in CORE_FAMILIES] or list(families)
     combos = [(f, lay) for f in core for lay in layouts]
-    combos += [(rng.choice(families), rng.choice(layouts)) for _ in range(extra)]
+    combos += [(f, rng.choice(layouts)) for f in families if f not in core]   # every family at least once
+    n_fixed = len(combos)
+    # the extra groups: 16-bit inputs (where the search ranks cp.async kernels) with K unaligned
+    sixteen = [f for f in families if f in ("bf16", "f16", "bf16_f32", "f16_f32")] or list(families)
+    combos += [(rng.choice(sixteen), rng.choice(layouts)) for _ in range(extra)]
     groups = []
     for i, (fam, lay) in enumerate(combos):
         layout_c = "col" if rng.random() < 0.15 else "row"
         classes = {}
         for d in sorted(contiguous_dims(lay, layout_c)):
-            if alignment == "aligned" or rng.random() < 0.55:
+            if alignment == "aligned" or (rng.random() < 0.55 and not (i >= n_fixed and d == "k")):
                 classes[d] = ALIGNED
             else:
                 classes[d] = rng.choice((0, 1, 2, 3))
         groups.append({"id": f"g{i:02d}", "family": fam, "layout": lay, "layout_c": layout_c, "classes": classes,
-                       "anchors": [sample_anchor(rng, max_macs) for _ in range(anchors)]})
+                       "anchors": [sample_anchor(rng, max_macs, big_m=(a == 0 and i % 3 == 0))
+                                   for a in range(anchors)]})
     return groups
 
 
@@ -157,7 +169,12 @@ def sample_problem(group: dict, index: int, seed: int, max_macs: int, max_elemen
     for d, x in zip("mnk", anchor):
         if rng.random() >= 0.25:
             x *= math.exp(rng.uniform(-0.35, 0.35))
+        if d != "k":
+            x = min(x, MAX_M)       # M and N from 1 to 16k; K goes further
         dims[d] = with_class(x, group["classes"].get(d), rng)
+        if d != "k" and dims[d] > MAX_M:
+            dims[d] = with_class(dims[d] - (dims[d] - MAX_M) - (1 << min(group["classes"].get(d) or 0, 4)),
+                                 group["classes"].get(d), rng)
     batch = 1 if rng.random() < 0.7 else rng.randint(2, 4)
     fam = FAMILIES[group["family"]]
     void_c = fam.get("dtype_c") == "void"
@@ -393,7 +410,7 @@ def build_plan(args) -> dict:
             fixed.append((p, ranks))
         groups = [{"id": "fixed", "family": "-", "layout": "-", "layout_c": "-", "classes": {}, "anchors": []}]
     else:
-        extra = args.extra_groups if args.extra_groups is not None else max(0, round(len(families) * len(layouts) / 4))
+        extra = args.extra_groups if args.extra_groups is not None else 5
         groups = make_groups(rng, families, layouts, extra, args.alignment, args.max_macs, args.anchors)
     group_budget = max(2, math.ceil(args.kernels_max / len(groups)))
     cache = SearchCache(None if args.no_cache else Path(args.cache), TOP_K, args.device)
@@ -595,6 +612,10 @@ def cmd_render(args) -> int:
     dest.mkdir(parents=True, exist_ok=True)
     bad = 0
     ks = shard_kernels(plan, args.shard)
+    if args.done:        # only kernels with a case an earlier call did not run
+        done = {r["case"] for r in read_results(args.done) if r["verdict"] not in ("not_run", "not_built")}
+        todo = {c["kernel"] for c in plan["cases"] if c["id"] not in done}
+        ks = [k for k in ks if k["hash"] in todo]
     for k in ks:
         problem = GemmProblem.from_dict(probs[k["render_problem"]])
         config = KernelConfig.from_dict(k["config"])
@@ -611,6 +632,42 @@ def cmd_render(args) -> int:
         rk.write(dest / k["hash"])
     print(f"rendered {len(ks) - bad} of {len(ks)} kernels of shard {args.shard} into {dest}")
     return 0 if not bad else 1
+
+
+# ------------------------------------------------------------------------------------------------
+# build (GPU machine)
+# ------------------------------------------------------------------------------------------------
+
+BUILD_FAILED = "build-failed.txt"    # in a kernel directory: why nvcc failed (the run step reports it)
+
+
+def cmd_build(args) -> int:
+    """Build the rendered kernels with ``--jobs`` nvcc processes, the kernels with the most cases first;
+    a failed compile leaves its message in <kernel>/build-failed.txt as soon as it fails."""
+    import concurrent.futures
+    from cutegen.build import Builder, _job_for
+
+    plan = load_plan(args.plan)
+    cases = {k["hash"]: k["cases"] for k in plan["kernels"]}
+    want = {k["hash"] for k in shard_kernels(plan, args.shard)}
+    kdir = Path(args.kernels)
+    dirs = sorted((d for d in kdir.iterdir() if d.name in want and (d / "kernel.cu").is_file()),
+                  key=lambda d: (-cases.get(d.name, 0), d.name))
+    print(f"{len(dirs)} kernel directories", flush=True)
+    builder = Builder(jobs=args.jobs, progress=sys.stdout, timeout=args.timeout)
+    builder._total, builder._done = len(dirs), 0
+
+    def one(d: Path):
+        r = builder.build_one(_job_for(d))
+        if not r.ok:
+            (d / BUILD_FAILED).write_text(r.message + "\n")
+        return r
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        results = list(pool.map(one, dirs))
+    n = collections.Counter(r.status for r in results)
+    print(f"built {n['built']}, cached {n['cached']}, failed {n['failed']}")
+    return 0 if not n["failed"] else 1
 
 
 # ------------------------------------------------------------------------------------------------
@@ -633,8 +690,10 @@ def verdict_of(reply, value: dict | None) -> str:
         return "error"
     if value.get("refused"):
         return "refused"
+    if reply.fatal:
+        return "crash"          # the CUDA context broke (a sticky fault), whatever the result said
     if value.get("ok"):
-        return "wrong" if reply.fatal else "pass"
+        return "pass"
     if value.get("kernel_status", 0) != 0:
         return "kernel_error"
     return "wrong"
@@ -651,9 +710,12 @@ def cmd_run(args) -> int:
     cases_by_kernel = collections.defaultdict(list)
     for c in plan["cases"]:
         cases_by_kernel[c["kernel"]].append(c)
+    done = {r["case"] for r in read_results(args.done) if r["verdict"] not in ("not_run", "not_built")} \
+        if args.done else set()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    tag = f"shard{args.shard}"
+    # a call that resumes an earlier one (--done) names its files apart, so both can sit in one folder
+    tag = f"shard{args.shard}" + (_dt.datetime.now(_dt.timezone.utc).strftime("-%H%M%S") if args.done else "")
     jsonl = out / f"cases-{tag}.jsonl"
     counts: collections.Counter = collections.Counter()
     failures = []
@@ -666,12 +728,14 @@ def cmd_run(args) -> int:
             f.write(json.dumps(rec, sort_keys=True, default=R.json_default) + "\n")
             f.flush()
             counts[rec["verdict"]] += 1
-            if rec["verdict"] not in ("pass", "not_run", "not_built"):
+            if rec["verdict"] in FAILED:
                 failures.append({k: rec.get(k) for k in ("case", "kernel", "verdict", "reason", "rel_err")})
 
         try:
             for k in ks:
-                kcases = cases_by_kernel[k["hash"]]
+                kcases = [c for c in cases_by_kernel[k["hash"]] if c["id"] not in done]
+                if not kcases:
+                    continue
                 base = {"kernel": k["hash"], "shard": k["shard"]}
                 if args.deadline and time.monotonic() - t_start > args.deadline:
                     for c in kcases:
@@ -682,9 +746,12 @@ def cmd_run(args) -> int:
                     if info.hash and info.hash != k["hash"]:
                         raise R.KernelNotFound(f"manifest hash {info.hash} is not the plan's {k['hash']}")
                 except (R.CutegenError, ValueError) as e:
+                    failed = Path(args.kernels) / k["hash"] / BUILD_FAILED
+                    verdict = "build_failed" if failed.is_file() else "not_built"
+                    why = failed.read_text().strip() if failed.is_file() else str(e)
                     for c in kcases:
-                        emit({**base, "case": c["id"], "verdict": "not_built", "reason": str(e)})
-                    print(f"NOT BUILT {k['hash']}: {e}")
+                        emit({**base, "case": c["id"], "verdict": verdict, "reason": why})
+                    print(f"{verdict.upper()} {k['hash']}: {why.splitlines()[0] if why else ''}")
                     continue
                 bad_runs = 0
                 for c in kcases:
@@ -732,14 +799,14 @@ def cmd_run(args) -> int:
     (out / f"summary-{tag}.json").write_text(json.dumps(summary, indent=1, sort_keys=True, default=R.json_default) + "\n")
     print(f"fuzz run shard {args.shard}: {len(ks)} kernels, {summary['cases']} cases: "
           + ", ".join(f"{v} {n}" for v, n in sorted(counts.items())) + f" ({summary['seconds']} s)")
-    return 0 if all(v in ("pass",) for v in counts) else 1
+    return 0 if all(v == "pass" for v in counts) else 1
 
 
 # ------------------------------------------------------------------------------------------------
 # report (here)
 # ------------------------------------------------------------------------------------------------
 
-FAILED = ("wrong", "kernel_error", "refused", "error", "hang", "crash")
+FAILED = ("wrong", "kernel_error", "refused", "error", "hang", "crash", "build_failed")
 
 
 def case_features(problem, config, plan: dict | None) -> dict[str, str]:
@@ -782,6 +849,19 @@ def case_features(problem, config, plan: dict | None) -> dict[str, str]:
     }
 
 
+def rules_now(problem, config, plan: dict | None) -> list[str]:
+    """The rule IDs that reject this case under the current code (the plan may predate a rule)."""
+    from cutegen.launch_plan import LaunchPlan
+    from cutegen.legality import check_config
+    from cutegen.legality.stream_k import check_plan
+
+    report = check_config(problem, config)
+    ids = {v.rule_id for v in getattr(report, "violations", report or [])}
+    if plan or config.tile_scheduler == "stream_k":
+        ids |= {v.rule_id for v in check_plan(problem, config, LaunchPlan.from_dict(plan))[0]}
+    return sorted(ids)
+
+
 def separating_predicates(rows: list[tuple[dict, bool]], max_terms: int = 3, limit: int = 8) -> list[dict]:
     """Conjunctions of up to ``max_terms`` feature=value terms that hold on every failing case, fewest
     passing cases first (then fewest terms): what a rule separating the failures could say."""
@@ -811,13 +891,57 @@ def separating_predicates(rows: list[tuple[dict, bool]], max_terms: int = 3, lim
     return best
 
 
+def failure_cover(rows: list[tuple[dict, bool]], max_terms: int = 3, rounds: int = 6) -> list[dict]:
+    """Greedy: the conjunction (up to ``max_terms`` feature=value terms) that explains the most failing
+    cases not yet explained, weighted by its precision (failures / cases it holds on), then again on
+    the rest: when the failures have more than one cause, one predicate per cause."""
+    fail_rows = [f for f, bad in rows if bad]
+    pass_rows = [f for f, bad in rows if not bad]
+    terms: dict[tuple[str, str], list[int]] = {}
+    for i, f in enumerate(fail_rows):
+        for kv in f.items():
+            terms.setdefault(kv, [0, 0])[0] |= 1 << i
+    for i, f in enumerate(pass_rows):
+        for kv in f.items():
+            if kv in terms:
+                terms[kv][1] |= 1 << i
+    left = (1 << len(fail_rows)) - 1
+    out = []
+    for _ in range(rounds):
+        if not left:
+            break
+        live = sorted(kv for kv, (fm, _) in terms.items() if fm & left)
+        best = None
+        for n in range(1, max_terms + 1):
+            for combo in itertools.combinations(live, n):
+                if len({k for k, _ in combo}) < n:
+                    continue
+                fm, pm = left, (1 << len(pass_rows)) - 1
+                for kv in combo:
+                    fm &= terms[kv][0]
+                    pm &= terms[kv][1]
+                if not fm:
+                    continue
+                f, q = fm.bit_count(), pm.bit_count()
+                key = (f * f / (f + q), -n)      # failures explained, weighted by the predicate's precision
+                if best is None or key > best[0]:
+                    best = (key, combo, fm, pm)
+        if best is None:
+            break
+        _, combo, fm, pm = best
+        out.append({"predicate": " and ".join(f"{k}={v}" for k, v in combo), "failures": fm.bit_count(),
+                    "passes_matching": pm.bit_count()})
+        left &= ~fm
+    return out
+
+
 def read_results(paths: list[str]) -> list[dict]:
     recs: dict[str, dict] = {}
     files = []
     for p in map(Path, paths):
         files += sorted(p.glob("cases-*.jsonl")) if p.is_dir() else [p]
     if not files:
-        raise SystemExit("fuzz_campaign report: no cases-*.jsonl among " + ", ".join(paths))
+        raise SystemExit("fuzz_campaign: no cases-*.jsonl among " + ", ".join(paths))
     for path in files:
         for n, line in enumerate(path.read_text().splitlines(), 1):
             if not line.strip():
@@ -827,7 +951,10 @@ def read_results(paths: list[str]) -> list[dict]:
             except json.JSONDecodeError:
                 print(f"fuzz_campaign report: {path}:{n}: not JSON (a cut-off last line?); skipped", file=sys.stderr)
                 continue
-            old = recs.get(rec.get("case"))
+            if not isinstance(rec, dict) or "case" not in rec or "verdict" not in rec:
+                print(f"fuzz_campaign: {path}:{n}: not a case record; skipped", file=sys.stderr)
+                continue
+            old = recs.get(rec["case"])
             if old is None or old["verdict"] in ("not_run", "not_built"):   # a later run of a case wins over none
                 recs[rec["case"]] = rec
     return list(recs.values())
@@ -854,12 +981,21 @@ def build_report(plan: dict, recs: list[dict], devices: list) -> dict:
         r = by_case.get(c["id"])
         verdict = r["verdict"] if r else "missing"
         feats = case_features(probs[c["problem"]], cfgs[c["kernel"]], c["plan"])
+        rejected = rules_now(probs[c["problem"]], cfgs[c["kernel"]], c["plan"])
+        feats["illegal_now"] = str(bool(rejected))
         if verdict in ("pass",) + FAILED:
             rows.append((feats, verdict in FAILED))
-        cases_out.append({"case": c["id"], "kernel": c["kernel"], "verdict": verdict,
+        cases_out.append({"case": c["id"], "kernel": c["kernel"], "verdict": verdict, "rules_now": rejected,
                           **({k: r[k] for k in ("rel_err", "reason", "seconds", "launches") if r and k in r})})
     verdicts = collections.Counter(x["verdict"] for x in cases_out)
     failed = [x for x in cases_out if x["verdict"] in FAILED]
+    ran = [x for x in cases_out if x["verdict"] in ("pass",) + FAILED]
+    # What the rules of today say about what ran: a failure they reject is explained; a pass they
+    # reject is the cost of a conservative rule (evidence to lift it, or to narrow it)
+    legality_now = {"failures_rejected": sum(bool(x["rules_now"]) for x in failed),
+                    "failures_still_legal": sum(not x["rules_now"] for x in failed),
+                    "passes_rejected": sum(bool(x["rules_now"]) for x in ran if x["verdict"] == "pass"),
+                    "rejecting_rules": dict(collections.Counter(r for x in ran for r in x["rules_now"]))}
     failing_kernels = sorted({x["kernel"] for x in failed})
     by_feature: dict[str, dict] = {}
     for feats, bad in rows:
@@ -889,7 +1025,9 @@ def build_report(plan: dict, recs: list[dict], devices: list) -> dict:
         "failure_groups": [{"verdict": g[0], "mainloop_load": g[1], "tile_scheduler": g[2], "plan": g[3],
                             "k_ragged": g[4], "staged": g[5], "swap_ab": g[6], "cases": n}
                            for g, n in groups.most_common()],
+        "legality_now": legality_now,
         "separating_predicates": separating_predicates(rows),
+        "failure_cover": failure_cover(rows),
         "by_feature": by_feature,
         "failures": failed,
         "cases": cases_out,
@@ -905,6 +1043,9 @@ def print_report(rep: dict) -> None:
     print("  verdicts: " + ", ".join(f"{k} {n}" for k, n in v.items()))
     fails = sum(v.get(x, 0) for x in FAILED)
     print(f"  passed {v.get('pass', 0)} of {rep['cases_run']}, failed {fails}")
+    ln = rep["legality_now"]
+    print(f"  under today's rules: {ln['failures_rejected']} failures rejected, {ln['failures_still_legal']} still legal; "
+          f"{ln['passes_rejected']} passes rejected" + (f" (by {ln['rejecting_rules']})" if ln["rejecting_rules"] else ""))
     for k in rep["failing_kernels"]:
         print(f"  failing kernel {k['hash']} {k['config']}: {k['cases_failed']} of {k['cases']} cases")
     if rep["failure_groups"]:
@@ -915,6 +1056,10 @@ def print_report(rep: dict) -> None:
     if rep["separating_predicates"]:
         print("  predicates true on every failure, fewest passes first (a rule candidate; check it on both sides):")
         for s in rep["separating_predicates"]:
+            print(f"    {s['predicate']}: {s['failures']} failures, {s['passes_matching']} passes also match")
+    if rep["failure_cover"] and (len(rep["failure_cover"]) > 1 or rep["failure_cover"][0]["passes_matching"]):
+        print("  the failures explained one cause at a time (greedy; each predicate on as few passes as possible):")
+        for s in rep["failure_cover"]:
             print(f"    {s['predicate']}: {s['failures']} failures, {s['passes_matching']} passes also match")
     for f in rep["failures"][:40]:
         print(f"  {f['verdict'].upper():12} {f['case']} [{f['kernel']}]: {(f.get('reason') or '')[:160]}")
@@ -967,7 +1112,8 @@ def main(argv=None) -> int:
     p.add_argument("--alignment", choices=("any", "aligned"), default="any",
                    help="aligned: every contiguous extent a multiple of 16 elements [any]")
     p.add_argument("--extra-groups", type=int, default=None,
-                   help="groups beyond one per (core family, layout) [a quarter of families x layouts]")
+                   help="groups beyond one per (core family, layout) and one per other family: 16-bit inputs "
+                        "with K unaligned [5]")
     p.add_argument("--anchors", type=int, default=2, help="size regimes per group [2]")
     p.add_argument("--max-macs", type=int, default=2**34, help="M*N*K*batch at most [2^34]")
     p.add_argument("--max-elements", type=int, default=2**27, help="elements of one operand at most [2^27]")
@@ -985,6 +1131,8 @@ def main(argv=None) -> int:
     r.add_argument("plan")
     r.add_argument("--shard", type=int, required=True, help="shard number; 0: every kernel")
     r.add_argument("--dest", required=True)
+    r.add_argument("--done", nargs="*", default=[], metavar="RESULTS",
+                   help="cases-*.jsonl files or folders of an earlier call: render only kernels with cases left")
     r.set_defaults(fn=cmd_render)
     u = sub.add_parser("run", help="run a shard's cases on its built kernels (GPU; CPU twin with CUTEGEN_RUNNER_DEVICE=cpu)")
     u.add_argument("plan")
@@ -995,8 +1143,17 @@ def main(argv=None) -> int:
     u.add_argument("--startup-timeout", type=float, default=180.0)
     u.add_argument("--deadline", type=float, default=0.0, help="start no case after this many seconds (0: none)")
     u.add_argument("--max-hangs", type=int, default=2, help="hangs or crashes of one kernel before its other cases are skipped [2]")
+    u.add_argument("--done", nargs="*", default=[], metavar="RESULTS",
+                   help="cases-*.jsonl files or folders of an earlier call: skip the cases they ran")
     u.add_argument("-q", "--quiet", action="store_true", help="print only failures")
     u.set_defaults(fn=cmd_run)
+    b = sub.add_parser("build", help="build a shard's rendered kernels (nvcc; GPU machine)")
+    b.add_argument("plan")
+    b.add_argument("--shard", type=int, required=True)
+    b.add_argument("--kernels", required=True, help="the folder render wrote")
+    b.add_argument("--jobs", type=int, default=16)
+    b.add_argument("--timeout", type=float, default=300.0, help="seconds one nvcc may take [300]")
+    b.set_defaults(fn=cmd_build)
     e = sub.add_parser("report", help="summarize results, group failures by configuration features")
     e.add_argument("plan")
     e.add_argument("results", nargs="+", help="cases-*.jsonl files or folders holding them")

@@ -164,3 +164,29 @@ def test_sampler_reuses_kernels_within_its_budget(tmp_path):
     for p in plan["pairs"]:
         q = probs[p["problem"]]
         assert q.m * q.n * q.k * q.batch <= 2**30 and q.dtype_a == "bf16" and q.blas_layout == "tn"
+
+
+def test_unbuilt_kernels_are_recorded_and_a_compile_failure_is_a_failure(campaign):
+    """No library: a kernel nvcc failed on is build_failed (a finding: the rules called it legal), one
+    never compiled (the build deadline) is not_built; a later call with --done skips what ran."""
+    plan, plan_dir, tmp = campaign["plan"], campaign["dir"], campaign["tmp"]
+    kdir = tmp / "kernels"
+    assert F.main(["render", str(plan_dir), "--shard", "0", "--dest", str(kdir)]) == 0
+    broken = campaign["sk_hash"]
+    (kdir / broken / F.BUILD_FAILED).write_text("nvcc exited with 1\nerror: static assertion failed\n")
+    out = tmp / "out"
+    assert F.main(["run", str(plan_dir), "--shard", "0", "--kernels", str(kdir), "--out", str(out), "-q"]) == 1
+    recs = [json.loads(x) for x in (out / "cases-shard0.jsonl").read_text().splitlines()]
+    assert len(recs) == len(plan["cases"])
+    for r in recs:
+        assert r["verdict"] == ("build_failed" if r["kernel"] == broken else "not_built"), r
+    assert all("static assertion" in r["reason"] for r in recs if r["kernel"] == broken)
+    rep_path = tmp / "report.json"
+    assert F.main(["report", str(plan_dir), str(out), "--json", str(rep_path)]) == 1
+    rep = json.loads(rep_path.read_text())
+    assert rep["verdicts"]["build_failed"] == sum(c["kernel"] == broken for c in plan["cases"])
+    assert [k["hash"] for k in rep["failing_kernels"]] == [broken]
+    # a second call with the first call's results renders only the kernels with cases left (not_built)
+    kdir2 = tmp / "kernels2"
+    assert F.main(["render", str(plan_dir), "--shard", "0", "--dest", str(kdir2), "--done", str(out)]) == 0
+    assert sorted(d.name for d in kdir2.iterdir()) == sorted(k["hash"] for k in plan["kernels"] if k["hash"] != broken)
