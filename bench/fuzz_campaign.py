@@ -849,14 +849,20 @@ def case_features(problem, config, plan: dict | None) -> dict[str, str]:
     }
 
 
-def rules_now(problem, config, plan: dict | None) -> list[str]:
+def rules_now(problem, config, plan: dict | None, memo: dict | None = None) -> list[str]:
     """The rule IDs that reject this case under the current code (the plan may predate a rule)."""
     from cutegen.launch_plan import LaunchPlan
     from cutegen.legality import check_config
     from cutegen.legality.stream_k import check_plan
 
-    report = check_config(problem, config)
-    ids = {v.rule_id for v in getattr(report, "violations", report or [])}
+    key = (problem, config)
+    if memo is None or key not in memo:
+        report = check_config(problem, config)
+        found = {v.rule_id for v in getattr(report, "violations", report or [])}
+        if memo is None:
+            memo = {}
+        memo[key] = found
+    ids = set(memo[key])
     if plan or config.tile_scheduler == "stream_k":
         ids |= {v.rule_id for v in check_plan(problem, config, LaunchPlan.from_dict(plan))[0]}
     return sorted(ids)
@@ -976,12 +982,12 @@ def build_report(plan: dict, recs: list[dict], devices: list) -> dict:
     probs = {p["id"]: GemmProblem.from_dict(p["problem"]) for p in plan["problems"]}
     cfgs = {k["hash"]: KernelConfig.from_dict(k["config"]) for k in plan["kernels"]}
     by_case = {r["case"]: r for r in recs}
-    rows, cases_out = [], []
+    rows, cases_out, memo = [], [], {}
     for c in plan["cases"]:
         r = by_case.get(c["id"])
         verdict = r["verdict"] if r else "missing"
         feats = case_features(probs[c["problem"]], cfgs[c["kernel"]], c["plan"])
-        rejected = rules_now(probs[c["problem"]], cfgs[c["kernel"]], c["plan"])
+        rejected = rules_now(probs[c["problem"]], cfgs[c["kernel"]], c["plan"], memo)
         feats["illegal_now"] = str(bool(rejected))
         if verdict in ("pass",) + FAILED:
             rows.append((feats, verdict in FAILED))
