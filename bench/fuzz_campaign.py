@@ -175,6 +175,15 @@ def sample_problem(group: dict, index: int, seed: int, max_macs: int, max_elemen
         if d != "k" and dims[d] > MAX_M:
             dims[d] = with_class(dims[d] - (dims[d] - MAX_M) - (1 << min(group["classes"].get(d) or 0, 4)),
                                  group["classes"].get(d), rng)
+    # Whole tiles along a dimension whose class allows it (K a multiple of 128 is a multiple of every
+    # tile K): so that "K % tile_K != 0" and its complement both occur among the kernels of one group.
+    # A stream of its own, so the other draws (and the search cache) stay as they were.
+    whole = random.Random(f"{seed}:{group['id']}:{index}:whole")
+    for d, p in (("k", 0.3), ("m", 0.15), ("n", 0.15)):
+        if group["classes"].get(d) in (None, ALIGNED) and whole.random() < p and dims[d] >= 96:
+            dims[d] = max(128, int(round(dims[d] / 128)) * 128)
+            if d != "k":
+                dims[d] = min(dims[d], MAX_M)
     batch = 1 if rng.random() < 0.7 else rng.randint(2, 4)
     fam = FAMILIES[group["family"]]
     void_c = fam.get("dtype_c") == "void"

@@ -148,12 +148,16 @@ def test_sampler_reuses_kernels_within_its_budget(tmp_path):
     """A random plan: every pair's candidate is one of its problem's top 12 (its kernel hash), the
     kernel budget holds, and kernels repeat across problems."""
     out = tmp_path / "plan"
-    assert F.main(["plan", "--pairs", "6", "--seed", "3", "--out", str(out), "--families", "bf16", "--anchors", "1",
-                   "--layouts", "tn", "--kernels-max", "2", "--reuse", "1.0", "--max-macs", str(2**30),
-                   "--shards", "1", "--no-cache", "--jobs", "1", "-q"]) == 0
+    # two pairs per problem, at most 3 kernels: 4 pairs hold a kernel twice; problems of one size regime
+    # (about 20 of them here) until one ranks a kernel already chosen
+    assert F.main(["plan", "--pairs", "4", "--seed", "3", "--out", str(out), "--families", "bf16", "--anchors", "1",
+                   "--layouts", "tn", "--alignment", "aligned", "--kernels-max", "3", "--reuse", "1.0", "--second", "1.0",
+                   "--max-macs", str(2**30), "--max-problems", "60", "--shards", "1", "--no-cache", "--jobs", "1",
+                   "-q"]) == 0
     plan = json.loads((out / "plan.json").read_text())
-    assert len(plan["pairs"]) == 6 and len(plan["kernels"]) <= 2
+    assert len(plan["pairs"]) == 4 and len(plan["kernels"]) <= 3
     assert max(len(k["pairs"]) for k in plan["kernels"]) >= 2
+    assert plan["stats"]["problems_searched"] > len(plan["problems"])     # some problems had no kernel in budget
     probs = {p["id"]: GemmProblem.from_dict(p["problem"]) for p in plan["problems"]}
     cfgs = {k["hash"]: KernelConfig.from_dict(k["config"]) for k in plan["kernels"]}
     pair = plan["pairs"][-1]
