@@ -725,7 +725,12 @@ def cmd_build(args) -> int:
     dirs = sorted((d for d in kdir.iterdir() if d.name in want and (d / "kernel.cu").is_file()),
                   key=lambda d: (-cases.get(d.name, 0), d.name))
     print(f"{len(dirs)} kernel directories", flush=True)
-    builder = Builder(jobs=args.jobs, progress=sys.stdout, timeout=args.timeout)
+    from cutegen.errors import CutegenError
+    try:
+        builder = Builder(jobs=args.jobs, progress=sys.stdout, timeout=args.timeout)
+    except CutegenError as e:
+        print(f"fuzz_campaign build: {e}")
+        return 2
     builder._total, builder._done = len(dirs), 0
 
     def one(d: Path):
