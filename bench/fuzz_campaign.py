@@ -410,13 +410,9 @@ def build_plan(args) -> dict:
         if lay not in LAYOUTS:
             raise SystemExit(f"fuzz_campaign plan: --layouts: unknown layout {lay!r} ({', '.join(LAYOUTS)})")
     rng = random.Random(f"{args.seed}:groups")
-    fixed: list[tuple[dict, list[int]]] = []
+    fixed: list[tuple[dict, dict]] = []
     if args.problems:
-        doc = json.loads(Path(args.problems).read_text())
-        for i, entry in enumerate(doc):
-            p = GemmProblem.from_dict(entry["problem"], where=f"{args.problems}[{i}].problem").to_dict()
-            ranks = [int(r) - 1 for r in entry.get("ranks", [1])]
-            fixed.append((p, ranks))
+        fixed = read_problems_file(args.problems)
         groups = [{"id": "fixed", "family": "-", "layout": "-", "layout_c": "-", "classes": {}, "anchors": []}]
     else:
         extra = args.extra_groups if args.extra_groups is not None else 5
@@ -441,7 +437,7 @@ def build_plan(args) -> dict:
                                                                  args.max_elements), None))
         index += len(todo)
         results = cache.get_many([t[2] for t in todo], args.jobs)
-        for (gid, pid, pdict, franks), res in zip(todo, results):
+        for (gid, pid, pdict, spec), res in zip(todo, results):
             if len(pairs) >= args.pairs and not fixed:
                 break
             searched += 1
@@ -449,6 +445,12 @@ def build_plan(args) -> dict:
             if res.get("error"):
                 search_errors.append({"problem": pid, "error": res["error"]})
             ranked = res["ranked"]
+            if spec is not None and spec.get("kernel_of") is not None:
+                pair = sibling_pair(pid, pdict, spec["kernel_of"], pairs, sel, args.problems)
+                problems.append({"id": pid, "group": gid, "problem": pdict, "ranked": len(ranked)})
+                pairs.append(pair)
+                continue
+            franks = None if spec is None else fixed_ranks(spec, ranked)
             chosen = sel.pick(pid, gid, ranked, franks) if ranked else []
             if not chosen:
                 skipped += 1
@@ -503,6 +505,66 @@ def build_plan(args) -> dict:
             "problems": problems, "pairs": pairs, "kernels": kernels, "cases": cases}
 
 
+def read_problems_file(path: str) -> list[tuple[dict, dict]]:
+    """--problems: a JSON list of {"problem": {...}} with one of "ranks": [1-based ranks], "match":
+    {config field: value} (the best-ranked candidate with those fields) or "kernel_of": i (the kernel
+    of entry i, ranked or not: the other side of a boundary, on a problem the same kernel serves)."""
+    from cutegen.problem import GemmProblem
+
+    try:
+        doc = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise SystemExit(f"fuzz_campaign plan: --problems {path}: cannot read it ({e})")
+    if not isinstance(doc, list):
+        raise SystemExit(f"fuzz_campaign plan: --problems {path}: expected a JSON list")
+    out = []
+    for i, entry in enumerate(doc):
+        where = f"{path}[{i}]"
+        if not isinstance(entry, dict) or "problem" not in entry:
+            raise SystemExit(f"fuzz_campaign plan: {where}: expected an object with 'problem'")
+        try:
+            p = GemmProblem.from_dict(entry["problem"], where=f"{where}.problem").to_dict()
+        except Exception as e:
+            raise SystemExit(f"fuzz_campaign plan: {e}")
+        spec = {k: entry[k] for k in ("ranks", "match", "kernel_of") if k in entry} or {"ranks": [1]}
+        if len(spec) > 1:
+            raise SystemExit(f"fuzz_campaign plan: {where}: give one of ranks, match, kernel_of")
+        if "kernel_of" in spec and not (isinstance(spec["kernel_of"], int) and 0 <= spec["kernel_of"] < i):
+            raise SystemExit(f"fuzz_campaign plan: {where}.kernel_of: {spec['kernel_of']!r} is not an earlier entry")
+        out.append((p, spec))
+    return out
+
+
+def fixed_ranks(spec: dict, ranked: list[dict]) -> list[int]:
+    """0-based ranks an explicit entry asks for."""
+    if "match" in spec:
+        return [next((r for r, e in enumerate(ranked)
+                      if all(e["config"].get(k) == v for k, v in spec["match"].items())), len(ranked))]
+    return [int(r) - 1 for r in spec["ranks"]]
+
+
+def sibling_pair(pid: str, pdict: dict, of: int, pairs: list[dict], sel: Selector, where: str) -> dict:
+    """The pair of an entry with "kernel_of": the kernel of an earlier entry's first pair, on this problem."""
+    from cutegen.config import KernelConfig
+    from cutegen.legality import check_config
+    from cutegen.manifest import kernel_hash
+    from cutegen.problem import GemmProblem
+
+    src = next((p for p in pairs if p["problem"] == f"p{of:04d}"), None)
+    if src is None:
+        raise SystemExit(f"fuzz_campaign plan: {where}: entry {of} (kernel_of of {pid}) got no pair")
+    problem, config = GemmProblem.from_dict(pdict), KernelConfig.from_dict(sel.kernels[src["kernel"]]["config"])
+    if kernel_hash(problem, config, "cutlass") != src["kernel"]:
+        raise SystemExit(f"fuzz_campaign plan: {where}: {pid} is not served by kernel {src['kernel']} "
+                         "(its types, layouts or alignments differ: state the alignments)")
+    report = check_config(problem, config)
+    broken = sorted({v.rule_id for v in getattr(report, "violations", report or [])})
+    if broken:
+        raise SystemExit(f"fuzz_campaign plan: {where}: kernel {src['kernel']} is illegal for {pid}: {', '.join(broken)}")
+    return {"id": f"{pid}.k{of}", "problem": pid, "rank": None, "kernel": src["kernel"], "cost_us": None,
+            "search_plan": None}
+
+
 def case_seconds(problem: dict, repeat: int) -> float:
     """A rough GPU-side time of one case: the worker round trip, the inputs, the reference, the launches."""
     macs = problem["m"] * problem["n"] * problem["k"] * problem.get("batch", 1)
@@ -541,8 +603,8 @@ def print_plan_summary(plan: dict, out=sys.stdout) -> None:
           f"{len(plan['cases'])} cases (code digest {plan['code_digest']})", file=out)
     reuse = collections.Counter(len(k["pairs"]) for k in ks)
     print("  pairs per kernel: " + ", ".join(f"{n}: {c}" for n, c in sorted(reuse.items())), file=out)
-    ranks = collections.Counter(p["rank"] for p in plan["pairs"])
-    print("  ranks sampled: " + ", ".join(f"{r}: {ranks[r]}" for r in sorted(ranks)), file=out)
+    ranks = collections.Counter(p["rank"] or 0 for p in plan["pairs"])
+    print("  ranks sampled: " + ", ".join(f"{r or 'unranked (kernel_of)'}: {ranks[r]}" for r in sorted(ranks)), file=out)
     probs = {p["id"]: p["problem"] for p in plan["problems"]}
     fam = collections.Counter()
     for p in plan["pairs"]:
@@ -663,7 +725,12 @@ def cmd_build(args) -> int:
     dirs = sorted((d for d in kdir.iterdir() if d.name in want and (d / "kernel.cu").is_file()),
                   key=lambda d: (-cases.get(d.name, 0), d.name))
     print(f"{len(dirs)} kernel directories", flush=True)
-    builder = Builder(jobs=args.jobs, progress=sys.stdout, timeout=args.timeout)
+    from cutegen.errors import CutegenError
+    try:
+        builder = Builder(jobs=args.jobs, progress=sys.stdout, timeout=args.timeout)
+    except CutegenError as e:
+        print(f"fuzz_campaign build: {e}")
+        return 2
     builder._total, builder._done = len(dirs), 0
 
     def one(d: Path):
@@ -1135,7 +1202,8 @@ def main(argv=None) -> int:
     p.add_argument("--max-problems", type=int, default=0, help="problems searched at most [6 x pairs]")
     p.add_argument("--repeat", type=int, default=2, help="launches per case on one workspace [2]")
     p.add_argument("--problems", default="", metavar="JSON",
-                   help="explicit problems instead of random ones: [{\"problem\": {...}, \"ranks\": [1, 4]}, ...]")
+                   help="explicit problems instead of random ones: a JSON list of {\"problem\": {...}} with \"ranks\": [1, 4], "
+                        "\"match\": {config field: value} (the best-ranked such candidate) or \"kernel_of\": i (entry i's kernel)")
     p.add_argument("--device", default=None, help="device kind the search ranks for (as cutegen search --device) [none]")
     p.add_argument("--jobs", type=int, default=max(1, min(2, os.cpu_count() or 1)), help="search processes [2]")
     p.add_argument("--cache", default=str(ROOT / "out" / "fuzz-search-cache"), help="search cache directory")

@@ -91,7 +91,7 @@ phase "2. build (jobs $JOBS, no compile past ${BUILD_END_S} s)"
 run_until "$BUILD_END_S" "$PY" bench/fuzz_campaign.py build "$PLAN_DIR" --shard "$SHARD" --kernels "$KDIR" \
     --jobs "$JOBS" > "$OUT/build.txt" 2>&1
 echo "build exit code $?"
-grep -E "kernel directories|FAILED|LEGALITY BUG|^built " "$OUT/build.txt" | tail -n 20
+grep -E "kernel directories|FAILED|LEGALITY BUG|^built |^fuzz_campaign" "$OUT/build.txt" | tail -n 20
 echo "kernel directories with a library: $(find "$KDIR" -name kernel.so | wc -l) of $(find "$KDIR" -name manifest.json | wc -l)"
 
 phase "3. run the cases (case timeout ${CASE_TIMEOUT_S} s, none started after ${RUN_END_S} s)"

@@ -194,3 +194,32 @@ def test_unbuilt_kernels_are_recorded_and_a_compile_failure_is_a_failure(campaig
     kdir2 = tmp / "kernels2"
     assert F.main(["render", str(plan_dir), "--shard", "0", "--dest", str(kdir2), "--done", str(out)]) == 0
     assert sorted(d.name for d in kdir2.iterdir()) == sorted(k["hash"] for k in plan["kernels"] if k["hash"] != broken)
+
+
+def test_explicit_entries_match_and_kernel_of(tmp_path):
+    """--problems: "match" takes the best-ranked candidate with the given fields, "kernel_of" runs that
+    kernel on a sibling problem (the other side of a boundary), refused where the kernel does not serve it."""
+    sibling = GemmProblem(64, 64, 16000, beta=0.5)            # another K, still 16-byte aligned: same kernel key
+    entries = [{"problem": SK.to_dict(), "match": {"tile_scheduler": "stream_k"}},
+               {"problem": sibling.to_dict(), "kernel_of": 0}]
+    (tmp_path / "p.json").write_text(json.dumps(entries))
+    out = tmp_path / "plan"
+    assert F.main(["plan", "--problems", str(tmp_path / "p.json"), "--out", str(out), "--shards", "1",
+                   "--no-cache", "--jobs", "1", "-q"]) == 0
+    plan = json.loads((out / "plan.json").read_text())
+    assert [p["rank"] is None for p in plan["pairs"]] == [False, True]
+    assert plan["pairs"][0]["kernel"] == plan["pairs"][1]["kernel"] and len(plan["kernels"]) == 1
+    assert plan["kernels"][0]["config"]["tile_scheduler"] == "stream_k"
+    assert {c["problem"] for c in plan["cases"]} == {"p0000", "p0001"}
+    # a sibling of other alignments is another kernel: refused with a one-line reason
+    entries[1] = {"problem": GemmProblem(64, 64, 16001, beta=0.5).to_dict(), "kernel_of": 0}
+    (tmp_path / "p.json").write_text(json.dumps(entries))
+    with pytest.raises(SystemExit, match="not served by kernel"):
+        F.main(["plan", "--problems", str(tmp_path / "p.json"), "--out", str(out), "--no-cache", "--jobs", "1", "-q"])
+    for bad, msg in (([{"problem": SK.to_dict(), "kernel_of": 0}], "not an earlier entry"),
+                     ([{"problem": SK.to_dict(), "ranks": [1], "match": {}}], "one of ranks, match, kernel_of"),
+                     ([{"problem": {"m": 0, "n": 1, "k": 1}}], r"\[0\]\.problem\.m"),
+                     ({"problem": {}}, "expected a JSON list")):
+        (tmp_path / "bad.json").write_text(json.dumps(bad))
+        with pytest.raises(SystemExit, match=msg):
+            F.read_problems_file(str(tmp_path / "bad.json"))
