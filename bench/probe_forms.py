@@ -52,11 +52,46 @@ def probes() -> list[dict]:
     return out
 
 
+def fuzz_probes() -> list[dict]:
+    """The two failures of the H200 fuzz campaign (bench/fuzz/h200-2026-11-26), bracketed.
+
+    ``tf32``: kernel 64x8x16 ping-pong, 48 stages, K_SW64 atoms, tf32, computed wrong (14 of 14 cases, rel.
+    error ~1) while tf32 64x8x32 (24 stages, SW128) and 64x8x64 passed: is it the stage count, the SW64 atom
+    or the 16-deep tile K? ``cpasync``: a cp.async e4m3 ping-pong 192x96x256 kernel (144 accumulator registers,
+    no setmaxnreg, 168-register budget) had its wgmma serialized by ptxas; cp.async kernels up to 128
+    accumulator registers built. Compile (and run) the neighbours."""
+    tf = {"m": 1000, "n": 1000, "k": 1000, "dtype": "tf32", "layout": "tn", "beta": 0.5}
+    out = []
+    for name, (tm, tn, tk), stages, extra in (
+            ("tf32_64x8x16_s48_sw64", (64, 8, 16), 48, {}),
+            ("tf32_64x8x16_s8_sw64", (64, 8, 16), 8, {}),
+            ("tf32_64x8x16_s8_sw32", (64, 8, 16), 8, {"smem_layout_a": "K_SW32", "smem_layout_b": "K_SW32"}),
+            ("tf32_64x8x32_s24_sw64", (64, 8, 32), 24, {"smem_layout_a": "K_SW64", "smem_layout_b": "K_SW64"}),
+            ("tf32_64x8x32_s24_sw128", (64, 8, 32), 24, {}),
+            ("tf32_64x16x16_s8_sw64", (64, 16, 16), 8, {}),
+            ("tf32_128x64x16_s8_sw64", (128, 64, 16), 8, {})):
+        sched = "cooperative" if tm == 128 else "pingpong"
+        out.append({"name": name, "kind": "tf32", "problem": tf, "config": _cfg(tm, tn, tk, sched, stages=stages, **extra)})
+    nosmem = {"epilogue_schedule": "no_smem", "mainloop_load": "cp_async"}
+    for dt, tk in (("bf16", 64), ("e4m3", 128)):
+        prob = {"m": 2000, "n": 2000, "k": 1004 if dt == "bf16" else 1000, "dtype": dt, "layout": "tn"}
+        for tm, tn in ((128, 128), (128, 144), (192, 96), (128, 160)):
+            cfg = _cfg(tm, tn, tk, "pingpong")
+            cfg.update(nosmem)
+            out.append({"name": f"cpasync_{dt}_pp_{tm}x{tn}", "kind": "serialize", "problem": prob, "config": cfg})
+    exact = _cfg(192, 96, 256, "pingpong", stages=3, swap_ab=True, raster_order="along_n")
+    exact.update(nosmem)
+    out.append({"name": "cpasync_e4m3_pp_192x96x256_swap_fuzz", "kind": "serialize", "config": exact,
+                "problem": {"m": 10559, "n": 160, "k": 8632, "dtype": "e4m3", "layout": "tn", "beta": 1.0, "ldc": 184}})
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--jobs", type=int, default=16)
     ap.add_argument("--validate-timeout", type=float, default=120.0)
+    ap.add_argument("--set", choices=("diagnose", "fuzz"), default="diagnose", help="which probes [diagnose]")
     args = ap.parse_args(argv)
     from cutegen.build import build
     from cutegen.config import KernelConfig
@@ -66,7 +101,7 @@ def main(argv=None) -> int:
     out = Path(args.out)
     kdir = Path("/tmp/cutegen-probes")
     records = []
-    for p in probes():
+    for p in (probes() if args.set == "diagnose" else fuzz_probes()):
         problem = GemmProblem.from_dict(p["problem"], where=p["name"])
         cfg = KernelConfig.from_dict(p["config"], p["name"])
         rep = check_config(problem, cfg)
@@ -89,7 +124,7 @@ def main(argv=None) -> int:
             continue
         res = by_dir.get(r["directory"])
         r["build"] = {"ok": res.ok, "status": res.status, "stats": res.stats, "message": res.message[:1500]} if res else None
-        if r["kind"] == "interleave" and res is not None and res.ok:
+        if r["kind"] in ("interleave", "tf32") and res is not None and res.ok:
             try:
                 cp = subprocess.run([sys.executable, "-m", "cutegen.commands.validate", r["directory"], "--no-probes",
                                      "--json", str(kdir / (r["name"] + ".validate.json"))],
@@ -102,7 +137,7 @@ def main(argv=None) -> int:
         print(f"{r['name']}: build {'ok' if b.get('ok') else 'FAILED'}"
               + (f"; validate rc {v.get('rc')}" if v else ""), flush=True)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "probes.json").write_text(json.dumps({"probes": records}, indent=1, sort_keys=True) + "\n")
+    (out / f"probes-{args.set}.json").write_text(json.dumps({"probes": records}, indent=1, sort_keys=True) + "\n")
     return 0
 
 
