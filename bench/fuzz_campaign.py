@@ -926,15 +926,21 @@ def case_features(problem, config, plan: dict | None) -> dict[str, str]:
 
 
 def rules_now(problem, config, plan: dict | None, memo: dict | None = None) -> list[str]:
-    """The rule IDs that reject this case under the current code (the plan may predate a rule)."""
+    """The rule IDs that reject this case under the current code (the plan may predate a rule): the enforced
+    rules and the warnings the search treats as broken (search/legality_analysis.py: all but the ABI-moot
+    and advisory ones), so a case counts as rejected exactly when the search would no longer rank it."""
     from cutegen.launch_plan import LaunchPlan
     from cutegen.legality import check_config
+    from cutegen.legality.cp_async import ADVISORY
+    from cutegen.legality.cutlass_sm90 import MOOT_UNDER_CUTEGEN_ABI
     from cutegen.legality.stream_k import check_plan
 
     key = (problem, config)
     if memo is None or key not in memo:
         report = check_config(problem, config)
         found = {v.rule_id for v in getattr(report, "violations", report or [])}
+        found |= {w.rule_id for w in (getattr(report, "warnings", []) or [])
+                  if w.rule_id not in MOOT_UNDER_CUTEGEN_ABI | ADVISORY}
         if memo is None:
             memo = {}
         memo[key] = found

@@ -181,6 +181,22 @@ def _interleave_fault(c):
     return f"{'/'.join(atoms)} smem atom INTER with cluster {c.cm}x{c.cn}: faulted (misaligned address) on the GPU"
 
 
+# Found by the H200 fuzz campaign (bench/fuzz/h200-2026-11-26: a 64x8x16 tf32 ping-pong kernel, 48 stages, ranked
+# 2nd for 14 problems, wrong in 14 of 14 cases, relative error 0.87-1.27) and bracketed the same day
+# (bench/results/diagnose/2026-11-26-nvidia-h200-probes-fuzz.json): tf32 with tile N 8 and tile K 16 computes wrong
+# at 48 and 8 stages and with SW64 and SW32 atoms; tile N 16 (64x16x16), tile K 32 (64x8x32, SW64 and SW128) and
+# 128x64x16 validate. The cause is not isolated (an 8x16 tf32 B stage is 512 bytes; e4m3's 512-byte 64x8x64 stage
+# runs), so the predicate is exactly the failing shape: tf32, Tile_N = 8, Tile_K = 16, any Tile_M.
+@_rule("SM90-TF32-TILE-N8-K16", rulebook="W03 (new)",
+       source="H200 2026-11-26: tf32 64x8x16 wrong in 14/14 fuzz cases and 3/3 probes (s48 SW64, s8 SW64, s8 SW32); "
+              "64x16x16, 64x8x32 and 128x64x16 tf32 validated (bench/results/diagnose/2026-11-26-nvidia-h200-probes-fuzz.json)",
+       summary="a tf32 kernel does not use Tile_N = 8 with Tile_K = 16 (CUTLASS 4.2 computes wrong results)")
+def _tf32_n8_k16(c):
+    if c.problem.dtype_a == "tf32" and c.tn == 8 and c.tk == 16:
+        return f"tf32 with tile {c.tm}x{c.tn}x{c.tk}: Tile_N 8 with Tile_K 16 computes wrong results on the GPU"
+    return None
+
+
 @_rule("SM90-SMEM-STAGE-SLICE", rulebook="new (E03 family)",
        source="cute/swizzle_layout.hpp:230-290 slice_and_offset -> cute/layout.hpp:1077,1101 static_asserts "
               "(Stride/Shape Divisibility Condition); instantiated by the mainloop's Params (SmemLayout(_,_,0)) "

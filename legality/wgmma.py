@@ -196,15 +196,26 @@ def _acc_regs(c):
 # config oracle ran ping-pong 128x256 correctly, slowly), so this is a warning to `check config` and, like every
 # warning, illegal to the search. FP8's promoted copy is not in the wgmma pipeline: only the WGMMA accumulator counts.
 ACC_SERIALIZE_REGS = 216
+# Kernels without setmaxnreg (the cp.async ones: every thread shares the register file, 168 each at 384
+# threads) serialize earlier. H200, 2026-11-26 (bench/results/diagnose/2026-11-26-nvidia-h200-probes-fuzz.json):
+# cp.async ping-pong with 128 accumulator registers built (bf16 and e4m3 128x128; the fuzz campaign's f16
+# warp-specialized 128x128 ran), 144 serialized (bf16 and e4m3 128x144 and 192x96, the campaign's e4m3 192x96x256
+# swap-AB kernel, which the fuzz campaign found), 160 serialized.
+ACC_SERIALIZE_REGS_CP_ASYNC = 144
 
 
 @_rule("WGMMA-ACCUMULATOR-SERIALIZED", rulebook="B10 (new)", enforced=False,
        source="H200 2026-11-26 nvcc 13.0 probes (bench/results/diagnose/2026-11-26-nvidia-h200-probes.json): 208 f32 "
-              "accumulator registers per MMA thread built, 216/224/240 serialized (ptxas C7511/C7512)",
-       summary="the f32 WGMMA accumulator of one CTA tile takes fewer than 216 registers per MMA thread "
-               "(at 216 and above ptxas serializes the wgmma instructions)")
+              "accumulator registers per MMA thread built, 216/224/240 serialized (ptxas C7511/C7512); cp.async "
+              "kernels (no setmaxnreg): 128 built, 144/160 serialized (...-probes-fuzz.json; found by the fuzz "
+              "campaign bench/fuzz/h200-2026-11-26)",
+       summary="the f32 WGMMA accumulator of one CTA tile takes fewer than 216 registers per MMA thread, 144 in "
+               "a cp.async kernel (at or above, ptxas serializes the wgmma instructions)")
 def _acc_serialized(c):
-    if c.acc_regs_per_thread >= ACC_SERIALIZE_REGS:
+    from .cp_async import is_cp_async
+    limit = ACC_SERIALIZE_REGS_CP_ASYNC if is_cp_async(c) else ACC_SERIALIZE_REGS
+    if c.acc_regs_per_thread >= limit:
+        kind = " (cp.async: no setmaxnreg)" if limit == ACC_SERIALIZE_REGS_CP_ASYNC else ""
         return (f"accumulator {c.tm}x{c.tn} over {c.mma_threads} MMA threads = {c.acc_regs_per_thread} registers/"
-                f"thread >= {ACC_SERIALIZE_REGS}: ptxas serializes the wgmma instructions")
+                f"thread >= {limit}{kind}: ptxas serializes the wgmma instructions")
     return None

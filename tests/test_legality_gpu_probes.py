@@ -8,9 +8,11 @@ from cutegen.problem import GemmProblem
 SQ = GemmProblem.from_dict({"m": 4096, "n": 4096, "k": 4096, "dtype": "bf16", "layout": "tn"})
 
 
-def _cfg(tm, tn, sched, **kw):
+def _cfg(tm, tn, sched_or_tk, sched=None, **kw):
+    """A config of tile tm x tn x 64 (``_cfg(tm, tn, sched)``) or tm x tn x tk (``_cfg(tm, tn, tk, sched)``)."""
+    tk, sched = (64, sched_or_tk) if sched is None else (sched_or_tk, sched)
     epi = "tma_warp_specialized_cooperative" if sched == "cooperative" else "tma_warp_specialized"
-    return KernelConfig.from_dict({"tile_shape": [tm, tn, 64], "cluster_shape": [1, 1, 1], "stages": "auto",
+    return KernelConfig.from_dict({"tile_shape": [tm, tn, tk], "cluster_shape": [1, 1, 1], "stages": "auto",
                                    "mainloop_schedule": sched, "epilogue_schedule": epi,
                                    "tile_scheduler": "persistent", **kw})
 
@@ -51,3 +53,33 @@ def test_interleaved_atom_needs_a_1x1_cluster():
     assert "SM90-SMEM-INTERLEAVE-FAULT" in _rules(p, _cfg(128, 200, "cooperative", cluster_shape=[4, 1, 1], **inter))
     # a swizzled atom with the same cluster is not this rule's business
     assert "SM90-SMEM-INTERLEAVE-FAULT" not in _rules(p, _cfg(128, 128, "cooperative", cluster_shape=[2, 1, 1]))
+
+
+# --- from the H200 fuzz campaign (bench/fuzz/h200-2026-11-26) and its probes (...-probes-fuzz.json) ----------
+
+TF = GemmProblem.from_dict({"m": 1000, "n": 1000, "k": 1000, "dtype": "tf32", "layout": "tn", "beta": 0.5})
+
+
+def test_tf32_tile_n8_k16_is_wrong_and_its_neighbours_are_not():
+    assert "SM90-TF32-TILE-N8-K16" in _rules(TF, _cfg(64, 8, 16, "pingpong", stages=48))        # 14/14 wrong
+    assert "SM90-TF32-TILE-N8-K16" in _rules(TF, _cfg(64, 8, 16, "pingpong", stages=8, smem_layout_a="K_SW32",
+                                                      smem_layout_b="K_SW32"))                   # wrong too
+    assert "SM90-TF32-TILE-N8-K16" not in _rules(TF, _cfg(64, 16, 16, "pingpong", stages=8))     # validated
+    assert "SM90-TF32-TILE-N8-K16" not in _rules(TF, _cfg(64, 8, 32, "pingpong", stages=24))     # validated
+    assert "SM90-TF32-TILE-N8-K16" not in _rules(TF, _cfg(128, 64, 16, "cooperative", stages=8))  # validated
+    bf = GemmProblem.from_dict({"m": 1000, "n": 1000, "k": 1000, "dtype": "bf16", "layout": "tn"})
+    assert "SM90-TF32-TILE-N8-K16" not in _rules(bf, _cfg(64, 8, 16, "pingpong"))                 # tf32 only
+
+
+def test_cp_async_kernels_serialize_from_144_accumulator_registers():
+    from cutegen.legality.wgmma import ACC_SERIALIZE_REGS_CP_ASYNC
+    assert ACC_SERIALIZE_REGS_CP_ASYNC == 144
+    unaligned = GemmProblem.from_dict({"m": 2000, "n": 2000, "k": 1004, "dtype": "bf16", "layout": "tn"})
+    cp = {"epilogue_schedule": "no_smem", "mainloop_load": "cp_async"}
+    # 128x128 over one warpgroup = 128 registers: built (bf16 and e4m3)
+    assert "WGMMA-ACCUMULATOR-SERIALIZED" not in _rules(unaligned, _cfg(128, 128, 64, "pingpong", **cp))
+    # 128x144 and 192x96 = 144: serialized
+    assert "WGMMA-ACCUMULATOR-SERIALIZED" in _rules(unaligned, _cfg(128, 144, 64, "pingpong", **cp))
+    assert "WGMMA-ACCUMULATOR-SERIALIZED" in _rules(unaligned, _cfg(192, 96, 64, "pingpong", **cp))
+    # the same 144 registers in a TMA kernel (setmaxnreg 232/240) build: only the cp.async limit is 144
+    assert "WGMMA-ACCUMULATOR-SERIALIZED" not in _rules(SQ, _cfg(192, 96, 64, "pingpong"))
