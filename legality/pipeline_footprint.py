@@ -100,6 +100,16 @@ class Footprints:
                 self.head[v][i] = head
                 self.chunk[v][i] = [head[pc] for pc, _, _ in ws]
             self.future.append(suffix)
+        # Per role and pc: the arrivals its moves from pc on make on each barrier (``_reach``'s capacity cut).
+        self.arrivals_after = []
+        for role in m.roles:
+            rows = [[0] * nb for _ in range(len(role.ops) + 1)]
+            for pc in range(len(role.ops) - 1, -1, -1):
+                rows[pc] = list(rows[pc + 1])
+                op = role.ops[pc]
+                if isinstance(op, Arrive):
+                    rows[pc][m.bar_index[op.barrier]] += op.count
+            self.arrivals_after.append(rows)
 
     def persistent(self, state, succ, violation) -> set | None:
         """The actors whose moves the explorer follows from ``state``; None: all of them. ``succ`` is
@@ -168,10 +178,29 @@ class Footprints:
                 continue
             bit = 1 << bi
             if bars[bi][1] == parity and not (mask & bit) and \
-                    all(b in chosen for b in self._writers.get(bi, ()) if b != actor):
+                    (all(b in chosen for b in self._writers.get(bi, ()) if b != actor)
+                     or (synced and self._short_of_arrivals(bi, bars, pcs, chosen, actor))):
                 return mask
             mask |= self.chunk[v][i][k]
         return mask
+
+    def _short_of_arrivals(self, bi, bars, pcs, chosen, actor) -> bool:
+        """Whether barrier ``bi``'s current phase cannot complete while the ``chosen`` actors stand still:
+        it still needs more arrivals than every other role can make in all its remaining moves. A phase
+        completes only when its pending count reaches zero (landings lower the transaction count, never
+        the pending count), and once every barrier is initialized no ``Init`` can re-arm it; so a wait
+        for that phase stays blocked. This is what lets a consumer's read of a stage be independent of
+        its producer's later reload of the stage: the reload waits for a release the reader has not
+        made, and the other consumers' releases alone are too few."""
+        pending = bars[bi][2]
+        supply = 0
+        for ri in range(len(pcs)):
+            if ("r", ri) in chosen and ("r", ri) != actor:
+                continue
+            supply += self.arrivals_after[ri][pcs[ri]][bi]
+            if supply >= pending:
+                return False
+        return True
 
     def _enablers(self, actor, pcs, later):
         """Who can enable a blocked move: the writers of the barrier a wait waits on; for a ``Sync``,

@@ -219,7 +219,25 @@ def test_cli_unfinished_exploration_is_unproven_not_a_pass(tmp_path, capsys):
     assert "UNPROVEN" in out and "no deadlock" not in out
     assert main(["check", "pipeline", str(case), "--backend", "dsl"]) == 0
     out = capsys.readouterr().out
-    assert "no deadlock" in out and "(4 stages, 2 tiles)" in out and "DSL-PIPELINE-MATCH" in out
+    assert "no deadlock" in out and "(4 stages, 2 tiles, one CTA)" in out and "DSL-PIPELINE-MATCH" in out
+
+
+def test_cli_cluster_exploration_finishes(tmp_path, capsys):
+    """`--cluster` on a 2x1 cooperative kernel: the one-CTA exploration at its own 4 stages plus every CTA's
+    interleavings at 2 stages (symmetry and partial-order reductions), proven, in a few thousand states
+    (600,003 states and UNPROVEN before the reductions); a stage count too big for the bound is UNPROVEN."""
+    import json as _json
+
+    from cutegen.cli import main
+    case = tmp_path / "c21.json"
+    case.write_text(_json.dumps({"problem": {"m": 8192, "n": 3072, "k": 1024, "dtype": "bf16", "layout": "tn"},
+                                 "config": {"tile_shape": [128, 256, 64], "cluster_shape": [2, 1, 1]}}))
+    assert main(["check", "pipeline", str(case), "--backend", "dsl", "--cluster", "--json"]) == 0
+    doc = _json.loads(capsys.readouterr().out)
+    assert doc["legal"] and doc["complete"] and doc["states"] < 20_000
+    assert {(e["stages"], tuple(e["cluster"])) for e in doc["explored"]} == {(4, (1, 1)), (2, (2, 1))}
+    assert main(["check", "pipeline", str(case), "--cluster", "--cluster-stages", "0", "--max-states", "20000"]) == 2
+    assert "UNPROVEN" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("reduce", [False, True])

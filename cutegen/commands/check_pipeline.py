@@ -17,6 +17,9 @@ Bounds_MAX = 200_000
 # Exit status: 0 proven (every interleaving explored, no rule broken), 1 a rule is broken, 2 unproven (the
 # exploration hit --max-states before covering every interleaving; nothing is claimed).
 EXIT_UNPROVEN = 2
+# The whole cluster is explored at this many stages unless told otherwise: a 2x1 cooperative cluster at its
+# own 4 stages has millions of states even reduced; at 2 it takes seconds (NOTES.md, issue 23 part 2).
+CLUSTER_STAGES = 2
 
 
 def add_arguments(p) -> None:
@@ -31,7 +34,14 @@ def add_arguments(p) -> None:
                    help=f"stop each explored term after N states (default {Bounds_MAX}); a stopped exploration is "
                         "UNPROVEN: exit status 2, never a pass")
     p.add_argument("--cluster", action="store_true",
-                   help="explore every CTA of the cluster, not one (slow: ~10^5 states for two CTAs)")
+                   help="explore every CTA of the cluster too: the one-CTA exploration at --stages, plus every "
+                        "interleaving of all the cluster's CTAs at --cluster-stages (with the symmetry and "
+                        "partial-order reductions)")
+    p.add_argument("--cluster-stages", type=int, default=CLUSTER_STAGES, metavar="N",
+                   help=f"the stage count the whole cluster is explored at (default {CLUSTER_STAGES}: the least "
+                        "that wraps a stage with one WGMMA batch in flight, where the cross-CTA arrivals, multicast "
+                        "landings and producer tail all occur; a bound, not a proof for more stages); 0: the "
+                        "configuration's own")
 
 
 def run(args) -> int:
@@ -45,17 +55,24 @@ def run(args) -> int:
         raise FieldError("input", f"{args.file} is not valid JSON ({e.msg}; line {e.lineno})") from None
     if args.stages < 0:
         raise FieldError("--stages", f"{args.stages} is negative")
+    if args.cluster_stages < 0:
+        raise FieldError("--cluster-stages", f"{args.cluster_stages} is negative")
     if args.max_states < 1:
         raise FieldError("--max-states", f"{args.max_states} is not positive")
     problem, config = parse_case(data)
     try:
-        term, rebuild = pipeline_of(problem, config, args.backend, explore_cluster=args.cluster)
+        term, rebuild = pipeline_of(problem, config, args.backend)
+        whole = pipeline_of(problem, config, args.backend, explore_cluster=True)[1] if args.cluster else None
     except IllegalConfig as e:
         raise CutegenError(f"the configuration does not complete: {'; '.join(map(str, e.violations))}") from None
     rendered = _rendered_match(problem, config) if args.backend == "dsl" else None
     t0 = time.perf_counter()
     report = check_pipeline(term, bounds=Bounds(stages=args.stages or None, max_states=args.max_states),
                             rebuild=rebuild)
+    if whole is not None and term.ctas > 1:
+        report = report.merged(check_pipeline(term, bounds=Bounds(stages=args.cluster_stages or None,
+                                                                  max_states=args.max_states, reduce=True),
+                                              rebuild=whole))
     seconds = time.perf_counter() - t0
     if rendered:
         from ..legality.rule import Violation
@@ -71,11 +88,13 @@ def run(args) -> int:
         print(f"{meta.get('config')} ({meta.get('backend')}): {meta['stages']} stages, "
               f"{'ping-pong' if meta['pingpong'] else str(meta['consumers']) + ' consumer warpgroup(s)'}, "
               f"cluster {meta['cluster'][0]}x{meta['cluster'][1]}; explored "
-              f"{', '.join(str(e['k_blocks']) for e in report.explored)} k-blocks per tile "
-              f"({report.explored[0]['stages']} stages, {report.explored[0]['tiles']} tiles) in "
-              f"{report.states} states, {seconds:.2f} s")
+              + "; ".join(f"{', '.join(str(e['k_blocks']) for e in group)} k-blocks per tile "
+                          f"({group[0]['stages']} stages, {group[0]['tiles']} tiles, "
+                          f"{'every CTA' if group[0]['cluster'] != [1, 1] and meta['cluster'] != [1, 1] else 'one CTA'})"
+                          for group in _groups(report.explored))
+              + f" in {report.states} states, {seconds:.2f} s")
         if report.legal:
-            print("pipeline: no deadlock, race or miscount in any interleaving")
+            print("pipeline: no deadlock, race or miscount in any interleaving of the explored terms")
         elif not report.conclusive:
             print(f"pipeline: UNPROVEN: the exploration stopped at its bound ({args.max_states} states per explored "
                   "term) before covering every interleaving; no structural rule is broken, but nothing is claimed "
@@ -89,6 +108,17 @@ def run(args) -> int:
     if report.legal:
         return 0
     return 1 if report.conclusive else EXIT_UNPROVEN
+
+
+def _groups(explored: list) -> list[list]:
+    """The explored terms grouped by (stages, tiles, cluster), in order."""
+    groups: list[list] = []
+    for e in explored:
+        if groups and all(groups[-1][0][k] == e[k] for k in ("stages", "tiles", "cluster")):
+            groups[-1].append(e)
+        else:
+            groups.append([e])
+    return groups
 
 
 def _rendered_match(problem, config) -> list[str]:
