@@ -87,16 +87,18 @@ class StoreGroup:
     meta: dict = field(default_factory=dict, compare=False)
 
 
-def tma_store_epilogue(*, stages_d: int, subtiles: int, tiles: int, buffer_base: int = 0,
+def tma_store_epilogue(*, stages_d: int, subtiles: int, tiles: int | tuple, buffer_base: int = 0,
                        fence: bool = True, sync_before_store: bool = True, acquire: bool = True,
                        sync_after_acquire: bool = True, tail: bool = True, meta: dict | None = None) -> StoreGroup:
     """The store sequence CUTLASS's ``tma_store_fn`` and the DSL template share, over ``tiles`` tiles of
-    ``subtiles`` subtiles each; buffer ``buffer_base + n % stages_d`` for the n-th subtile. The flags drop one
+    ``subtiles`` subtiles each (a tuple: the indices of the tiles this group takes, e.g. a ping-pong warpgroup's
+    alternate tiles); buffer ``buffer_base + n % stages_d`` for the group's n-th subtile. The flags drop one
     step each (the mutants)."""
     ops: list = []
-    for t in range(tiles):
+    tile_ids = tuple(range(tiles)) if isinstance(tiles, int) else tuple(tiles)
+    for j, t in enumerate(tile_ids):
         for i in range(subtiles):
-            n = t * subtiles + i
+            n = j * subtiles + i
             b = buffer_base + n % stages_d
             ops.append(SmemWrite(b, t, i))
             if fence:
@@ -111,7 +113,7 @@ def tma_store_epilogue(*, stages_d: int, subtiles: int, tiles: int, buffer_base:
     if tail:
         ops.append(BulkWait(0))
     info = dict(meta or {})
-    info.update(stages_d=stages_d, subtiles=subtiles, tiles=tiles)
+    info.update(stages_d=stages_d, subtiles=subtiles, tiles=list(tile_ids))
     return StoreGroup(tuple(ops), stages_d, {}, info)
 
 
@@ -192,6 +194,22 @@ def check_store_group(g: StoreGroup) -> list[StoreViolation]:
     return [found[r] for r in sorted(found)]
 
 
+def disjoint_buffers(groups: dict) -> StoreViolation | None:
+    """EPI-STORE-DISJOINT over the store groups of one CTA (issuer name -> StoreGroup): two groups with their own
+    barriers and bulk groups cannot order each other's buffer reuse, so they must not share a buffer (the DSL
+    template's ping-pong ``epi_base``)."""
+    owner: dict = {}
+    for name, g in sorted(groups.items()):
+        for op in g.ops:
+            if isinstance(op, (SmemWrite, BulkStore)):
+                other = owner.setdefault(op.buffer, name)
+                if other != name:
+                    return StoreViolation("EPI-STORE-DISJOINT", f"store groups {other} and {name} both use epilogue "
+                                          f"buffer {op.buffer}: neither's wait_group.read or barrier orders the other's "
+                                          f"writes against its TMA stores")
+    return None
+
+
 @_rule("EPI-STORE-REUSE", source=f"{_BULK}; sm90_epilogue_tma_warpspecialized.hpp tma_store_fn (producer_acquire = "
        "tma_store_wait<StagesD-1>, then synchronize())",
        summary="an epilogue smem buffer is written only after every TMA store that read it is retired by a "
@@ -226,3 +244,11 @@ def _message(g: StoreGroup, rule: str) -> str | None:
         if v.rule == rule:
             return v.message
     return None
+
+
+@_rule("EPI-STORE-DISJOINT", source=f"{_BULK}; the DSL template's ping-pong epi_base (each warpgroup its own buffers)",
+       summary="the store groups of one CTA (ping-pong's two warpgroups) use disjoint epilogue buffers; the other "
+               "groups are given in the term's meta['peers']")
+def _disjoint(g: StoreGroup):
+    v = disjoint_buffers({**g.meta.get("peers", {}), "this group": g})
+    return None if v is None else v.message

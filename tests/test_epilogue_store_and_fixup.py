@@ -107,3 +107,17 @@ def test_final_split_waiting_for_too_little_or_too_much():
 def test_fixup_rejects_a_tile_that_is_not_split():
     with pytest.raises(ValueError, match="at least two splits"):
         deterministic_fixup((4,))
+
+
+def test_store_groups_of_one_cta_use_their_own_buffers():
+    from cutegen.legality.epilogue_store import disjoint_buffers
+    own = {"mma0@0": tma_store_epilogue(stages_d=2, subtiles=4, tiles=(0, 2)),
+           "mma1@0": tma_store_epilogue(stages_d=2, subtiles=4, tiles=(1,), buffer_base=2)}
+    assert disjoint_buffers(own) is None
+    shared = dict(own, **{"mma1@0": tma_store_epilogue(stages_d=2, subtiles=4, tiles=(1,), buffer_base=1)})
+    v = disjoint_buffers(shared)
+    assert v is not None and v.rule == "EPI-STORE-DISJOINT" and "buffer 1" in v.message
+    g = tma_store_epilogue(stages_d=2, subtiles=4, tiles=(1,), meta={"peers": {"mma0@0": own["mma0@0"]}})
+    assert "EPI-STORE-DISJOINT" in {v.rule_id for v in EPILOGUE_STORE_RULES.evaluate(g)}
+    g2 = tma_store_epilogue(stages_d=2, subtiles=4, tiles=(1,), buffer_base=2, meta={"peers": {"mma0@0": own["mma0@0"]}})
+    assert EPILOGUE_STORE_RULES.evaluate(g2) == []
