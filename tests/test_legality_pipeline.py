@@ -265,3 +265,29 @@ def test_release_before_wgmma_retired_is_rejected():
     ops[i] = MmaWait(2, ops[i].tile, ops[i].kb)          # wait_group(2): the batch that read the stage may still run
     report = check_pipeline(term.with_role(Role(role.name, role.cta, tuple(ops))), bounds=Bounds(stages=None))
     assert "PIPE-RELEASE-BEFORE-MMA-DONE" in rules(report)
+
+
+def test_cli_checks_the_epilogue_store_and_the_stream_k_fixup(tmp_path, capsys):
+    """`cutegen check pipeline` also checks the kernel's epilogue TMA-store groups (EPI-STORE-*) and, for a stream-K
+    CUTLASS kernel, the fix-up flags over every interleaving of its splits (SK-FIXUP-*); neither for a kernel
+    without them."""
+    import json as _json
+
+    from cutegen.cli import main
+    problem = {"m": 8192, "n": 3072, "k": 1024, "dtype": "bf16", "layout": "tn"}
+    cases = {"sk": {"tile_shape": [128, 256, 64], "tile_scheduler": "stream_k"},
+             "pp": {"tile_shape": [128, 128, 64], "mainloop_schedule": "pingpong",
+                    "epilogue_schedule": "tma_warp_specialized"},
+             "nosmem": {"tile_shape": [128, 128, 64], "epilogue_schedule": "no_smem"}}
+    docs = {}
+    for name, cfg in cases.items():
+        path = tmp_path / f"{name}.json"
+        path.write_text(_json.dumps({"problem": problem, "config": cfg}))
+        assert main(["check", "pipeline", str(path), "--json"]) == 0
+        docs[name] = _json.loads(capsys.readouterr().out)
+    assert docs["sk"]["stream_k_fixup"]["legal"] and docs["sk"]["stream_k_fixup"]["states"] > 5
+    assert docs["sk"]["epilogue_store"] == {"groups": 1, "stages_d": 2, "subtiles": 8, "legal": True}
+    assert docs["pp"]["stream_k_fixup"] is None and docs["pp"]["epilogue_store"]["groups"] == 2
+    assert docs["nosmem"]["epilogue_store"] is None
+    assert main(["check", "pipeline", str(tmp_path / "sk.json")]) == 0
+    assert "stream-K fix-up (deterministic" in capsys.readouterr().out

@@ -73,6 +73,9 @@ def run(args) -> int:
         report = report.merged(check_pipeline(term, bounds=Bounds(stages=args.cluster_stages or None,
                                                                   max_states=args.max_states, reduce=True),
                                               rebuild=whole))
+    companions = _companion_checks(problem, config, args.backend)
+    for v in companions["violations"]:
+        report.violations.append(v)
     seconds = time.perf_counter() - t0
     if rendered:
         from ..legality.rule import Violation
@@ -82,6 +85,8 @@ def run(args) -> int:
         doc["rendered_kernel"] = {"checked": rendered is not None, "matches": not rendered}
         doc["seconds"] = round(seconds, 3)
         doc["term"] = {k: v for k, v in term.meta.items()}
+        doc["epilogue_store"] = companions["epilogue"]
+        doc["stream_k_fixup"] = companions["fixup"]
         print(json.dumps(doc, indent=1, sort_keys=True))
     else:
         meta = term.meta
@@ -102,12 +107,62 @@ def run(args) -> int:
         for v in report.violations:
             label = "UNPROVEN" if v.rule_id == "PIPE-BOUND" else "ILLEGAL" if v.enforced else "warning"
             print(f"  {label} {v}")
+    if not args.json:
+        if companions["epilogue"]:
+            e = companions["epilogue"]
+            print(f"epilogue TMA store: {e['groups']} store group(s), {e['stages_d']} D buffer(s), {e['subtiles']} "
+                  f"subtile(s) per tile: " + ("buffers reused only after wait_group.read and the group barrier; "
+                                              "fenced before every store; drained" if e["legal"] else "RULE BROKEN"))
+        if companions["fixup"]:
+            f = companions["fixup"]
+            print(f"stream-K fix-up (deterministic, splits of {', '.join(map(str, f['splits']))} k-tiles): "
+                  f"{f['states']} states, " + ("every partial released and acquired before it is read"
+                                               if f["legal"] else "RULE BROKEN"))
     if args.backend == "dsl" and not args.json:
         print("rendered DSL kernel: " + ("its pipeline, read back, is the checked term (DSL-PIPELINE-MATCH)"
                                         if not rendered else "DIFFERS from the checked term"))
     if report.legal:
         return 0
     return 1 if report.conclusive else EXIT_UNPROVEN
+
+
+# The split tiles the stream-K fix-up is explored on: two splits, and three of uneven k-tile counts (a middle
+# split that waits, reads, adds and signals). The protocol does not depend on the kernel's shape.
+FIXUP_SPLITS = ((1, 1), (2, 1, 3))
+
+
+def _companion_checks(problem, config, backend: str) -> dict:
+    """The epilogue's TMA-store rules (EPI-STORE-*) on the kernel's store groups, and for a stream-K CUTLASS
+    kernel the fix-up flags (SK-FIXUP-*) over every interleaving of its splits."""
+    from ..collective_builder import complete
+    from ..legality.epilogue_store import EPILOGUE_STORE_RULES
+    from ..legality.rule import Violation
+    from ..legality.stream_k_fixup import check_fixup, deterministic_fixup
+    from ..pipelines import epilogue_store_of
+    from dataclasses import replace
+    out: dict = {"violations": [], "epilogue": None, "fixup": None}
+    groups = epilogue_store_of(problem, config, backend)
+    seen = set()
+    for name, g in groups.items():
+        g = replace(g, meta=dict(g.meta, peers={n: o for n, o in groups.items() if n != name}))
+        for v in EPILOGUE_STORE_RULES.evaluate(g):
+            if v.rule_id not in seen:
+                seen.add(v.rule_id)
+                out["violations"].append(Violation(v.rule_id, f"{name}'s store group: {v.reason}", True, v.contract))
+    if groups:
+        first = next(iter(groups.values()))
+        out["epilogue"] = {"groups": len(groups), "stages_d": first.buffers, "subtiles": first.meta["subtiles"],
+                           "legal": not seen}
+    if complete(problem, config).tile_scheduler == "stream_k" and backend == "cutlass":
+        states, legal = 0, True
+        for splits in FIXUP_SPLITS:
+            violations, exploration = check_fixup(deterministic_fixup(splits))
+            states += exploration.states
+            for v in violations:
+                legal = False
+                out["violations"].append(v)
+        out["fixup"] = {"splits": [list(s) for s in FIXUP_SPLITS], "states": states, "legal": legal}
+    return out
 
 
 def _groups(explored: list) -> list[list]:
