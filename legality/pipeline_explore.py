@@ -33,6 +33,24 @@ count (``--stages 0``, the default); the search keeps the cap of 3 (a bound, not
 protocol's uniformity in the stage index is how the builder makes terms, and DSL-PIPELINE-MATCH checks
 the rendered kernel against the full-size term, not the explored one).
 
+Symmetry reduction (``symmetry=True``, the default; ``pipeline_symmetry``): CTAs and consumer warpgroups
+that play identical roles (checked op for op on the term, never assumed) make states that differ only in
+their names; the explorer keeps one canonical state per orbit and turns its traces back into concrete
+interleavings, replayed on the unreduced step function. Breadth-first depth is kept, so traces stay
+shortest. Measured (2-core machine, loaded by other helpers, CPU seconds in brackets): a 2x1 cooperative
+cluster at 2 stages, k-blocks 1: 85,869 -> 17,977 states (2.7 -> 1.1 s CPU); at 3 stages: 227,094 -> 46,372.
+
+Both reductions together (``reduce=True`` with the symmetry): the persistent set is computed on the
+canonical state itself (a real state of the term), so it is a persistent set of that state; nothing more
+is needed. Soundness by induction on the distance to a
+deadlock or a breaking move in the full graph (acyclic, finite): from an expanded canonical state c with a
+deadlock at distance d, some move t of c's persistent set starts a path of length d to a deadlock
+(a permutation of the original path); t leads to o, whose canonical form pi(o) has a deadlock at distance
+d - 1 (pi maps paths), and pi(o) is expanded (it was queued when first reached, or earlier). Measured: the
+2x1 cooperative cluster at 2 stages, k-blocks 1 and 3: 29,316 -> 9,511 states; at 3 stages, k-blocks 1, 2, 4:
+253,809 states, 58 s CPU (137 s wall, loaded). ``cutegen check pipeline --cluster`` explores the whole
+cluster at ``--cluster-stages`` (2) with both.
+
 Partial-order reduction (``reduce=True``; off by default: see below): most interleavings differ only in the order
 of moves that touch different barriers and stages (CTA 0's consumer reading stage 1 while CTA 1's
 TMA load lands in stage 2), and every order of such moves reaches the same state. From each state
