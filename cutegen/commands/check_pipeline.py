@@ -103,7 +103,8 @@ def run(args) -> int:
         elif not report.conclusive:
             print(f"pipeline: UNPROVEN: the exploration stopped at its bound ({args.max_states} states per explored "
                   "term) before covering every interleaving; no structural rule is broken, but nothing is claimed "
-                  "about deadlocks, races or run-time arrival counts (raise --max-states, or lower --stages)")
+                  "about deadlocks, races or run-time arrival counts (raise --max-states, or lower --stages or "
+                  "--cluster-stages)")
         for v in report.violations:
             label = "UNPROVEN" if v.rule_id == "PIPE-BOUND" else "ILLEGAL" if v.enforced else "warning"
             print(f"  {label} {v}")
