@@ -205,7 +205,8 @@ def disjoint_buffers(groups: dict) -> StoreViolation | None:
                 other = owner.setdefault(op.buffer, name)
                 if other != name:
                     return StoreViolation("EPI-STORE-DISJOINT", f"store groups {other} and {name} both use epilogue "
-                                          f"buffer {op.buffer}: neither's wait_group.read or barrier orders the other's "
+                                          f"buffer {op.buffer}: neither's wait_group.read or barrier orders the "
+                                          f"other's "
                                           f"writes against its TMA stores")
     return None
 

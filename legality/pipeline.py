@@ -38,7 +38,8 @@ class Bounds:
     stages: int | None = 3
     k_blocks: tuple[int, ...] | None = None
     max_states: int = 200_000
-    reduce: bool = False           # the partial-order reduction (``pipeline_explore``); the symmetry reduction is always on
+    # the partial-order reduction (``pipeline_explore``); the symmetry reduction is always on
+    reduce: bool = False
 
     def k_values(self, stages: int) -> tuple[int, ...]:
         if self.k_blocks is not None:

@@ -57,7 +57,8 @@ def test_a_fence_after_the_barrier_does_not_count():
 
 def test_members_must_follow_the_issuer():
     g = tma_store_epilogue(stages_d=2, subtiles=2, tiles=1)
-    members = tuple(op for op in g.ops if not isinstance(op, (BulkStore, BulkWait)) and type(op).__name__ != "BulkCommit")
+    members = tuple(op for op in g.ops
+                    if not isinstance(op, (BulkStore, BulkWait)) and type(op).__name__ != "BulkCommit")
     good = StoreGroup(g.ops, 2, {"mma1@0": members})
     assert not store_rules(good)
     skipped = tuple(op for k, op in enumerate(members) if not (isinstance(op, GroupSync) and k == len(members) - 1))
@@ -119,5 +120,6 @@ def test_store_groups_of_one_cta_use_their_own_buffers():
     assert v is not None and v.rule == "EPI-STORE-DISJOINT" and "buffer 1" in v.message
     g = tma_store_epilogue(stages_d=2, subtiles=4, tiles=(1,), meta={"peers": {"mma0@0": own["mma0@0"]}})
     assert "EPI-STORE-DISJOINT" in {v.rule_id for v in EPILOGUE_STORE_RULES.evaluate(g)}
-    g2 = tma_store_epilogue(stages_d=2, subtiles=4, tiles=(1,), buffer_base=2, meta={"peers": {"mma0@0": own["mma0@0"]}})
+    g2 = tma_store_epilogue(stages_d=2, subtiles=4, tiles=(1,), buffer_base=2,
+                            meta={"peers": {"mma0@0": own["mma0@0"]}})
     assert EPILOGUE_STORE_RULES.evaluate(g2) == []

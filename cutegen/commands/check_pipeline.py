@@ -95,7 +95,8 @@ def run(args) -> int:
               f"cluster {meta['cluster'][0]}x{meta['cluster'][1]}; explored "
               + "; ".join(f"{', '.join(str(e['k_blocks']) for e in group)} k-blocks per tile "
                           f"({group[0]['stages']} stages, {group[0]['tiles']} tiles, "
-                          f"{'every CTA' if group[0]['cluster'] != [1, 1] and meta['cluster'] != [1, 1] else 'one CTA'})"
+                          f"{'every CTA' if group[0]['cluster'] != [1, 1] and meta['cluster'] != [1, 1] else 'one CTA'}"
+                          ")"
                           for group in _groups(report.explored))
               + f" in {report.states} states, {seconds:.2f} s")
         if report.legal:
