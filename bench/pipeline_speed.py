@@ -1,9 +1,11 @@
-"""The pipeline checker's speed: every interleaving vs the partial-order reduction, per explored term.
+"""The pipeline checker's speed: every interleaving vs the symmetry and partial-order reductions together, per
+explored term.
 
   python bench/pipeline_speed.py [--max-states N] [--json FILE]
 
 For each case (one CTA at the default bounds ``cutegen check pipeline`` uses, and 2-CTA clusters),
-explores the same terms with ``reduce=False`` and ``reduce=True`` in this process and prints states,
+explores the same terms with no reduction (``reduce=False, symmetry=False``) and with both
+(``reduce=True, symmetry=True``) in this process and prints states,
 seconds and the ratios, whether both found the same rules, and whether the reduced check of the whole
 configuration (every k-block count of the default bounds) ends under TARGET_S. CPU figures of the
 machine it runs on; the checker is pure Python, one core.
@@ -60,7 +62,7 @@ def run_case(name, config, backend, cluster, bounds, max_states):
         states, secs, complete, rules = 0, 0.0, True, set()
         for t in terms(config, backend, cluster, bounds):
             t0 = time.perf_counter()
-            e = explore(t, max_states=max_states, reduce=mode)
+            e = explore(t, max_states=max_states, reduce=mode, symmetry=mode)
             secs += time.perf_counter() - t0
             states += e.states
             complete &= e.complete

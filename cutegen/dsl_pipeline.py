@@ -51,6 +51,8 @@ from dataclasses import dataclass, field
 from .legality.pipeline_term import (Arrive, Barrier, Init, Load, MathBegin, MathEnd, MmaCommit, MmaWait, Pipeline,
                                      Read, Role, Sync, Wait, at, describe)
 
+from .legality.epilogue_store import BulkCommit, BulkStore, BulkWait, GroupSync, ProxyFence, SmemWrite
+
 RULE = "DSL-PIPELINE-MATCH"
 WARP = 32
 THREADS_PER_WARPGROUP = 128
@@ -188,6 +190,19 @@ class Func:
     node: ast.FunctionDef
 
 
+@dataclass
+class StorePipe:
+    """``PipelineTmaStore``: the epilogue's bulk async-groups (commit_group / wait_group.read)."""
+    stages: int
+
+
+@dataclass
+class NamedBar:
+    """``pipeline.NamedBarrier``: the store group's barrier."""
+    barrier_id: int
+    threads: int
+
+
 # --- the interpreter ----------------------------------------------------------------------------------
 
 @dataclass
@@ -196,6 +211,8 @@ class _Role:
     cta: int
     warp: int
     ops: list = field(default_factory=list)
+    epi_ops: list = field(default_factory=list)      # the epilogue's TMA-store ops (legality/epilogue_store.py)
+    epi_subtile: dict = field(default_factory=dict)  # tile -> subtiles written so far
 
 
 class _Kernel:
@@ -387,6 +404,18 @@ class _Kernel:
                 raise ReadBackError(f"line {node.lineno}: sync_object_empty.{fn.attr} is not modelled")
             if isinstance(target, ClusterLayout) and fn.attr == "get_flat_coord":
                 return target.coord(int(args[0]))
+            if isinstance(target, StorePipe):
+                op = {"producer_commit": BulkCommit(), "producer_acquire": BulkWait(target.stages - 1),
+                      "producer_tail": BulkWait(0)}.get(fn.attr)
+                if op is None:
+                    raise ReadBackError(f"line {node.lineno}: PipelineTmaStore.{fn.attr} is not modelled")
+                role.epi_ops.append(op)
+                return None
+            if isinstance(target, NamedBar):
+                if fn.attr != "arrive_and_wait":
+                    raise ReadBackError(f"line {node.lineno}: NamedBarrier.{fn.attr} is not modelled")
+                role.epi_ops.append(GroupSync())
+                return None
 
         if name in self.consts and isinstance(self.consts[name], Func):
             return OPAQUE         # module helpers (_major, _make_r2s, ...) do not touch the pipeline
@@ -465,6 +494,15 @@ class _Kernel:
             return int(self.consts["TILE_MNK"][2]) // int(self.consts["MMA_INST_MNK"][2])   # WGMMAs per k-tile
         if short == "copy" and args and isinstance(args[0], TmaAtom) and "tma_bar_ptr" in kw:
             return self.load(node, args, kw, role)
+        if name == "cute.copy" and self.epilogue_copy(node, args, role):
+            return None
+        if name == "cute.arch.fence_proxy":
+            role.epi_ops.append(ProxyFence())
+            return None
+        if name.endswith("PipelineTmaStore.create"):
+            return StorePipe(int(kw["num_stages"]))
+        if name.endswith("pipeline.NamedBarrier"):
+            return NamedBar(int(kw.get("barrier_id", args[0] if args else 0)), int(kw.get("num_threads", 0)))
         if name == "cute.gemm":
             for a in args:
                 for idx in _stage_indices(a):
@@ -481,6 +519,36 @@ class _Kernel:
         if short in ("range", "range_constexpr") or name == "range":
             return ("range", args)
         return OPAQUE
+
+    # -- the epilogue's TMA store --
+    def epilogue_copy(self, node, args, role) -> bool:
+        """``cute.copy(r2s, regs, tRS_sD[..., buf])`` writes D buffer ``buf``; ``cute.copy(tma_d, bSG_sD[(None,
+        buf)], ...)`` is the TMA store that reads it. False for any other copy."""
+        def buffer_of(arg_node, value):
+            if not (isinstance(arg_node, ast.Subscript) and isinstance(value, tuple) and value[:1] == ("subscript",)):
+                return None
+            idx = value[2]
+            buf = idx[-1] if isinstance(idx, tuple) and idx else idx
+            if not isinstance(buf, int):
+                raise ReadBackError(f"line {node.lineno}: the epilogue buffer index `{ast.unparse(arg_node.slice)}` is "
+                                    f"not modelled")
+            return int(buf)
+        tile = getattr(role, "tile", -1)
+        if len(node.args) >= 3 and _dotted(getattr(node.args[2], "value", node.args[2])) == "tRS_sD":
+            buf = buffer_of(node.args[2], args[2])
+            if buf is None:
+                return False
+            sub = role.epi_subtile.get(tile, 0)
+            role.epi_subtile[tile] = sub + 1
+            role.epi_ops.append(SmemWrite(buf, tile, sub))
+            return True
+        if len(node.args) >= 2 and _dotted(getattr(node.args[1], "value", node.args[1])) == "bSG_sD":
+            buf = buffer_of(node.args[1], args[1])
+            if buf is None:
+                return False
+            role.epi_ops.append(BulkStore(buf, tile, role.epi_subtile.get(tile, 0) - 1))
+            return True
+        return False
 
     # -- pipeline calls --
     def declare(self, name, count):
@@ -777,7 +845,8 @@ def _kernel_call(call: ast.Call):
 
 
 _PIPELINE_CALLS = ("producer_acquire", "consumer_wait", "consumer_release", "producer_tail", "wait", "arrive",
-                   "wait_group", "commit_group", "gemm", "copy", "advance", "PipelineTmaAsync", "PipelineOrder")
+                   "wait_group", "commit_group", "gemm", "copy", "advance", "PipelineTmaAsync", "PipelineOrder",
+                   "producer_commit", "arrive_and_wait", "fence_proxy", "PipelineTmaStore")
 
 
 def _touches_pipeline(node) -> bool:
@@ -828,7 +897,8 @@ def read_back(source: str, *, tiles: int, k_blocks: int) -> Pipeline:
         out_roles.append(Role(r.name, r.cta, tuple(ops)))
     barriers = tuple(Barrier(at(name, c), k.barriers[name], c) for c in range(cm * cn) for name in k.barrier_order)
     return Pipeline(barriers, stages, tuple(out_roles), cm * cn,
-                    {"backend": "dsl", "source": "read back", "tiles": tiles, "k_blocks": k_blocks})
+                    {"backend": "dsl", "source": "read back", "tiles": tiles, "k_blocks": k_blocks,
+                     "epilogue": {r.name: tuple(r.epi_ops) for r in roles}})
 
 
 def _canon(op, readers=True):
@@ -894,4 +964,45 @@ def check_rendered(source: str, problem, config) -> list[str]:
         if diff:
             out.append(f"{RULE}: {tiles} tile(s) of {k_blocks} k-tile(s): {diff}")
             break
+        if k_blocks == 1:
+            out += epilogue_differences(found, problem, config, tiles)
+    return out
+
+
+def epilogue_differences(found: Pipeline, problem, config, tiles: int) -> list[str]:
+    """The epilogue's TMA-store ops read back from the kernel, against ``cutegen.pipelines.epilogue_store_of``
+    (DSL-PIPELINE-MATCH: the first difference of each role), and the EPI-STORE rules on the ops read back."""
+    from .legality.epilogue_store import StoreGroup, check_store_group
+    from .pipelines import epilogue_store_of
+    read = found.meta.get("epilogue", {})
+    out = []
+    expected_ops: dict = {}
+    issuers: dict = {}
+    for cta in range(found.ctas):
+        for issuer, g in epilogue_store_of(problem, config, "dsl", tiles=tiles, cta=cta).items():
+            expected_ops[issuer] = g.ops
+            issuers[issuer] = g
+            for member, ops in g.members.items():
+                expected_ops[member] = ops
+    for name in sorted(set(read) | set(expected_ops)):
+        want = tuple(expected_ops.get(name, ()))
+        have = tuple(read.get(name, ()))
+        if want != have:
+            i = next((j for j, (x, y) in enumerate(zip(want, have)) if x != y), min(len(want), len(have)))
+            w = want[i] if i < len(want) else "nothing (its end)"
+            h = have[i] if i < len(have) else "nothing (its end)"
+            out.append(f"{RULE}: epilogue TMA store, {name}, op {i}: the verified term has `{w}`, the rendered "
+                       f"kernel `{h}`")
+    from .legality.epilogue_store import disjoint_buffers
+    for cta in range(found.ctas):
+        ran_groups = {name: StoreGroup(tuple(read.get(name, ())), g.buffers) for name, g in issuers.items()
+                      if name.endswith(f"@{cta}")}
+        clash = disjoint_buffers(ran_groups)
+        if clash is not None:
+            out.append(f"{clash.rule}: the rendered kernel's epilogue: {clash.message}")
+    for issuer, g in issuers.items():
+        members = {m: tuple(read.get(m, ())) for m in g.members}
+        ran = StoreGroup(tuple(read.get(issuer, ())), g.buffers, members)
+        for v in check_store_group(ran):
+            out.append(f"{v.rule}: the rendered kernel's epilogue ({issuer}'s store group): {v.message}")
     return out

@@ -24,6 +24,7 @@ import functools
 from .collective_builder import complete
 from .config import KernelConfig
 from .dtypes import DTYPES
+from .legality.epilogue_store import BulkCommit, BulkStore, BulkWait, StoreGroup, tma_store_epilogue
 from .legality.pipeline_builders import tma_warp_specialized
 from .legality.pipeline_term import Pipeline
 from .problem import GemmProblem
@@ -121,3 +122,41 @@ def pipeline_of(problem: GemmProblem, config: KernelConfig, backend: str = "cutl
     # One CTA: no multicast; a CUTLASS consumer then counts its threads, as a 1x1 cluster does.
     solo = THREADS_PER_WARPGROUP if backend == "cutlass" else p["arrivals_per_release"]
     return term, functools.partial(build, cluster=(1, 1), multicast_a=False, multicast_b=False, per_release=solo)
+
+
+def epilogue_store_of(problem: GemmProblem, config: KernelConfig, backend: str = "dsl", *,
+                      tiles: int | None = None, cta: int = 0) -> dict[str, StoreGroup]:
+    """The TMA-store epilogue's store groups of one CTA, by issuing role (``legality.epilogue_store``); empty for
+    an epilogue without shared memory. Both backends: StagesD = min(subtiles, 2) D buffers
+    (sm90_builder.inl:75; ``dsl.dsl_epilogue_stages``), the subtiles of CUTLASS's EpilogueTileAuto or the
+    config's ``epilogue_tile``. Cooperative: one group of every consumer warpgroup, the first warpgroup's
+    first warp issues the stores (the DSL template; CUTLASS: thread 0 of the epilogue's threads); ping-pong:
+    each warpgroup its own group on its own tiles and buffers (the DSL template's ``epi_base``)."""
+    from .collective_builder import auto_epilogue_tile
+    done = complete(problem, config)
+    if done.epilogue_schedule == "no_smem":
+        return {}
+    epi = tuple(done.epilogue_tile) if done.epilogue_tile is not None else auto_epilogue_tile(problem, done)
+    if epi is None:
+        return {}
+    tm, tn, _ = done.tile_shape
+    subtiles = (tm // epi[0]) * (tn // epi[1])
+    stages_d = min(subtiles, 2)
+    proto = protocol(problem, done, backend)
+    tiles = proto["tiles"] if tiles is None else tiles
+    consumers = proto["consumers"]
+    issuer_only = (BulkStore, BulkCommit, BulkWait)
+    groups = {}
+    meta = {"backend": backend, "config": done.short_name(), "epilogue_tile": list(epi)}
+    if proto["pingpong"]:
+        for w in range(consumers):
+            groups[f"mma{w}@{cta}"] = tma_store_epilogue(stages_d=stages_d, subtiles=subtiles,
+                                                         tiles=tuple(range(w, tiles, consumers)),
+                                                         buffer_base=w * stages_d, meta=meta)
+    else:
+        g = tma_store_epilogue(stages_d=stages_d, subtiles=subtiles, tiles=tiles, meta=meta)
+        # every thread calls producer_tail (a wait_group.read 0 with nothing committed on the others)
+        members = tuple(op for op in g.ops if not isinstance(op, issuer_only)) + (BulkWait(0),)
+        groups[f"mma0@{cta}"] = StoreGroup(g.ops, g.buffers, {f"mma{w}@{cta}": members for w in range(1, consumers)},
+                                           g.meta)
+    return groups

@@ -38,6 +38,8 @@ class Bounds:
     stages: int | None = 3
     k_blocks: tuple[int, ...] | None = None
     max_states: int = 200_000
+    # the partial-order reduction (``pipeline_explore``); the symmetry reduction is always on
+    reduce: bool = False
 
     def k_values(self, stages: int) -> tuple[int, ...]:
         if self.k_blocks is not None:
@@ -261,10 +263,10 @@ _behaviour("PIPE-ORDER-EXCLUSIVE", "the ping-pong ordering barrier admits one ma
 # --- the check ------------------------------------------------------------------------------------
 
 @functools.lru_cache(maxsize=256)
-def _explored(term: Pipeline, max_states: int) -> Exploration:
+def _explored(term: Pipeline, max_states: int, reduce: bool = False) -> Exploration:
     """The exploration of a term, once per process: kernels that differ in what the explored term leaves
     out (a cluster explored as one CTA, the raster order) explore the same term (the search checks many)."""
-    return explore(term, max_states=max_states)
+    return explore(term, max_states=max_states, reduce=reduce)
 
 
 @dataclass
@@ -284,6 +286,16 @@ class PipelineReport:
     def conclusive(self) -> bool:
         """False when the only thing in the way of a verdict is the exploration bound (PIPE-BOUND)."""
         return self.complete or any(v.enforced and v.rule_id != "PIPE-BOUND" for v in self.violations)
+
+    def merged(self, other: "PipelineReport") -> "PipelineReport":
+        """This report and another check of the same kernel (e.g. the whole cluster explored at other
+        bounds): every rule either broke, their traces, states and explored terms together."""
+        seen = {v.rule_id for v in self.violations}
+        violations = list(self.violations) + [v for v in other.violations if v.rule_id not in seen]
+        traces = dict(other.traces)
+        traces.update(self.traces)
+        return PipelineReport(violations, traces, self.states + other.states, self.complete and other.complete,
+                              self.explored + other.explored)
 
     def to_dict(self) -> dict:
         return {"legal": self.legal, "conclusive": self.conclusive, "rules": [v.to_dict() for v in self.violations],
@@ -309,7 +321,7 @@ def check_pipeline(term: Pipeline, *, bounds: Bounds = Bounds(), rebuild=None) -
         is_explored = t is not term or rebuild is None
         ctx = PipelineCheck(t, t)
         if is_explored:
-            ctx._exploration = _explored(t, bounds.max_states)
+            ctx._exploration = _explored(t, bounds.max_states, bounds.reduce)
             states += ctx._exploration.states
             complete &= ctx._exploration.complete
             explored.append({k: v for k, v in t.meta.items() if k in ("stages", "k_blocks", "tiles", "cluster")})

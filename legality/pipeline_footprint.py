@@ -100,6 +100,27 @@ class Footprints:
                 self.head[v][i] = head
                 self.chunk[v][i] = [head[pc] for pc, _, _ in ws]
             self.future.append(suffix)
+        # Per role and pc: the arrivals its moves from pc on make on each barrier (``_reach``'s capacity cut).
+        self.arrivals_after = []
+        for role in m.roles:
+            rows = [[0] * nb for _ in range(len(role.ops) + 1)]
+            for pc in range(len(role.ops) - 1, -1, -1):
+                rows[pc] = list(rows[pc + 1])
+                op = role.ops[pc]
+                if isinstance(op, Arrive):
+                    rows[pc][m.bar_index[op.barrier]] += op.count
+            self.arrivals_after.append(rows)
+        # Per role and pc: the bytes its loads from pc on complete on each barrier (``_short_of_bytes``).
+        self.bytes_after = []
+        for role in m.roles:
+            rows = [[0] * nb for _ in range(len(role.ops) + 1)]
+            for pc in range(len(role.ops) - 1, -1, -1):
+                rows[pc] = list(rows[pc + 1])
+                op = role.ops[pc]
+                if isinstance(op, Load):
+                    for t in op.targets:
+                        rows[pc][m.bar_index[at(op.barrier, t)]] += _landing_bytes(op, t)
+            self.bytes_after.append(rows)
 
     def persistent(self, state, succ, violation) -> set | None:
         """The actors whose moves the explorer follows from ``state``; None: all of them. ``succ`` is
@@ -135,7 +156,7 @@ class Footprints:
                 a = work.pop()
                 if outcome[a] is not None:
                     mask = now[a]
-                    need = lambda b: self._reach(b, pcs, bars, later, chosen, synced) & mask      # noqa: E731
+                    need = lambda b: self._reach(b, pcs, bars, later, chosen, synced, loads) & mask      # noqa: E731
                 else:
                     need = self._enablers(a, pcs, later)
                 for b in outcome:
@@ -153,7 +174,7 @@ class Footprints:
             return None
         return best
 
-    def _reach(self, actor, pcs, bars, later, chosen, synced) -> int:
+    def _reach(self, actor, pcs, bars, later, chosen, synced, loads=()) -> int:
         """What ``actor`` can touch while only actors outside ``chosen`` move: a role's later moves up to
         (not past) a wait that is blocked now on a barrier that only ``chosen`` actors can write (they
         do not move meanwhile, so the barrier keeps its phase and the wait stays blocked)."""
@@ -168,10 +189,54 @@ class Footprints:
                 continue
             bit = 1 << bi
             if bars[bi][1] == parity and not (mask & bit) and \
-                    all(b in chosen for b in self._writers.get(bi, ()) if b != actor):
+                    (all(b in chosen for b in self._writers.get(bi, ()) if b != actor)
+                     or (synced and self._short_of_arrivals(bi, bars, pcs, chosen, actor))
+                     or self._short_of_bytes(bi, bars, pcs, loads, chosen)):
                 return mask
             mask |= self.chunk[v][i][k]
         return mask
+
+    def _short_of_arrivals(self, bi, bars, pcs, chosen, actor) -> bool:
+        """Whether barrier ``bi``'s current phase cannot complete while the ``chosen`` actors stand still:
+        it still needs more arrivals than every other role can make in all its remaining moves. A phase
+        completes only when its pending count reaches zero (landings lower the transaction count, never
+        the pending count), and once every barrier is initialized no ``Init`` can re-arm it; so a wait
+        for that phase stays blocked. This is what lets a consumer's read of a stage be independent of
+        its producer's later reload of the stage: the reload waits for a release the reader has not
+        made, and the other consumers' releases alone are too few."""
+        pending = bars[bi][2]
+        supply = 0
+        for ri in range(len(pcs)):
+            if ("r", ri) in chosen and ("r", ri) != actor:
+                continue
+            supply += self.arrivals_after[ri][pcs[ri]][bi]
+            if supply >= pending:
+                return False
+        return True
+
+    def _short_of_bytes(self, bi, bars, pcs, loads, chosen) -> bool:
+        """Whether barrier ``bi``'s transaction count cannot reach zero while the ``chosen`` actors stand still:
+        the bytes every other role's remaining loads and every in-flight load outside the set can still
+        complete on it are fewer than its count. Only landings lower the count (an expect-tx raises it), and
+        a phase completes only at zero, so a wait for that phase stays blocked: a consumer's wait for a
+        fill whose landing is in the set cannot pass, and its moves after that wait need not join the set."""
+        tx = bars[bi][3]
+        if tx <= 0:
+            return False
+        supply = 0
+        for ri in range(len(pcs)):
+            if ("r", ri) in chosen:
+                continue
+            supply += self.bytes_after[ri][pcs[ri]][bi]
+        for li, (ri, pc, target) in enumerate(loads):
+            if ("l", li) in chosen:
+                continue
+            op = self.m.roles[ri].ops[pc]
+            if self.m.bar_index[at(op.barrier, target)] == bi:
+                supply += _landing_bytes(op, target)
+            if supply >= tx:
+                return False
+        return supply < tx
 
     def _enablers(self, actor, pcs, later):
         """Who can enable a blocked move: the writers of the barrier a wait waits on; for a ``Sync``,
@@ -183,3 +248,8 @@ class Footprints:
             return lambda b: later[b] & mask
         waiting = {rj for rj, pc in self.m.sync_roles.get(op.id, {}).items() if pcs[rj] < pc}
         return lambda b: b[0] == "r" and b[1] in waiting
+
+
+def _landing_bytes(op, target: int) -> int:
+    """The bytes a load (or a fused group of loads) completes on ``target``'s barrier when it lands."""
+    return op.bytes_for(target) if hasattr(op, "bytes_for") else op.bytes_per_cta

@@ -160,3 +160,53 @@ def test_unreadable_pipeline_is_a_failure_not_a_pass():
                     "                    if alpha > k_tile:\n")
     found = check_rendered(mutant, BF16, cfg)
     assert found and "cannot be read back" in found[0] and "alpha > k_tile" in found[0]
+
+
+# The epilogue's TMA store (legality/epilogue_store.py), read back from the fresh rendering: each mutation is
+# a difference from the verified store sequence and breaks its EPI-STORE rule on the ops read back.
+EPILOGUE_MUTATIONS = [
+    ("no fence.proxy.async before the store", "cooperative",
+     lambda t: mutate(t, '                        cute.arch.fence_proxy("async.shared", space="cta")\n', ""),
+     "EPI-STORE-FENCE"),
+    ("no producer_acquire (wait_group.read) before a buffer is reused", "cooperative",
+     lambda t: mutate(t, "                            store_pipe.producer_acquire()\n", ""),
+     "EPI-STORE-REUSE"),
+    ("no group barrier after the issuer's wait", "cooperative",
+     lambda t: mutate(t, "                            store_pipe.producer_acquire()\n"
+                         "                        self.epi_barrier.arrive_and_wait()\n",
+                      "                            store_pipe.producer_acquire()\n"),
+     "EPI-STORE-REUSE"),
+    ("no producer_tail", "cooperative",
+     lambda t: mutate(t, "            store_pipe.producer_tail()\n", ""),
+     "EPI-STORE-DRAIN"),
+    ("ping-pong: the second warpgroup stores from the first one's buffers", "pingpong",
+     lambda t: mutate(t, "                epi_base = EPI_STAGES\n", "                epi_base = 0\n"),
+     "EPI-STORE-DISJOINT"),
+]
+
+
+@pytest.mark.parametrize("name,kernel,change,rule", EPILOGUE_MUTATIONS, ids=[m[0] for m in EPILOGUE_MUTATIONS])
+def test_epilogue_store_mutations_are_caught(name, kernel, change, rule):
+    cfg = config(**KERNELS[kernel])
+    source = fresh(cfg)
+    assert check_rendered(source, BF16, cfg) == []
+    found = check_rendered(change(source), BF16, cfg)
+    assert any(line.startswith(f"{RULE}: epilogue TMA store") for line in found), found
+    if rule is not None:
+        assert any(line.startswith(f"{rule}: the rendered kernel's epilogue") for line in found), found
+
+
+def test_epilogue_read_back_has_the_store_ops():
+    """Not vacuous: the cooperative kernel's first warpgroup issues one store, commit and wait per subtile of every
+    tile; the second writes, fences and synchronizes at the same points."""
+    from cutegen.legality.epilogue_store import BulkStore, GroupSync, SmemWrite
+    from cutegen.pipelines import epilogue_store_of
+    cfg = config(**COOPERATIVE)
+    back = read_back(fresh(cfg), tiles=2, k_blocks=1)
+    epi = back.meta["epilogue"]
+    group = epilogue_store_of(BF16, cfg, "dsl", tiles=2)["mma0@0"]
+    subtiles = group.meta["subtiles"]
+    assert sum(isinstance(op, BulkStore) for op in epi["mma0@0"]) == 2 * subtiles
+    assert not any(isinstance(op, BulkStore) for op in epi["mma1@0"])
+    assert sum(isinstance(op, GroupSync) for op in epi["mma1@0"]) == 2 * 2 * subtiles
+    assert {op.buffer for op in epi["mma1@0"] if isinstance(op, SmemWrite)} == set(range(group.buffers))

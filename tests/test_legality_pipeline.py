@@ -219,7 +219,25 @@ def test_cli_unfinished_exploration_is_unproven_not_a_pass(tmp_path, capsys):
     assert "UNPROVEN" in out and "no deadlock" not in out
     assert main(["check", "pipeline", str(case), "--backend", "dsl"]) == 0
     out = capsys.readouterr().out
-    assert "no deadlock" in out and "(4 stages, 2 tiles)" in out and "DSL-PIPELINE-MATCH" in out
+    assert "no deadlock" in out and "(4 stages, 2 tiles, one CTA)" in out and "DSL-PIPELINE-MATCH" in out
+
+
+def test_cli_cluster_exploration_finishes(tmp_path, capsys):
+    """`--cluster` on a 2x1 cooperative kernel: the one-CTA exploration at its own 4 stages plus every CTA's
+    interleavings at 2 stages (symmetry and partial-order reductions), proven, in a few thousand states
+    (600,003 states and UNPROVEN before the reductions); a stage count too big for the bound is UNPROVEN."""
+    import json as _json
+
+    from cutegen.cli import main
+    case = tmp_path / "c21.json"
+    case.write_text(_json.dumps({"problem": {"m": 8192, "n": 3072, "k": 1024, "dtype": "bf16", "layout": "tn"},
+                                 "config": {"tile_shape": [128, 256, 64], "cluster_shape": [2, 1, 1]}}))
+    assert main(["check", "pipeline", str(case), "--backend", "dsl", "--cluster", "--json"]) == 0
+    doc = _json.loads(capsys.readouterr().out)
+    assert doc["legal"] and doc["complete"] and doc["states"] < 20_000
+    assert {(e["stages"], tuple(e["cluster"])) for e in doc["explored"]} == {(4, (1, 1)), (2, (2, 1))}
+    assert main(["check", "pipeline", str(case), "--cluster", "--cluster-stages", "0", "--max-states", "20000"]) == 2
+    assert "UNPROVEN" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("reduce", [False, True])
@@ -247,3 +265,29 @@ def test_release_before_wgmma_retired_is_rejected():
     ops[i] = MmaWait(2, ops[i].tile, ops[i].kb)          # wait_group(2): the batch that read the stage may still run
     report = check_pipeline(term.with_role(Role(role.name, role.cta, tuple(ops))), bounds=Bounds(stages=None))
     assert "PIPE-RELEASE-BEFORE-MMA-DONE" in rules(report)
+
+
+def test_cli_checks_the_epilogue_store_and_the_stream_k_fixup(tmp_path, capsys):
+    """`cutegen check pipeline` also checks the kernel's epilogue TMA-store groups (EPI-STORE-*) and, for a stream-K
+    CUTLASS kernel, the fix-up flags over every interleaving of its splits (SK-FIXUP-*); neither for a kernel
+    without them."""
+    import json as _json
+
+    from cutegen.cli import main
+    problem = {"m": 8192, "n": 3072, "k": 1024, "dtype": "bf16", "layout": "tn"}
+    cases = {"sk": {"tile_shape": [128, 256, 64], "tile_scheduler": "stream_k"},
+             "pp": {"tile_shape": [128, 128, 64], "mainloop_schedule": "pingpong",
+                    "epilogue_schedule": "tma_warp_specialized"},
+             "nosmem": {"tile_shape": [128, 128, 64], "epilogue_schedule": "no_smem"}}
+    docs = {}
+    for name, cfg in cases.items():
+        path = tmp_path / f"{name}.json"
+        path.write_text(_json.dumps({"problem": problem, "config": cfg}))
+        assert main(["check", "pipeline", str(path), "--json"]) == 0
+        docs[name] = _json.loads(capsys.readouterr().out)
+    assert docs["sk"]["stream_k_fixup"]["legal"] and docs["sk"]["stream_k_fixup"]["states"] > 5
+    assert docs["sk"]["epilogue_store"] == {"groups": 1, "stages_d": 2, "subtiles": 8, "legal": True}
+    assert docs["pp"]["stream_k_fixup"] is None and docs["pp"]["epilogue_store"]["groups"] == 2
+    assert docs["nosmem"]["epilogue_store"] is None
+    assert main(["check", "pipeline", str(tmp_path / "sk.json")]) == 0
+    assert "stream-K fix-up (deterministic" in capsys.readouterr().out

@@ -1,0 +1,125 @@
+"""The epilogue's TMA-store pipeline (legality/epilogue_store.py) and stream-K's fix-up flags
+(legality/stream_k_fixup.py): the sequences CUTLASS and the DSL template run pass; each dropped or misplaced
+step is rejected with its rule."""
+from __future__ import annotations
+
+import pytest
+
+from cutegen.legality.epilogue_store import (EPILOGUE_STORE_RULES, BulkStore, BulkWait, GroupSync, SmemWrite,
+                                             StoreGroup, check_store_group, tma_store_epilogue)
+from cutegen.legality.stream_k_fixup import (STREAM_K_FIXUP_RULES, FixupCheck, check_fixup, deterministic_fixup,
+                                             explore_fixup)
+
+
+def store_rules(group) -> set[str]:
+    return {v.rule for v in check_store_group(group)}
+
+
+@pytest.mark.parametrize("stages_d,subtiles,tiles", [(1, 1, 1), (1, 4, 2), (2, 4, 2), (2, 1, 3), (4, 8, 2), (3, 2, 2)])
+def test_the_store_sequence_passes(stages_d, subtiles, tiles):
+    g = tma_store_epilogue(stages_d=stages_d, subtiles=subtiles, tiles=tiles)
+    assert check_store_group(g) == []
+    assert EPILOGUE_STORE_RULES.evaluate(g) == []
+
+
+@pytest.mark.parametrize("drop,rule", [
+    (dict(acquire=False), "EPI-STORE-REUSE"),            # no producer_acquire / tma_store_wait<StagesD-1>
+    (dict(sync_after_acquire=False), "EPI-STORE-REUSE"),  # the issuer waited, the other threads do not know
+    (dict(fence=False), "EPI-STORE-FENCE"),               # no fence.proxy.async before the store
+    (dict(sync_before_store=False), "EPI-STORE-FENCE"),   # the issuer stores before the others' writes are done
+    (dict(tail=False), "EPI-STORE-DRAIN"),                # no store_tail / producer_tail
+])
+def test_each_dropped_step_is_rejected(drop, rule):
+    g = tma_store_epilogue(stages_d=2, subtiles=4, tiles=2, **drop)
+    assert rule in store_rules(g), check_store_group(g)
+    assert rule in {v.rule_id for v in EPILOGUE_STORE_RULES.evaluate(g)}
+
+
+def test_reuse_boundary_is_the_wait_depth():
+    # wait_group.read N retires all but the N most recent groups: with 2 buffers, N = 1 lets the next write
+    # (into the other buffer) go while one store reads; N = 2 does not retire the store of the buffer reused.
+    ok = tma_store_epilogue(stages_d=2, subtiles=4, tiles=1)
+    assert "EPI-STORE-REUSE" not in store_rules(ok)
+    deeper = StoreGroup(tuple(BulkWait(2) if isinstance(op, BulkWait) and op.pending == 1 else op for op in ok.ops), 2)
+    assert "EPI-STORE-REUSE" in store_rules(deeper)
+    # one buffer: wait_group.read 0 after every store is required, and enough
+    one = tma_store_epilogue(stages_d=1, subtiles=3, tiles=1)
+    assert BulkWait(0) in one.ops and not store_rules(one)
+
+
+def test_a_fence_after_the_barrier_does_not_count():
+    ops = list(tma_store_epilogue(stages_d=2, subtiles=2, tiles=1).ops)
+    i = ops.index(next(op for op in ops if type(op).__name__ == "ProxyFence"))
+    j = ops.index(GroupSync(), i)
+    ops[i], ops[j] = ops[j], ops[i]            # barrier, then fence: the barrier published unfenced writes
+    assert "EPI-STORE-FENCE" in store_rules(StoreGroup(tuple(ops), 2))
+
+
+def test_members_must_follow_the_issuer():
+    g = tma_store_epilogue(stages_d=2, subtiles=2, tiles=1)
+    members = tuple(op for op in g.ops
+                    if not isinstance(op, (BulkStore, BulkWait)) and type(op).__name__ != "BulkCommit")
+    good = StoreGroup(g.ops, 2, {"mma1@0": members})
+    assert not store_rules(good)
+    skipped = tuple(op for k, op in enumerate(members) if not (isinstance(op, GroupSync) and k == len(members) - 1))
+    assert "EPI-STORE-GROUP" in store_rules(StoreGroup(g.ops, 2, {"mma1@0": skipped}))
+    other_buffer = tuple(SmemWrite(1 - op.buffer, op.tile, op.subtile) if isinstance(op, SmemWrite) else op
+                         for op in members)
+    assert "EPI-STORE-GROUP" in store_rules(StoreGroup(g.ops, 2, {"mma1@0": other_buffer}))
+
+
+def fixup_rules(f) -> set[str]:
+    return {v.rule_id for v in check_fixup(f)[0]}
+
+
+@pytest.mark.parametrize("k_tiles", [(1, 1), (3, 2), (2, 2, 1), (1, 3, 1, 2)])
+def test_cutlass_deterministic_fixup_passes(k_tiles):
+    f = deterministic_fixup(k_tiles)
+    assert fixup_rules(f) == set()
+    assert explore_fixup(f).states > len(k_tiles)
+
+
+@pytest.mark.parametrize("change,rule", [
+    (dict(release=False), "SK-FIXUP-RACE"),             # relaxed red: no release fence before the flag
+    (dict(acquire=False), "SK-FIXUP-RACE"),             # relaxed spin: the flag seen, the partial not
+    (dict(sync_before_signal=False), "SK-FIXUP-RACE"),  # thread 0 signals before the other threads wrote
+    (dict(sync_after_wait=False), "SK-FIXUP-RACE"),     # thread 0 acquired; the other threads read early
+    (dict(signal_before_write=True), "SK-FIXUP-RACE"),  # the flag set before the partial is written
+])
+@pytest.mark.parametrize("k_tiles", [(2, 2), (2, 1, 3)])
+def test_fixup_mutants_are_races(change, rule, k_tiles):
+    f = deterministic_fixup(k_tiles, **change)
+    found = fixup_rules(f)
+    assert rule in found, found
+    assert {v.rule_id for v in STREAM_K_FIXUP_RULES.evaluate(FixupCheck(f))} == found
+
+
+def test_final_split_waiting_for_too_little_or_too_much():
+    # three splits of 2, 1, 3 k-tiles: the final one must wait for lock == 3 (both earlier splits)
+    assert fixup_rules(deterministic_fixup((2, 1, 3), final_waits_for=3)) == set()
+    early = explore_fixup(deterministic_fixup((2, 1, 3), final_waits_for=2))   # only the first split counted
+    assert "SK-FIXUP-RACE" in early.findings
+    assert "split1" in early.findings["SK-FIXUP-RACE"].message
+    assert early.findings["SK-FIXUP-RACE"].trace[-1].startswith("split2: read")
+    never = explore_fixup(deterministic_fixup((2, 1, 3), final_waits_for=4))    # a value the lock never takes
+    assert set(never.findings) == {"SK-FIXUP-DEADLOCK"}
+
+
+def test_fixup_rejects_a_tile_that_is_not_split():
+    with pytest.raises(ValueError, match="at least two splits"):
+        deterministic_fixup((4,))
+
+
+def test_store_groups_of_one_cta_use_their_own_buffers():
+    from cutegen.legality.epilogue_store import disjoint_buffers
+    own = {"mma0@0": tma_store_epilogue(stages_d=2, subtiles=4, tiles=(0, 2)),
+           "mma1@0": tma_store_epilogue(stages_d=2, subtiles=4, tiles=(1,), buffer_base=2)}
+    assert disjoint_buffers(own) is None
+    shared = dict(own, **{"mma1@0": tma_store_epilogue(stages_d=2, subtiles=4, tiles=(1,), buffer_base=1)})
+    v = disjoint_buffers(shared)
+    assert v is not None and v.rule == "EPI-STORE-DISJOINT" and "buffer 1" in v.message
+    g = tma_store_epilogue(stages_d=2, subtiles=4, tiles=(1,), meta={"peers": {"mma0@0": own["mma0@0"]}})
+    assert "EPI-STORE-DISJOINT" in {v.rule_id for v in EPILOGUE_STORE_RULES.evaluate(g)}
+    g2 = tma_store_epilogue(stages_d=2, subtiles=4, tiles=(1,), buffer_base=2,
+                            meta={"peers": {"mma0@0": own["mma0@0"]}})
+    assert EPILOGUE_STORE_RULES.evaluate(g2) == []
