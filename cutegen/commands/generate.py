@@ -83,6 +83,30 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", metavar="JSON", help="render this configuration instead of searching")
     p.add_argument("--no-build", action="store_true", help="render only, even if nvcc is present")
     p.add_argument("--jobs", type=int, help="parallel compiles (default: from cores and memory)")
+    add_ranking_arguments(p)
+
+
+def add_ranking_arguments(p) -> None:
+    """--device, --prior, --db: which ranking the search uses (cutegen.search.ranking)."""
+    g = p.add_argument_group("ranking (default: the measurements of the device kind, where the results database "
+                             "holds any; the manifest and --explain state which)")
+    g.add_argument("--device", metavar="KIND",
+                   help="device kind to rank for (h100-sxm, h100-pcie, h200, h20, ...; default: the GPU present, "
+                        "else $CUTEGEN_DEVICE, else the target's default kind, h100-sxm for sm90a): its SM count, "
+                        "bandwidth and peak price the analytic prior, and its measurements train the correction")
+    g.add_argument("--prior", action="store_true",
+                   help="rank by the analytic prior alone (search/cost.py), even where the kind has measurements")
+    g.add_argument("--db", metavar="PATH",
+                   help="results database (default: $CUTEGEN_RESULTS_DB, else the user cache dir), merged with "
+                        "the committed seed bench/results/seed.sqlite")
+
+
+def ranking_from_args(args, target: str = "sm90a"):
+    """The cutegen.search.ranking.Ranking that --device/--prior/--db (and the machine) choose."""
+    from ..search import ranking
+    db = ranking.open_db(args.db) if getattr(args, "db", None) else None
+    return ranking.choose(device=getattr(args, "device", None), prior=getattr(args, "prior", False), db=db,
+                          target=target)
 
 
 def label(config: KernelConfig) -> str:
@@ -92,14 +116,17 @@ def label(config: KernelConfig) -> str:
     return config.short_name() + extra
 
 
-def choose(problem: GemmProblem, top_k: int = 3, backend: str = "cutlass") -> tuple[KernelConfig, object, list[str]]:
+def choose(problem: GemmProblem, top_k: int = 3, backend: str = "cutlass",
+           ranking=None) -> tuple[KernelConfig, object, list[str]]:
     """The search's best configuration, the cost record for the manifest, and the reasons to print.
 
-    The cost record holds only what the model predicts (deterministic), never search timings, so
-    that the manifest's bytes depend on the problem and the configuration alone.
+    ``ranking`` (cutegen.search.ranking.Ranking; None: the prior as calibrated, unstated) is what the
+    search ranks by; the cost record states it. The cost record holds only what the model predicts
+    (deterministic), never search timings, so that the manifest's bytes depend on the problem, the
+    configuration and the ranking (for a learned one: the measurements it learned from) alone.
     """
     from ..search import search  # egglog lives behind this import
-    result = search(problem, top_k, backend=backend)
+    result = search(problem, top_k, backend=backend, **(ranking.search_kwargs() if ranking is not None else {}))
     if not result.ranked:
         raise CutegenError(f"the search found no legal configuration for {problem.name} "
                            f"(pruned: {dict(result.pruned_by_rule) or 'nothing'})")
@@ -108,12 +135,16 @@ def choose(problem: GemmProblem, top_k: int = 3, backend: str = "cutlass") -> tu
     why = [f"search: {result.candidates_legal} legal of {result.candidates_judged} judged "
            f"({result.candidates_total} in the e-graph's space, {result.egraph_nodes} e-nodes, "
            f"{result.search_seconds:.2f} s); picked the cheapest by the cost model"]
+    if ranking is not None:
+        why.append(ranking.describe())
     line = f"predicted {best.cost:.1f} us"
     if "predicted_tflops" in bd:
         line += f" = {bd['predicted_tflops']:.0f} TFLOP/s"
     for key in ("waves", "stages", "instruction_efficiency", "mainloop_us", "epilogue_us_per_tile"):
         if key in bd:
             line += f", {key} {bd[key]:g}"
+    if best.prediction is not None:
+        line += f" ({best.prediction.source}; the prior alone {best.prediction.prior_us:.1f} us)"
     why.append(line)
     for other in result.ranked[1:]:
         delta = (other.cost / best.cost - 1) * 100 if best.cost else 0.0
@@ -123,7 +154,10 @@ def choose(problem: GemmProblem, top_k: int = 3, backend: str = "cutlass") -> tu
         why.append("pruned by rule: " + ", ".join(f"{rule} {n}" for rule, n in top))
     if best.chain:
         why.append("rewrite chain: " + " -> ".join(best.chain))
-    cost = {"model": "cutegen.search.cost", "predicted_us": best.cost, "breakdown": bd}
+    cost = {"model": "cutegen.search.cost", "predicted_us": best.cost, "breakdown": bd,
+            **(ranking.cost_fields() if ranking is not None else {})}
+    if ranking is not None and ranking.method == "learned" and best.prediction is not None:
+        cost["prediction"] = best.prediction.to_dict()   # measured, learned or prior; sigma; distance
     if best.plan is not None:   # a stream-K kernel: the run-time decomposition the search chose
         cost["launch_plan"] = best.plan.to_dict()
         why.append(f"launch plan {best.plan.label()} (of {', '.join(bd.get('plans_considered', {}))})")
@@ -142,7 +176,7 @@ def run(args: argparse.Namespace) -> int:
             raise FieldError("--config", f"not valid JSON: {e}") from None
         cost, why = None, ["configuration given with --config (no search)"]
     else:
-        config, cost, why = choose(problem, backend=args.backend)
+        config, cost, why = choose(problem, backend=args.backend, ranking=ranking_from_args(args, problem.target))
     kernel = render_mod.render(problem, config, args.backend, cost=cost)
     out = Path(args.output) if args.output else Path("generated") / problem.target / problem.name
     kernel.write(out)
