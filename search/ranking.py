@@ -7,7 +7,9 @@ kind (TARGET_DEFAULT_KIND: sm90a -> h100-sxm, the kind the prior's constants des
 
 The ranking: "learned KIND" when the results database holds measurements of the kind and the correction can be
 fitted on them (cutegen.search.learned.Predictor: a measurement of exactly this problem and configuration on the
-kind, else the prior times the correction, else the prior); "prior" otherwise, or with ``--prior``. Either way
+kind, else the prior times the correction, else the prior); "measured KIND" when the kind has measurements but
+too few to fit (a measured configuration answers for itself, the rest by the prior); "prior" otherwise, or with
+``--prior``. Either way
 the prior is priced with the kind's SM count, bandwidth and peak (``search(device=KIND)``).
 
 A kernel's manifest states its ranking in its cost record (``cost.ranking``, ``cost.device_kind``);
@@ -26,12 +28,12 @@ from cutegen.errors import FieldError
 
 ENV_DEVICE = "CUTEGEN_DEVICE"
 TARGET_DEFAULT_KIND = {"sm90a": "h100-sxm"}
-METHODS = ("learned", "prior")
+METHODS = ("learned", "measured", "prior")
 
 
 @dataclass(frozen=True)
 class Ranking:
-    method: str                   # "learned" or "prior"
+    method: str                   # "learned", "measured" (exact measurements only: too few to fit) or "prior"
     device_kind: str | None       # None: the prior as calibrated, unstated (kernels generated before rankings were)
     kind_from: str                # how the kind was chosen: --device, gpu, $CUTEGEN_DEVICE, target default, manifest
     predictor: Any = field(default=None, compare=False, repr=False)
@@ -39,11 +41,11 @@ class Ranking:
 
     @property
     def label(self) -> str:
-        return f"learned {self.device_kind}" if self.method == "learned" else "prior"
+        return "prior" if self.method == "prior" else f"{self.method} {self.device_kind}"
 
     def search_kwargs(self) -> dict:
         """``device`` and ``predictor`` for ``cutegen.search.search``."""
-        return {"device": self.device_kind, "predictor": self.predictor if self.method == "learned" else None}
+        return {"device": self.device_kind, "predictor": self.predictor if self.method != "prior" else None}
 
     def cost_fields(self) -> dict:
         """What the manifest's cost record states; nothing for the unstated prior (its manifests keep their bytes)."""
@@ -55,7 +57,7 @@ class Ranking:
             return "ranking prior (the analytic model as calibrated; the manifest states no device kind)"
         text = f"ranking {self.label} (device kind {self.device_kind} from {self.kind_from}"
         p = self.predictor
-        if self.method == "learned" and p is not None:
+        if self.method != "prior" and p is not None:
             text += f"; {p.samples} measured samples of it, {p.training_samples} of every kind"
         if self.note:
             text += f"; {self.note}"
@@ -118,10 +120,12 @@ def choose(*, device: str | None = None, prior: bool = False, db=None, target: s
     from .learned import cache
 
     pred = cache.predictor(kind, db)
-    if not pred.learned:
-        return Ranking("prior", kind, source, note=f"too few measurements to fit the correction "
-                                                   f"({pred.samples} of {kind}, {pred.training_samples} in all)")
-    return Ranking("learned", kind, source, pred)
+    if pred.learned:
+        return Ranking("learned", kind, source, pred)
+    few = f"too few measurements to fit the correction ({pred.samples} of {kind}, {pred.training_samples} in all)"
+    if pred.exact:      # the configurations measured on this kind answer for themselves; the rest by the prior
+        return Ranking("measured", kind, source, pred, note=few)
+    return Ranking("prior", kind, source, note=few)
 
 
 def from_cost_record(cost: Any, db=None) -> Ranking:
@@ -133,12 +137,12 @@ def from_cost_record(cost: Any, db=None) -> Ranking:
     if stated is None:
         return Ranking("prior", None, "manifest")
     method = str(stated).split(" ", 1)[0]
-    if method not in METHODS or not kind or (method == "learned" and stated != f"learned {kind}"):
-        raise FieldError("cost.ranking", f"{stated!r} with device_kind {kind!r}: expected 'prior' or "
-                                         "'learned KIND' with that KIND")
+    if method not in METHODS or not kind or (method != "prior" and stated != f"{method} {kind}"):
+        raise FieldError("cost.ranking", f"{stated!r} with device_kind {kind!r}: expected 'prior', "
+                                         "'learned KIND' or 'measured KIND' with that KIND")
     if method == "prior":
         return Ranking("prior", kind, "manifest")
     r = choose(device=kind, db=db if db is not None else seed_db(), kind_from="manifest")
-    if r.method != "learned":
+    if r.method != method:
         raise FieldError("cost.ranking", f"the manifest states {stated!r} but {r.note}")
     return r

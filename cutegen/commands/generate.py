@@ -156,7 +156,7 @@ def choose(problem: GemmProblem, top_k: int = 3, backend: str = "cutlass",
         why.append("rewrite chain: " + " -> ".join(best.chain))
     cost = {"model": "cutegen.search.cost", "predicted_us": best.cost, "breakdown": bd,
             **(ranking.cost_fields() if ranking is not None else {})}
-    if ranking is not None and ranking.method == "learned" and best.prediction is not None:
+    if ranking is not None and ranking.method != "prior" and best.prediction is not None:
         cost["prediction"] = best.prediction.to_dict()   # measured, learned or prior; sigma; distance
     if best.plan is not None:   # a stream-K kernel: the run-time decomposition the search chose
         cost["launch_plan"] = best.plan.to_dict()

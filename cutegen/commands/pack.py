@@ -76,7 +76,7 @@ def _run(args: argparse.Namespace, ex) -> int:
             # the default ranking (cutegen.search.ranking): the kind's measurements where the database has any
             rk = ranking.choose(device=kind, kind_from="--target")
             say(rk.describe())
-            used = ranking.open_db() if rk.method == "learned" else None
+            used = ranking.open_db() if rk.method != "prior" else None
         files = packs.make_pack(args.shapes, kind, max_kernels=args.max_kernels, tolerance=args.tolerance,
                                 name=args.name, db=used, say=say, executor=ex)
         root = Path(args.out) / kind

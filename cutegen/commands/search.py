@@ -111,7 +111,7 @@ def ranking_dict(ranking) -> dict:
     if ranking.note:
         out["note"] = ranking.note
     p = ranking.predictor
-    if ranking.method == "learned" and p is not None:
+    if ranking.method != "prior" and p is not None:
         out.update(samples_of_kind=p.samples, samples=p.training_samples)
     return out
 
