@@ -48,7 +48,7 @@ def env(tmp_path, monkeypatch):
         from cutegen.legality import check_config  # noqa: F401
     except ImportError:
         monkeypatch.setattr(render_mod, "check_legality", lambda p, c: _Passing())
-    monkeypatch.setattr(generate_cmd, "choose", lambda problem, backend="cutlass": (CHOICE, {"est_tflops": 700.0}, ["fixed"]))
+    monkeypatch.setattr(generate_cmd, "choose", lambda problem, backend="cutlass", ranking=None: (CHOICE, {"est_tflops": 700.0}, ["fixed"]))
     # The same toolchain on every machine, so that files compare.
     monkeypatch.setattr("cutegen.manifest.nvcc_version", lambda *a: "13.0")
     suite = tmp_path / "suite.toml"
