@@ -14,7 +14,7 @@ from cutegen.results import Measurement, ResultsDB
 from cutegen.search import cost as costmod
 from cutegen.search.learned import Correction, Predictor, rates
 from cutegen.search.learned.quality import cross_validate, fit_correction, folds, held_out, leaks, score
-from cutegen.search.learned.samples import Sample, complete, sample
+from cutegen.search.learned.samples import Sample, complete, sample, samples_for
 
 CONFIGS = [KernelConfig((128, 256, 64), (2, 1, 1)), KernelConfig((128, 256, 64), (1, 2, 1)),
            KernelConfig((128, 128, 64), (1, 1, 1)), KernelConfig((128, 128, 64), (2, 1, 1)),
@@ -159,6 +159,21 @@ def test_search_ranks_by_the_learned_correction(samples):
     from cutegen.search.engine import SWAP_MARGIN
     ranked_by = [r.cost * (1 + SWAP_MARGIN if getattr(r.config, "swap_ab", False) else 1) for r in res.ranked]
     assert ranked_by == sorted(ranked_by)
+
+
+def test_batched_samples_equal_one_by_one():
+    """The search predicts its candidates through one vectorised prior call (samples_for): the same prior, the
+    same breakdown, key for key, as costing each alone, stream-K and another kind's rates included."""
+    import dataclasses
+
+    p = GemmProblem(1000, 4096, 1024)
+    cands = [complete(p, c) for c in CONFIGS + [KernelConfig((128, 128, 64), (1, 1, 1), tile_scheduler="stream_k")]]
+    assert all(cands) and cands[-1][0].tile_scheduler == "stream_k"
+    for kind in ("h100-sxm", "h20"):
+        one = [dataclasses.replace(sample(p, c, st, kind), measured_us=0.0) for c, st in cands]
+        batch = [dataclasses.replace(s, measured_us=0.0) for s in samples_for(p, cands, kind)]
+        assert batch == one
+    assert samples_for(p, cands, "h20")[0].prior_us > 2 * samples_for(p, cands, "h100-sxm")[0].prior_us
 
 
 def test_score_regret_and_spearman():
