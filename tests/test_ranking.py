@@ -197,3 +197,21 @@ def test_regen_reproduces_each_manifests_ranking(tmp_path, samples, monkeypatch,
     assert main(["regen", "--suite", str(suite), "--out", str(fresh)]) == 0
     cost = json.loads(next(fresh.glob("sm90a/*/manifest.json")).read_text())["cost"]
     assert cost["ranking"] == "prior" and cost["device_kind"] == "h100-sxm"
+
+
+def test_pack_ranks_by_the_target_kinds_measurements(tmp_path, samples, monkeypatch, capsys, no_gpu):
+    db = _db(tmp_path / "r.sqlite", samples)
+    monkeypatch.setattr(ranking, "open_db", lambda path=None: db)
+    monkeypatch.setenv("CUTEGEN_DEVICE", "h200")              # the default target: the resolved kind
+    shapes = tmp_path / "s.toml"
+    shapes.write_text('[[shape]]\nname = "p"\ndtype = "bf16"\nlayout = "tn"\nm = 1024\nn = 4096\nk = 1024\n')
+    out = tmp_path / "o"
+    assert main(["pack", str(shapes), "-o", str(out), "--max-kernels", "1"]) == 0
+    assert "ranking learned h200 (device kind h200 from --target" in capsys.readouterr().err
+    rows = json.loads((out / "h200" / "pack.json").read_text())["coverage"]["rows"]
+    assert rows and {r["source"] for r in rows} <= {"measured", "learned"}
+    assert main(["pack", str(shapes), "-o", str(out), "--max-kernels", "1", "--prior"]) == 0
+    rows = json.loads((out / "h200" / "pack.json").read_text())["coverage"]["rows"]
+    assert {r["source"] for r in rows} == {"predicted"}
+    assert main(["pack", str(shapes), "-o", str(out), "--prior", "--db", str(tmp_path / "r.sqlite")]) == 2
+    assert "--prior" in capsys.readouterr().err
