@@ -22,6 +22,8 @@ import re
 import sys
 from pathlib import Path
 
+from cutegen.dtypes import dtype
+
 NVJET = re.compile(r"_(\d+)x(\d+)_(\d+)x(\d+)_(\d+)x(\d+)_([vh])(?:_|$)")
 
 
@@ -38,22 +40,27 @@ def parse_nvjet(name: str) -> dict | None:
             "cluster_a": int(ca), "cluster_b": int(cb), "raster": raster, "coop": coop}
 
 
-def mimic_configs(problem, info: dict) -> list[tuple[str, dict]]:
+def mimic_configs(problem, info: dict, full_width: bool = False) -> list[tuple[str, dict]]:
     """cutegen configurations (as KernelConfig dicts) that spell cuBLAS's kernel, exact first, then the
     nearest variants, so an illegal exact form still gets a measured neighbour:
     ``exact``: swap-AB (cuBLAS's A runs along the problem's N, cutegen's swapped M mode), cuBLAS's tile,
     cluster, stages and raster; ``auto_stages``; ``unswizzled``: the exact tile with an unswizzled
     (interleaved) K-major smem atom, which CuTe can slice per stage at any multiple of 8 rows (the
     swizzled atoms cannot at odd multiples of 8: SM90-SMEM-STAGE-SLICE); ``rounded``: tile A to a
-    multiple of 64 (WGMMA's M) and tile B up to a multiple of 16, auto stages; ``rounded_1x1``: no cluster."""
+    multiple of 64 (WGMMA's M) and tile B up to a multiple of 16, auto stages; ``rounded_1x1``: no cluster.
+    With ``full_width`` every form also names its WGMMA instruction: 64 x (tile B) x 16, one instruction
+    across the whole tile as cuBLAS's kernels use. Left to CUTLASS's CollectiveBuilder (``ss_op_selector``),
+    a tile B that is not one of its listed widths gets 8-, 16- or 32-wide instructions (144 -> 64x16x16),
+    which the first H200 run measured 1.4-3.7x slower than the search's picks."""
     a, b, k = info["tile_a"], info["tile_b"], info["tile_k"]
 
     def cfg(ta, tb, stages, cluster, **extra):
         sched = "cooperative" if ta % 128 == 0 else "pingpong"
         epi = "tma_warp_specialized_cooperative" if sched == "cooperative" else "tma_warp_specialized"
+        inst = {"mma_instruction": [64, tb, 256 // dtype(problem.dtype_a).bits]} if full_width and tb <= 256 else {}
         return {"tile_shape": [ta, tb, k], "cluster_shape": [*cluster, 1], "stages": stages,
                 "mainloop_schedule": sched, "epilogue_schedule": epi, "tile_scheduler": "persistent",
-                "swap_ab": True, "raster_order": "along_m" if info["raster"] == "v" else "along_n", **extra}
+                "swap_ab": True, "raster_order": "along_m" if info["raster"] == "v" else "along_n", **inst, **extra}
 
     cluster = (info["cluster_a"], info["cluster_b"])
     ra = max(64, 64 * round(a / 64))
@@ -124,7 +131,9 @@ def cmd_mimic(args) -> int:
             report[pp.name] = {"note": "no nvjet kernel to map"}
             continue
         tried, rendered = [], []
-        for label, d in mimic_configs(pp.problem, info):
+        for label, d in mimic_configs(pp.problem, info, args.full_width):
+            if args.full_width and label == "unswizzled":
+                continue   # K_INTER faults (run 1); bench/probe_forms.py probes it on its own
             try:
                 cfg = KernelConfig.from_dict(d, "mimic")
                 rep = check_config(pp.problem, cfg)
@@ -137,6 +146,7 @@ def cmd_mimic(args) -> int:
                     or any(r.startswith("rounded") for r in rendered):
                 continue
             rendered.append(label)
+            label = f"{label}_fw" if args.full_width else label
             rel = f"{pp.name}/mimic_{label}"
             kernel = render(pp.problem, cfg, "cutlass")
             kernel.write(Path(args.plan) / rel)
@@ -230,6 +240,7 @@ def main(argv=None) -> int:
     c = sub.add_parser("cublas"); c.add_argument("--plan", required=True); c.add_argument("--out", required=True)
     c = sub.add_parser("mimic"); c.add_argument("--plan", required=True); c.add_argument("--cublas", required=True)
     c.add_argument("--out", required=True)
+    c.add_argument("--full-width", action="store_true", help="name a WGMMA instruction as wide as the tile")
     c = sub.add_parser("profile"); c.add_argument("--plan", required=True); c.add_argument("--problem", required=True)
     c = sub.add_parser("table")
     for f in ("--plan", "--cublas", "--mimic", "--tune", "--out"):

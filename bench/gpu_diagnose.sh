@@ -43,10 +43,20 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw --
 "$PY" -c "import sys, torch; print('python', sys.version.split()[0], 'torch', torch.__version__, torch.cuda.get_device_name(0))"
 [ -f "$PLAN/plan.json" ] || { echo "gpu_diagnose: no plan at $PLAN"; exit 2; }
 
-phase "cuBLAS kernels"
-"$PY" bench/diagnose_cublas.py cublas --plan "$PLAN" --out "$OUT/cublas.json"
+if [ -n "${PROBES:-}" ]; then
+  phase "legality probes (bench/probe_forms.py)"
+  timeout 240 "$PY" bench/probe_forms.py --out "$OUT" --jobs "$JOBS" 2>&1 | grep -v "^\[" | tail -40
+fi
+if [ -n "${CUBLAS_JSON:-}" ]; then
+  phase "cuBLAS kernels: from $CUBLAS_JSON"
+  CUB=$CUBLAS_JSON
+else
+  phase "cuBLAS kernels"
+  CUB=$OUT/cublas.json
+  "$PY" bench/diagnose_cublas.py cublas --plan "$PLAN" --out "$CUB"
+fi
 phase "map them to cutegen configurations"
-"$PY" bench/diagnose_cublas.py mimic --plan "$PLAN" --cublas "$OUT/cublas.json" --out "$OUT/mimic.json"
+"$PY" bench/diagnose_cublas.py mimic --plan "$PLAN" --cublas "$CUB" --out "$OUT/mimic.json" ${MIMIC_ARGS:-}
 
 phase "tune (jobs $JOBS)"
 timeout --signal=TERM --kill-after=10 "$(left "$HARD_LIMIT_S")" \
@@ -57,13 +67,13 @@ echo "tune exit code $?"
 grep -E "FAILED|LEGALITY BUG|deadline|FAIL |error" "$OUT/tune.txt" | head -n 20
 
 phase "diagnosis table"
-"$PY" bench/diagnose_cublas.py table --plan "$PLAN" --cublas "$OUT/cublas.json" --mimic "$OUT/mimic.json" \
-    --tune "$OUT/tune.json" --out "$OUT/diagnosis.json"
+"$PY" bench/diagnose_cublas.py table --plan "$PLAN" --cublas "$CUB" --mimic "$OUT/mimic.json" \
+    --tune "$OUT/tune.json" --out "$OUT/diagnosis.json" --png "$OUT/diagnosis.png"
 
 phase "Nsight Compute: cuBLAS and cutegen's first pick on two problems"
 NCU_SECTIONS="--section SpeedOfLight --section WarpStateStats --section LaunchStats --section Occupancy --section MemoryWorkloadAnalysis"
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
-for prob in ${NCU_PROBLEMS:-m257_n4096_k4096_bf16 m256_n256_k65536_bf16}; do
+for prob in ${NCU_PROBLEMS-m257_n4096_k4096_bf16 m256_n256_k65536_bf16}; do
   [ "$(elapsed)" -lt "$NCU_END_S" ] || { echo "ncu: out of time before $prob"; break; }
   [ -n "$NCU" ] || { echo "ncu: not found"; break; }
   echo "##### $prob: cuBLAS" >> "$OUT/ncu.txt"
