@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from .build import BuildResult
     from .render import RenderedKernel
     from .search.engine import SearchResult
+    from .search.ranking import Ranking
     from .tuning.measure import Outcome
     from .tuning.plan import Plan
 
@@ -43,7 +44,7 @@ def as_problem(problem: ProblemLike | None, where: str = "problem") -> GemmProbl
 
 # -- search ---------------------------------------------------------------------------------------
 def default_ranking(device: str | None = None, prior: bool = False, db: str | os.PathLike | None = None,
-                    target: str = "sm90a"):
+                    target: str = "sm90a") -> "Ranking":
     """The ranking a search uses (``cutegen.search.ranking.Ranking``): the learned correction of the device
     kind's measurements where the results database ``db`` (default: the user's, merged with the committed seed)
     holds any, else the analytic prior; ``prior=True``: the prior. The kind: ``device``, else the GPU present,
@@ -93,7 +94,7 @@ def config_label(config: KernelConfig) -> str:
 
 
 def choose(problem: GemmProblem, top_k: int = 3, backend: str = "cutlass",
-           ranking=None) -> tuple[KernelConfig, dict, list[str]]:
+           ranking: "Ranking | None" = None) -> tuple[KernelConfig, dict, list[str]]:
     """The search's best configuration, the cost record for the manifest, and the reasons to print.
 
     ``ranking`` (cutegen.search.ranking.Ranking; None: the prior as calibrated, unstated) is what the
@@ -195,7 +196,8 @@ class GeneratedKernel:
 def generate(problem: ProblemLike | None = None, out: str | os.PathLike | None = None, *,
              config: KernelConfig | Mapping[str, Any] | None = None, backend: str = "cutlass", build: bool = True,
              jobs: int | None = None, progress: "IO[str] | None | str" = "stderr",
-             say: Callable[[str], None] | None = None, ranking=None) -> GeneratedKernel:
+             say: Callable[[str], None] | None = None, device: str | None = None, prior: bool = False,
+             db: str | os.PathLike | None = None, ranking: "Ranking | None" = None) -> GeneratedKernel:
     """Search, render and (where nvcc is found, unless ``build=False``) compile the kernel for ``problem``.
 
     What ``cutegen generate`` does. ``out`` is the kernel directory (default
@@ -206,9 +208,11 @@ def generate(problem: ProblemLike | None = None, out: str | os.PathLike | None =
     raised; a problem or configuration that breaks a rule raises :class:`~cutegen.CutegenError` naming it.
     ``progress``: where the build reports (the current ``sys.stderr`` by default; None: silent). ``say``
     receives the report's lines (:meth:`GeneratedKernel.lines`) as they become known: all but the
-    library's before the build starts. ``ranking``: what the search ranks by (a ``Ranking``; default
-    :func:`default_ranking` for the problem's target: the learned correction where the results database holds
-    measurements of the device kind); the manifest's cost record states it.
+    library's before the build starts. What the search ranks by: ``ranking`` (a
+    ``cutegen.search.ranking.Ranking``), else :func:`default_ranking` of ``device``, ``prior`` and ``db``: the
+    learned correction where the results database holds measurements of the device kind (default: the GPU
+    present, else ``$CUTEGEN_DEVICE``, else the target's default kind), the analytic prior with ``prior=True``;
+    the manifest's cost record states which.
     """
     from . import render as render_mod
 
@@ -219,7 +223,8 @@ def generate(problem: ProblemLike | None = None, out: str | os.PathLike | None =
         cost, why = None, ["configuration given (no search)"]
     else:
         config, cost, why = choose(problem, backend=backend,
-                                   ranking=ranking if ranking is not None else default_ranking(target=problem.target))
+                                   ranking=ranking if ranking is not None
+                                   else default_ranking(device, prior, db, problem.target))
     kernel = render_mod.render(problem, config, backend, cost=cost)
     directory = Path(out) if out is not None else Path("generated") / problem.target / problem.name
     kernel.write(directory)
