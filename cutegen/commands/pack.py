@@ -86,6 +86,9 @@ def _run(args: argparse.Namespace, ex) -> int:
     db = _open_db(args.db)
     say = lambda msg: print(msg, file=sys.stderr)  # noqa: E731
     stale_total = 0
+    if db is None and not args.prior:
+        from ..packs import shapes as pack_shapes
+        pack_shapes.load(args.shapes)   # a bad shapes file fails here, in one line, before the ranking fits anything
     for kind in targets:
         used = db
         if db is None and not args.prior:
