@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from .build import BuildResult
     from .render import RenderedKernel
     from .search.engine import SearchResult
+    from .search.ranking import Ranking
     from .tuning.measure import Outcome
     from .tuning.plan import Plan
 
@@ -42,26 +43,27 @@ def as_problem(problem: ProblemLike | None, where: str = "problem") -> GemmProbl
 
 
 # -- search ---------------------------------------------------------------------------------------
+def default_ranking(device: str | None = None, prior: bool = False, db: str | os.PathLike | None = None,
+                    target: str = "sm90a") -> "Ranking":
+    """The ranking a search uses (``cutegen.search.ranking.Ranking``): the learned correction of the device
+    kind's measurements where the results database ``db`` (default: the user's, merged with the committed seed)
+    holds any, else the analytic prior; ``prior=True``: the prior. The kind: ``device``, else the GPU present,
+    else ``$CUTEGEN_DEVICE``, else the target's default kind."""
+    from .search import ranking
+
+    return ranking.choose(device=device, prior=prior, db=ranking.open_db(str(db)) if db is not None else None,
+                          target=target)
+
+
 def device_predictor(device: str | None, db: str | os.PathLike | None = None):
-    """``(device kind or None, learned.Predictor or None)`` for ranking by a device kind's measurements.
-
-    None: the analytic model as calibrated. A kind the results database has measured gets a predictor
-    (exact measurements, else the learned correction of the prior)."""
-    if device is None:
-        return None, None
-    from .results import KINDS, ResultsDB
-    from .search.learned import Predictor
-
-    ms = ResultsDB(None if db is None else str(db)).measurements()
-    if device not in KINDS and not any(m.device_kind == device for m in ms):
-        raise FieldError("device", f"{device!r} is not a known device kind ({', '.join(KINDS)}) and the results "
-                         "database holds no measurement of it")
-    predictor = Predictor(device, ms)
-    return device, (predictor if predictor.exact or predictor.learned else None)
+    """``(device kind, learned.Predictor or None)`` of the default ranking for ``device`` (see
+    :func:`default_ranking`)."""
+    r = default_ranking(device, db=db)
+    return r.device_kind, r.search_kwargs()["predictor"]
 
 
 def find_kernels(problem: ProblemLike, top_k: int = 5, *, backend: str = "cutlass", device: str | None = None,
-                 db: str | os.PathLike | None = None, explain: bool = False) -> "SearchResult":
+                 db: str | os.PathLike | None = None, explain: bool = False, prior: bool = False) -> "SearchResult":
     """Search the legal Hopper kernel configurations of ``problem`` and rank them by predicted time.
 
     What ``cutegen search`` prints. ``result.ranked`` is a list of ``Ranked`` (``.config`` a complete
@@ -69,7 +71,9 @@ def find_kernels(problem: ProblemLike, top_k: int = 5, *, backend: str = "cutlas
     a stream-K kernel's launch plan), cheapest first; ``result.pruned_by_rule`` counts the candidates each
     legality rule rejected. ``device`` (``"h100-sxm"``, ``"h200"``, ...) prices the candidates for that
     device kind and, where the results database ``db`` has measured it, ranks by measurement or the learned
-    correction. ``backend="dsl"`` also prunes what the CuTe DSL backend refuses.
+    correction (the default ranking, :func:`default_ranking`: ``device`` defaults to the GPU present, else
+    ``$CUTEGEN_DEVICE``, else the target's default kind; ``prior=True`` ranks by the analytic prior alone).
+    ``backend="dsl"`` also prunes what the CuTe DSL backend refuses.
 
     Named ``find_kernels`` because ``cutegen.search`` is the search's subpackage.
     """
@@ -78,8 +82,8 @@ def find_kernels(problem: ProblemLike, top_k: int = 5, *, backend: str = "cutlas
     if not 1 <= top_k <= 100:
         raise FieldError("top_k", f"expected 1 to 100, got {top_k}")
     problem = as_problem(problem)
-    device, predictor = device_predictor(device, db)
-    return search(problem, top_k=top_k, explain=explain, backend=backend, device=device, predictor=predictor)
+    ranking = default_ranking(device, prior, db, problem.target)
+    return search(problem, top_k=top_k, explain=explain, backend=backend, **ranking.search_kwargs())
 
 
 def config_label(config: KernelConfig) -> str:
@@ -89,14 +93,17 @@ def config_label(config: KernelConfig) -> str:
     return config.short_name() + extra
 
 
-def choose(problem: GemmProblem, top_k: int = 3, backend: str = "cutlass") -> tuple[KernelConfig, dict, list[str]]:
+def choose(problem: GemmProblem, top_k: int = 3, backend: str = "cutlass",
+           ranking: "Ranking | None" = None) -> tuple[KernelConfig, dict, list[str]]:
     """The search's best configuration, the cost record for the manifest, and the reasons to print.
 
-    The cost record holds only what the model predicts (deterministic), never search timings, so
-    that the manifest's bytes depend on the problem and the configuration alone.
+    ``ranking`` (cutegen.search.ranking.Ranking; None: the prior as calibrated, unstated) is what the
+    search ranks by; the cost record states it. The cost record holds only what the model predicts
+    (deterministic), never search timings, so that the manifest's bytes depend on the problem, the
+    configuration and the ranking (for a learned one: the measurements it learned from) alone.
     """
     from .search import search  # egglog lives behind this import
-    result = search(problem, top_k, backend=backend)
+    result = search(problem, top_k, backend=backend, **(ranking.search_kwargs() if ranking is not None else {}))
     if not result.ranked:
         raise CutegenError(f"the search found no legal configuration for {problem.name} "
                            f"(pruned: {dict(result.pruned_by_rule) or 'nothing'})")
@@ -105,12 +112,16 @@ def choose(problem: GemmProblem, top_k: int = 3, backend: str = "cutlass") -> tu
     why = [f"search: {result.candidates_legal} legal of {result.candidates_judged} judged "
            f"({result.candidates_total} in the e-graph's space, {result.egraph_nodes} e-nodes, "
            f"{result.search_seconds:.2f} s); picked the cheapest by the cost model"]
+    if ranking is not None:
+        why.append(ranking.describe())
     line = f"predicted {best.cost:.1f} us"
     if "predicted_tflops" in bd:
         line += f" = {bd['predicted_tflops']:.0f} TFLOP/s"
     for key in ("waves", "stages", "instruction_efficiency", "mainloop_us", "epilogue_us_per_tile"):
         if key in bd:
             line += f", {key} {bd[key]:g}"
+    if best.prediction is not None:
+        line += f" ({best.prediction.source}; the prior alone {best.prediction.prior_us:.1f} us)"
     why.append(line)
     for other in result.ranked[1:]:
         delta = (other.cost / best.cost - 1) * 100 if best.cost else 0.0
@@ -120,7 +131,10 @@ def choose(problem: GemmProblem, top_k: int = 3, backend: str = "cutlass") -> tu
         why.append("pruned by rule: " + ", ".join(f"{rule} {n}" for rule, n in top))
     if best.chain:
         why.append("rewrite chain: " + " -> ".join(best.chain))
-    cost = {"model": "cutegen.search.cost", "predicted_us": best.cost, "breakdown": bd}
+    cost = {"model": "cutegen.search.cost", "predicted_us": best.cost, "breakdown": bd,
+            **(ranking.cost_fields() if ranking is not None else {})}
+    if ranking is not None and ranking.method != "prior" and best.prediction is not None:
+        cost["prediction"] = best.prediction.to_dict()   # measured, learned or prior; sigma; distance
     if best.plan is not None:   # a stream-K kernel: the run-time decomposition the search chose
         cost["launch_plan"] = best.plan.to_dict()
         why.append(f"launch plan {best.plan.label()} (of {', '.join(bd.get('plans_considered', {}))})")
@@ -182,7 +196,8 @@ class GeneratedKernel:
 def generate(problem: ProblemLike | None = None, out: str | os.PathLike | None = None, *,
              config: KernelConfig | Mapping[str, Any] | None = None, backend: str = "cutlass", build: bool = True,
              jobs: int | None = None, progress: "IO[str] | None | str" = "stderr",
-             say: Callable[[str], None] | None = None) -> GeneratedKernel:
+             say: Callable[[str], None] | None = None, device: str | None = None, prior: bool = False,
+             db: str | os.PathLike | None = None, ranking: "Ranking | None" = None) -> GeneratedKernel:
     """Search, render and (where nvcc is found, unless ``build=False``) compile the kernel for ``problem``.
 
     What ``cutegen generate`` does. ``out`` is the kernel directory (default
@@ -193,7 +208,11 @@ def generate(problem: ProblemLike | None = None, out: str | os.PathLike | None =
     raised; a problem or configuration that breaks a rule raises :class:`~cutegen.CutegenError` naming it.
     ``progress``: where the build reports (the current ``sys.stderr`` by default; None: silent). ``say``
     receives the report's lines (:meth:`GeneratedKernel.lines`) as they become known: all but the
-    library's before the build starts.
+    library's before the build starts. What the search ranks by: ``ranking`` (a
+    ``cutegen.search.ranking.Ranking``), else :func:`default_ranking` of ``device``, ``prior`` and ``db``: the
+    learned correction where the results database holds measurements of the device kind (default: the GPU
+    present, else ``$CUTEGEN_DEVICE``, else the target's default kind), the analytic prior with ``prior=True``;
+    the manifest's cost record states which.
     """
     from . import render as render_mod
 
@@ -203,7 +222,9 @@ def generate(problem: ProblemLike | None = None, out: str | os.PathLike | None =
             config = KernelConfig.from_dict(dict(config), where="config")
         cost, why = None, ["configuration given (no search)"]
     else:
-        config, cost, why = choose(problem, backend=backend)
+        config, cost, why = choose(problem, backend=backend,
+                                   ranking=ranking if ranking is not None
+                                   else default_ranking(device, prior, db, problem.target))
     kernel = render_mod.render(problem, config, backend, cost=cost)
     directory = Path(out) if out is not None else Path("generated") / problem.target / problem.name
     kernel.write(directory)

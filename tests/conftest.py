@@ -35,6 +35,18 @@ def gpu_missing() -> str | None:
     return None
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _own_results_database(tmp_path_factory):
+    """Searches rank by the results database by default (cutegen.search.ranking): tests read the committed seed
+    and an empty user database of their own, never the developer's (~/.cache/cutegen/results.sqlite), and rank
+    for the target's default kind unless they say otherwise (no $CUTEGEN_DEVICE from the shell)."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("CUTEGEN_RESULTS_DB", str(tmp_path_factory.mktemp("results") / "results.sqlite"))
+    mp.delenv("CUTEGEN_DEVICE", raising=False)
+    yield
+    mp.undo()
+
+
 def pytest_runtest_setup(item):
     if item.get_closest_marker("gpu") is not None:
         why = gpu_missing()

@@ -236,7 +236,7 @@ def test_what_a_killed_writer_leaves_the_next_write_removes(tmp_path):
 
 def test_regen_removes_what_a_killed_regen_left(tmp_path, monkeypatch):
     from cutegen import _api
-    monkeypatch.setattr(_api, "choose", lambda problem, backend="cutlass": (CFG_A, None, ["fixed"]))
+    monkeypatch.setattr(_api, "choose", lambda problem, backend="cutlass", ranking=None: (CFG_A, None, ["fixed"]))
     suite = tmp_path / "s.toml"
     suite.write_text(f'[[problem]]\nname = "a"\n{SUITE_ENTRY}')
     out = tmp_path / "gen"

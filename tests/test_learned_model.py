@@ -13,8 +13,8 @@ from cutegen.problem import GemmProblem
 from cutegen.results import Measurement, ResultsDB
 from cutegen.search import cost as costmod
 from cutegen.search.learned import Correction, Predictor, rates
-from cutegen.search.learned.quality import cross_validate, score
-from cutegen.search.learned.samples import Sample, complete, sample
+from cutegen.search.learned.quality import cross_validate, fit_correction, folds, held_out, leaks, score
+from cutegen.search.learned.samples import Sample, complete, sample, samples_for
 
 CONFIGS = [KernelConfig((128, 256, 64), (2, 1, 1)), KernelConfig((128, 256, 64), (1, 2, 1)),
            KernelConfig((128, 128, 64), (1, 1, 1)), KernelConfig((128, 128, 64), (2, 1, 1)),
@@ -67,6 +67,35 @@ def test_cross_validation_beats_the_prior_on_the_fixture(samples):
     assert r["folds"] == 4 and r["learned"]["samples"] == len(samples)
     assert r["learned"]["log_error"] < 0.05 < r["prior"]["log_error"]
     assert r["learned"]["regret_geomean"] <= r["prior"]["regret_geomean"]
+
+
+def test_held_out_evaluation_never_sees_the_fold(samples):
+    """Poisoning one family's measured times (x3) leaves that family's held-out predictions exactly as they were;
+    a variant that trains on every sample (the leak the held-out figures must never contain) is caught on every
+    family, as is a split that hands the fold to its own training."""
+    families = sorted({f"m={s.problem.m}" for s in samples})
+    assert len(families) == 4
+    assert leaks(samples, "m") == []
+    train_on_all = lambda ss, only: held_out(ss, "m", only=only, fit=lambda train: fit_correction(ss))  # noqa: E731
+    assert sorted(leaks(samples, "m", train_on_all)) == families
+    # a leak of one family only (the fold's own samples added back to its training) is caught on that family
+    def one_leak(ss, only):
+        fit = lambda train: fit_correction(list(train) + [s for s in ss if s.problem.m == 2048])  # noqa: E731
+        return held_out(ss, "m", only=only, fit=fit)
+    assert leaks(samples, "m", one_leak) == ["m=2048"]
+    # the model predicts from the held-out samples without their times, and its training holds none of them
+    seen = []
+    def recording(train):
+        seen.append(train)
+        inner = fit_correction(train)
+        def predict(test):
+            assert all(math.isnan(s.measured_us) for s in test)
+            return inner(test)
+        return predict
+    held_out(samples, "m", fit=recording)
+    assert len(seen) == 4
+    for (g, train, test), fitted in zip(folds(samples, "m"), seen):
+        assert train == fitted and test and not any(f"m={s.problem.m}" == g for s in fitted)
 
 
 def test_far_from_the_data_it_is_less_sure_and_shrinks_to_the_prior(samples):
@@ -130,6 +159,21 @@ def test_search_ranks_by_the_learned_correction(samples):
     from cutegen.search.engine import SWAP_MARGIN
     ranked_by = [r.cost * (1 + SWAP_MARGIN if getattr(r.config, "swap_ab", False) else 1) for r in res.ranked]
     assert ranked_by == sorted(ranked_by)
+
+
+def test_batched_samples_equal_one_by_one():
+    """The search predicts its candidates through one vectorised prior call (samples_for): the same prior, the
+    same breakdown, key for key, as costing each alone, stream-K and another kind's rates included."""
+    import dataclasses
+
+    p = GemmProblem(1000, 4096, 1024)
+    cands = [complete(p, c) for c in CONFIGS + [KernelConfig((128, 128, 64), (1, 1, 1), tile_scheduler="stream_k")]]
+    assert all(cands) and cands[-1][0].tile_scheduler == "stream_k"
+    for kind in ("h100-sxm", "h20"):
+        one = [dataclasses.replace(sample(p, c, st, kind), measured_us=0.0) for c, st in cands]
+        batch = [dataclasses.replace(s, measured_us=0.0) for s in samples_for(p, cands, kind)]
+        assert batch == one
+    assert samples_for(p, cands, "h20")[0].prior_us > 2 * samples_for(p, cands, "h100-sxm")[0].prior_us
 
 
 def test_score_regret_and_spearman():

@@ -49,7 +49,7 @@ def env(tmp_path, monkeypatch):
     except ImportError:
         monkeypatch.setattr(render_mod, "check_legality", lambda p, c: _Passing())
     # The one place the search's choice is made (the API; generate and regen both call it).
-    monkeypatch.setattr(api, "choose", lambda problem, backend="cutlass": (CHOICE, {"est_tflops": 700.0}, ["fixed"]))
+    monkeypatch.setattr(api, "choose", lambda problem, backend="cutlass", ranking=None: (CHOICE, {"est_tflops": 700.0}, ["fixed"]))
     # The same toolchain on every machine, so that files compare.
     monkeypatch.setattr("cutegen.manifest.nvcc_version", lambda *a: "13.0")
     suite = tmp_path / "suite.toml"

@@ -25,6 +25,29 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", metavar="JSON", help="render this configuration instead of searching")
     p.add_argument("--no-build", action="store_true", help="render only, even if nvcc is present")
     p.add_argument("--jobs", type=int, help="parallel compiles (default: from cores and memory)")
+    add_ranking_arguments(p)
+
+
+def add_ranking_arguments(p) -> None:
+    """--device, --prior, --db: which ranking the search uses (cutegen.search.ranking)."""
+    g = p.add_argument_group("ranking (default: the measurements of the device kind, where the results database "
+                             "holds any; the manifest and --explain state which)")
+    g.add_argument("--device", metavar="KIND",
+                   help="device kind to rank for (h100-sxm, h100-pcie, h200, h20, ...; default: the GPU present, "
+                        "else $CUTEGEN_DEVICE, else the target's default kind, h100-sxm for sm90a): its SM count, "
+                        "bandwidth and peak price the analytic prior, and its measurements train the correction")
+    g.add_argument("--prior", action="store_true",
+                   help="rank by the analytic prior alone (search/cost.py), even where the kind has measurements")
+    g.add_argument("--db", metavar="PATH",
+                   help="results database (default: $CUTEGEN_RESULTS_DB, else the user cache dir), merged with "
+                        "the committed seed bench/results/seed.sqlite")
+
+
+def ranking_from_args(args, target: str = "sm90a"):
+    """The cutegen.search.ranking.Ranking that --device/--prior/--db (and the machine) choose."""
+    from .._api import default_ranking
+    return default_ranking(device=getattr(args, "device", None), prior=getattr(args, "prior", False),
+                           db=getattr(args, "db", None), target=target)
 
 
 # The search's choice (``cutegen._api.choose``) and its label live in the Python API; ``label`` stays
@@ -42,8 +65,10 @@ def run(args: argparse.Namespace) -> int:
             config = KernelConfig.from_dict(loads_json(args.config), where="--config")
         except json.JSONDecodeError as e:
             raise FieldError("--config", f"not valid JSON: {e}") from None
+    ranking = ranking_from_args(args, problem.target) if config is None else None
     result = generate(problem, args.output, config=config, backend=args.backend, build=not args.no_build,
-                      jobs=args.jobs, progress=sys.stderr, say=lambda line: print(line, flush=True))
+                      jobs=args.jobs, progress=sys.stderr, say=lambda line: print(line, flush=True),
+                      ranking=ranking)
     if not result.ok:
         print(result.build.message, file=sys.stderr)
         return 1

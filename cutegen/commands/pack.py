@@ -25,12 +25,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tolerance", type=finite_float, default=0.03,
                    help="a shape is covered within this fraction of its best known time (default 0.03)")
     p.add_argument("--target", action="append", choices=kinds(), metavar="KIND",
-                   help=f"device kind, repeatable ({', '.join(kinds())}; default h100-sxm); its SM count, "
-                        "bandwidth and peak price the candidates, as `cutegen search --device`")
+                   help=f"device kind, repeatable ({', '.join(kinds())}; default: the GPU present, else "
+                        "$CUTEGEN_DEVICE, else h100-sxm); its SM count, bandwidth and peak price the candidates, as "
+                        "`cutegen search --device`")
     p.add_argument("--name", default="cutegen_pack", help="library, CMake package and target name")
     p.add_argument("--db", metavar="PATH",
                    help="use measured times from this results database ('default': cutegen.results' default "
-                        "path); without it the selection uses the cost model's predictions only")
+                        "path). Without it: the default database merged with the committed seed, where it holds "
+                        "measurements of the target kind (the learned ranking, as `cutegen search`), else the cost "
+                        "model's predictions")
+    p.add_argument("--prior", action="store_true",
+                   help="select by the analytic prior's predictions alone, whatever the database holds")
     p.add_argument("--check", action="store_true", help="write nothing; exit 1 naming every file that would change")
     from .. import executor
     executor.add_arguments(p)  # dask: the per-shape searches run on the cluster's workers
@@ -71,16 +76,28 @@ def _readable_text(path: str) -> None:
 
 def _run(args: argparse.Namespace, ex) -> int:
     from .. import packs
+    from ..search import ranking
     _readable_text(args.shapes)
     if Path(args.out).exists() and not Path(args.out).is_dir():    # before the searches, not after
         raise CutegenError(f"-o/--out: {args.out} exists and is not a directory")
-    targets = list(dict.fromkeys(args.target or ["h100-sxm"]))
+    if args.prior and args.db:
+        raise FieldError("--prior", "cannot be combined with --db (--db ranks by its measurements)")
+    targets = list(dict.fromkeys(args.target or [ranking.resolve_kind(None)[0]]))
     db = _open_db(args.db)
     say = lambda msg: print(msg, file=sys.stderr)  # noqa: E731
     stale_total = 0
+    if db is None and not args.prior:
+        from ..packs import shapes as pack_shapes
+        pack_shapes.load(args.shapes)   # a bad shapes file fails here, in one line, before the ranking fits anything
     for kind in targets:
+        used = db
+        if db is None and not args.prior:
+            # the default ranking (cutegen.search.ranking): the kind's measurements where the database has any
+            rk = ranking.choose(device=kind, kind_from="--target")
+            say(rk.describe())
+            used = ranking.open_db() if rk.method != "prior" else None
         files = packs.make_pack(args.shapes, kind, max_kernels=args.max_kernels, tolerance=args.tolerance,
-                                name=args.name, db=db, say=say, executor=ex)
+                                name=args.name, db=used, say=say, executor=ex)
         root = Path(args.out) / kind
         if args.check:
             stale = packs.differences(root, files)

@@ -29,6 +29,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="every checked-in suite into its own tree: " + ", ".join(f"{s} -> {o}" for s, o in SUITES))
     p.add_argument("--only", action="append", default=[], metavar="NAME",
                    help="only the suite problems with this name (repeatable)")
+    p.add_argument("--ranking", choices=("manifest", "learned", "prior"), default="manifest",
+                   help="manifest (default): rank each kernel as its manifest states (cost.ranking and "
+                        "cost.device_kind; a manifest that states none, as every tree generated before rankings "
+                        "were stated, is the analytic prior as calibrated), a problem with no manifest yet as "
+                        "`generate` would; learned: re-rank by the committed seed's measurements of --device's "
+                        "kind (a deliberate change of the kernels: they need GPU validation records); prior: "
+                        "the analytic prior for --device's kind. Learned rankings read the committed seed "
+                        "(bench/results/seed.sqlite) only, never a user database, so a tree regenerates to the "
+                        "same bytes on every machine")
+    p.add_argument("--device", metavar="KIND",
+                   help="device kind for --ranking learned/prior and for problems with no manifest (default: the "
+                        "GPU present, else $CUTEGEN_DEVICE, else the target's default kind)")
     from .. import executor
     executor.add_arguments(p)  # the searches fan out; --from-manifests always renders here
 
@@ -41,11 +53,32 @@ def baseline_dir(root: Path, problem: GemmProblem) -> Path:
     return root / "baseline" / problem.target / problem.name
 
 
-def _render_searched(problem: GemmProblem):
+def _render_searched(problem: GemmProblem, ranking=None):
     from .. import render as render_mod
     from .. import _api
-    config, cost, _ = _api.choose(problem)
+    config, cost, _ = _api.choose(problem, ranking=ranking)
     return render_mod.render(problem, config, "cutlass", cost=cost)
+
+
+def ranking_for(directory: Path, rank: dict | None):
+    """The ranking a kernel is regenerated with (``rank``: the --ranking mode and the resolved --device; None:
+    as the manifest states). Learned rankings read the committed seed alone: the bytes must not depend on the
+    machine's user database."""
+    import json
+
+    from ..search import ranking
+    rank = rank or {"mode": "manifest"}
+    mode, device = rank["mode"], rank.get("device")
+    manifest = directory / "manifest.json"
+    if mode == "manifest" and manifest.is_file():
+        try:
+            cost = json.loads(manifest.read_text()).get("cost")
+        except (OSError, ValueError) as e:
+            raise CutegenError(f"{manifest}: unreadable ({e})") from None
+        return ranking.from_cost_record(cost)
+    if device is None:
+        device = ranking.resolve_kind(None)[0]
+    return ranking.choose(device=device, prior=mode == "prior", db=ranking.seed_db(), kind_from=rank.get("kind_from"))
 
 
 def baseline_config(problem: GemmProblem) -> dict:
@@ -93,7 +126,8 @@ def _is_cutegen_project(pyproject: Path) -> bool:
 
 def render_task(item: tuple) -> tuple[str, object]:
     """One rendering (an executor task): ("ok", kernel), ("illegal", why) or ("error", why)."""
-    kind, problem, directory, from_manifests = item
+    kind, problem, directory, from_manifests = item[:4]
+    rank = item[4] if len(item) > 4 else None
     from .. import render as render_mod
     try:
         if from_manifests:
@@ -104,7 +138,9 @@ def render_task(item: tuple) -> tuple[str, object]:
                 and _checked_in(directory):
             return "illegal", ("the builder's unaligned default is a cp.async kernel, which fails compute-sanitizer "
                                "synccheck (SM90-CPASYNC-SYNCCHECK): generated/ holds sanitizer-clean kernels only")
-        return "ok", (_render_searched if kind == "kernel" else _render_baseline)(problem)
+        if kind == "kernel":
+            return "ok", _render_searched(problem, ranking_for(directory, rank))
+        return "ok", _render_baseline(problem)
     except IllegalConfig as e:
         return "illegal", str(e)
     except CutegenError as e:
@@ -128,7 +164,14 @@ def run(args: argparse.Namespace) -> int:
     changed: list[Path] = []
     failures: list[str] = []
     expected_dirs: set[Path] = set()
-    items = [(name, (kind, problem, directory, args.from_manifests)) for name, problem in suite
+    # the kind is resolved here, once: a task on a Dask worker must not rank for the worker's GPU
+    mode = getattr(args, "ranking", "manifest")
+    device, kind_from = getattr(args, "device", None), "--device"
+    if device is None:
+        from ..search.ranking import resolve_kind
+        device, kind_from = resolve_kind(None)
+    rank = {"mode": mode, "device": device, "kind_from": kind_from}
+    items = [(name, (kind, problem, directory, args.from_manifests, rank)) for name, problem in suite
              for kind, directory in (("kernel", kernel_dir(root, problem)), ("baseline", baseline_dir(root, problem)))]
     # Re-rendering from manifests reads this machine's files and searches nothing: it stays here.
     local = X.LocalExecutor(progress=sys.stderr) if args.from_manifests else None
@@ -137,7 +180,7 @@ def run(args: argparse.Namespace) -> int:
                           names=[f"{name} {it[0]}" for name, it in items])
         if ex.name != "local":
             print(ex.summary.text(), file=sys.stderr)
-    for (name, (kind, problem, directory, _)), outcome in zip(items, outcomes):
+    for (name, (kind, problem, directory, *_)), outcome in zip(items, outcomes):
         expected_dirs.add(directory)
         if not outcome.ok:
             failures.append(f"{name} ({kind}): {outcome.error}")
@@ -153,14 +196,15 @@ def run(args: argparse.Namespace) -> int:
         if status == "error":
             failures.append(f"{name} ({kind}): {kernel}")
             continue
+        ranked = (kernel.manifest.get("cost") or {}).get("ranking", "prior") if kind == "kernel" else "builder"
         if args.check:
             diff = kernel.differences(directory)
             changed += diff
-            print(f"{'differs' if diff else 'same':8s} {directory} [{label(kernel.config)}]")
+            print(f"{'differs' if diff else 'same':8s} {directory} [{label(kernel.config)}; {ranked}]")
         else:
             written = kernel.write(directory)
             changed += written
-            print(f"{'wrote' if written else 'same':8s} {directory} [{label(kernel.config)}]")
+            print(f"{'wrote' if written else 'same':8s} {directory} [{label(kernel.config)}; {ranked}]")
     # Stale means "in no problem of the suite": with --only, the rest of the suite is not stale.
     for _, problem in (load_suite(args.suite) if args.only else []):
         expected_dirs.update((kernel_dir(root, problem), baseline_dir(root, problem)))

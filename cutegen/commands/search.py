@@ -25,13 +25,8 @@ def add_arguments(p) -> None:
     p.add_argument("--top-k", type=int, default=5)
     p.add_argument("--backend", default="cutlass", choices=("cutlass", "cutlass_builder", "dsl"),
                    help="the renderer the result is for; dsl also prunes what the CuTe DSL backend refuses")
-    p.add_argument("--device", default=None, metavar="KIND",
-                   help="device kind (h100-sxm, h100-pcie, h200, h20, ...; default $CUTEGEN_DEVICE, else none): its SM "
-                        "count and bandwidth go into the analytic model, and its measurements in the results "
-                        "database rank the candidates (measured, else the learned correction, else the prior)")
-    p.add_argument("--db", default=None, metavar="PATH",
-                   help="results database for --device (default: $CUTEGEN_RESULTS_DB, else the user cache dir; "
-                        "merged with bench/results/seed.sqlite)")
+    from .generate import add_ranking_arguments
+    add_ranking_arguments(p)
     p.add_argument("--explain", action="store_true",
                    help="rewrite chain, cost breakdown, why runners-up lose, where each prediction came from")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
@@ -62,12 +57,11 @@ def label(cfg) -> str:
 
 
 def device_from_args(args):
-    """(device kind or None, learned.Predictor or None). No device: the analytic model as calibrated."""
-    import os
-
-    from cutegen._api import device_predictor
-
-    return device_predictor(args.device or os.environ.get("CUTEGEN_DEVICE") or None, args.db)
+    """(device kind, learned.Predictor or None) of the ranking --device/--prior/--db choose (what
+    ``cutegen search`` ranks with)."""
+    from .generate import ranking_from_args
+    r = ranking_from_args(args)
+    return r.device_kind, r.search_kwargs()["predictor"]
 
 
 def run(args) -> int:
@@ -75,18 +69,21 @@ def run(args) -> int:
 
     if args.top_k < 1 or args.top_k > 100:
         raise FieldError("top_k", f"expected 1 to 100, got {args.top_k}")
+    from .generate import ranking_from_args
+
     problem = problem_from_args(args)
-    device, predictor = device_from_args(args)
-    result = search(problem, top_k=args.top_k, explain=args.explain, backend=args.backend, device=device,
-                    predictor=predictor)
+    ranking = ranking_from_args(args, problem.target)
+    result = search(problem, top_k=args.top_k, explain=args.explain, backend=args.backend, **ranking.search_kwargs())
     if not result.ranked:
         raise FieldError("problem", f"no legal configuration for {problem.name} among the "
                          f"{result.candidates_judged} cheapest candidates judged; rules that rejected them: "
                          + ", ".join(f"{k} x{v}" for k, v in sorted(result.pruned_by_rule.items())))
     if args.json:
         out = result.to_dict()
+        out["ranking"] = ranking_dict(ranking)
         if args.explain:
             out["explain"] = explain_dict(result)
+            out["explain"]["ranking"] = ranking_dict(ranking)
         json.dump(out, sys.stdout, sort_keys=True)
         sys.stdout.write("\n")
         return 0
@@ -94,12 +91,7 @@ def run(args) -> int:
           f"{result.candidates_judged} judged by the rules, {result.candidates_legal} legal; "
           f"e-graph {result.egraph_nodes} nodes / {result.egraph_classes} classes, "
           f"{result.iterations} iterations, {result.search_seconds:.3f} s")
-    if device:
-        print(f"device kind {device}: " + (f"{predictor.samples} measured samples of it "
-                                           f"({predictor.training_samples} of all kinds), ranked by "
-                                           + ("measurement, learned correction or prior" if predictor.learned
-                                              else "measurement or prior")
-                                           if predictor else "no measurements; ranked by the prior"))
+    print(ranking.describe())
     for i, r in enumerate(result.ranked):
         tflops = problem.flops / (r.cost * 1e-6) / 1e12
         src = f"  [{r.prediction.source}]" if r.prediction is not None else ("  [prior]" if args.explain else "")
@@ -110,6 +102,18 @@ def run(args) -> int:
     if args.explain:
         print_explain(result)
     return 0
+
+
+def ranking_dict(ranking) -> dict:
+    """What --json states of the ranking: its label, the device kind, where the kind came from, and why a
+    learned ranking was not used where it was not."""
+    out = {"ranking": ranking.label, "device_kind": ranking.device_kind, "kind_from": ranking.kind_from}
+    if ranking.note:
+        out["note"] = ranking.note
+    p = ranking.predictor
+    if ranking.method != "prior" and p is not None:
+        out.update(samples_of_kind=p.samples, samples=p.training_samples)
+    return out
 
 
 def _why_more(best: dict, other: dict) -> list[str]:

@@ -139,8 +139,8 @@ def select(shapes: list[Shape], target: Target, *, max_kernels: int, tolerance: 
     if db is not None:
         # The learned cost model (issue 11) for this kind: exact measurements where the database has
         # them, else the prior times a correction learned from every kind's data, else the prior.
-        from ..search.learned import Predictor
-        predictor = Predictor(target.kind, db.measurements())
+        from ..search.learned import cache   # fitted once per database content (issue 24 part 3)
+        predictor = cache.predictor(target.kind, db)
         say(f"  {target.kind}: {predictor.samples} measured samples of this kind, "
             + ("a learned correction" if predictor.learned else "no learned correction (too little data)"))
     # The learned model is megabytes: on a cluster it travels once, not once per shape.

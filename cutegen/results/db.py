@@ -243,3 +243,27 @@ class ResultsDB:
 
     def count(self) -> int:
         return sum(1 for _ in self._query("", ()))
+
+    def _raw(self, sql: str, args: tuple = ()) -> list[tuple]:
+        """Rows of ``sql`` from the user's database and the seed, without building measurements (cheap)."""
+        rows: list[tuple] = []
+        for conn in (self._open(), self._open_seed()):
+            if conn is not None:
+                try:
+                    rows += [tuple(r) for r in conn.execute(sql, args)]
+                except sqlite3.Error as e:
+                    raise CutegenError(f"results database {self.path}: {e}") from None
+        return rows
+
+    def holds_kind(self, device_kind: str) -> bool:
+        """Whether any measurement of ``device_kind`` is stored (one indexed query per file, no decoding)."""
+        return bool(self._raw("SELECT 1 FROM measurements WHERE device_kind = ? LIMIT 1", (device_kind,)))
+
+    def fingerprint(self) -> str:
+        """A digest of what ``measurements()`` returns: the sorted record keys of both files (a record key is
+        a digest of the whole record). Equal fingerprints, equal measurements; what caches of models fitted
+        on the database are keyed by."""
+        import hashlib
+
+        keys = sorted({r[0] for r in self._raw("SELECT record_key FROM measurements")})
+        return hashlib.sha256("\n".join(keys).encode()).hexdigest()

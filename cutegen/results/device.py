@@ -6,7 +6,11 @@ name does not (an H100 reports "NVIDIA H100 80GB HBM3" for SXM and "NVIDIA H100 
 """
 from __future__ import annotations
 
+import functools
+import os
 import re
+import shutil
+import subprocess
 from dataclasses import dataclass
 
 
@@ -61,3 +65,51 @@ def sm_count_of(kind: str, default: int = 132) -> int:
     """SM count of a known kind; ``default`` for one this table does not know."""
     k = KINDS.get(kind)
     return k.sm_count if k else default
+
+
+DETECT_TIMEOUT_S = 10      # nvidia-smi answers in well under a second; a wedged driver must not hang a search
+
+
+@functools.lru_cache(maxsize=1)
+def local_device_kind() -> str | None:
+    """The kind of the GPU this process would run on (the first of ``$CUDA_VISIBLE_DEVICES``), or None where
+    there is none. Without torch: ``nvidia-smi`` (killed after DETECT_TIMEOUT_S), else cuda-python's driver
+    API where nvidia-smi is not installed. Never raises: a machine without a GPU, a driver or either tool
+    answers None."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and visible.strip() in ("", "-1", "none", "NoDevFiles"):
+        return None
+    want = (visible or "0").split(",")[0].strip()
+    exe = shutil.which("nvidia-smi")
+    if exe is not None:
+        try:
+            out = subprocess.run([exe, "--query-gpu=index,uuid,name", "--format=csv,noheader"], capture_output=True,
+                                 text=True, timeout=DETECT_TIMEOUT_S).stdout
+        except (OSError, subprocess.SubprocessError):
+            return None
+        rows = [[f.strip() for f in line.split(",", 2)] for line in out.splitlines() if line.count(",") >= 2]
+        for index, uuid, name in rows:
+            if want in (index, uuid) or (want.startswith(("GPU-", "MIG-")) and uuid.startswith(want)):
+                return device_kind(name)
+        return None
+    return _driver_device_kind(int(want) if want.isdigit() else 0)
+
+
+def _driver_device_kind(ordinal: int) -> str | None:
+    """The kind through cuda-python's driver API (cuInit fails fast where no driver library is installed)."""
+    try:
+        from cuda.bindings import driver as cu
+
+        if cu.cuInit(0)[0] != cu.CUresult.CUDA_SUCCESS:
+            return None
+        err, dev = cu.cuDeviceGet(ordinal)
+        if err != cu.CUresult.CUDA_SUCCESS:
+            return None
+        err, raw = cu.cuDeviceGetName(256, dev)
+        err2, sms = cu.cuDeviceGetAttribute(cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev)
+        if err != cu.CUresult.CUDA_SUCCESS:
+            return None
+        name = raw.split(b"\0", 1)[0].decode(errors="replace")
+        return device_kind(name, sms if err2 == cu.CUresult.CUDA_SUCCESS else None)
+    except Exception:  # noqa: BLE001 - no cuda-python, no driver, an old binding: there is no GPU to rank for
+        return None

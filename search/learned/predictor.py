@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .model import Correction
-from .samples import complete, from_measurements, oriented, sample
+from .samples import complete, from_measurements, oriented, sample, samples_for  # noqa: F401 - sample: API
 
 MIN_SAMPLES = 20      # fewer than this in all and the correction is not fitted: the prior answers
 MIN_OWN = 5           # nor with fewer than this of the device kind itself: the search uses what the kind measured
@@ -75,7 +75,7 @@ class Predictor:
 
     def predict(self, problem, candidates) -> list[Prediction]:
         """``candidates``: (completed config, stages) pairs; one Prediction each, in order."""
-        samples = [sample(problem, c, st, self.device_kind) for c, st in candidates]
+        samples = samples_for(problem, list(candidates), self.device_kind)
         out: list[Prediction | None] = [None] * len(samples)
         todo = []
         for i, s in enumerate(samples):

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from dataclasses import replace
 
 import numpy as np
 
@@ -76,6 +77,79 @@ def score(samples, predicted) -> dict:
     return out
 
 
+def folds(samples, grouping: str, ctx: dict | None = None, min_train: int = 20, others=(), scored=None):
+    """(family, training split, held-out samples) for each family of ``grouping``: the one place the split is
+    made. The training split holds no sample of the family, of this kind or of ``others`` (so no shape is ever
+    seen on any device); the held-out samples are the family's bench-harness ones (``scored`` chooses among
+    them). A family whose training split would be under ``min_train`` samples is yielded with ``train=None``."""
+    ctx = ctx or {}
+    key = GROUPINGS[grouping]
+    for g in sorted({key(s, ctx) for s in samples}):
+        test = [s for s in samples if key(s, ctx) == g and s.harness == "bench" and (scored is None or scored(s))]
+        train = [s for s in samples if key(s, ctx) != g]
+        if len(train) < min_train:
+            yield g, None, test
+            continue
+        train += [s for s in others if key(s, ctx) != g]
+        if any(key(s, ctx) == g for s in train):                     # the split's own invariant, checked
+            raise AssertionError(f"held-out family {g!r} leaked into its training split")
+        yield g, tuple(train), test
+
+
+def unlabelled(samples) -> list:
+    """The held-out samples as a model may see them: without their measured times."""
+    return [replace(s, measured_us=float("nan")) for s in samples]
+
+
+def fit_correction(train, **model_args):
+    """The learned correction fitted on ``train`` alone: a function of unlabelled samples -> (log correction,
+    log sigma). What ``held_out`` calls per fold; it never receives a held-out sample."""
+    model = Correction(**model_args).fit(list(train))
+
+    def predict(samples):
+        corr, sigma, _ = model.predict(samples)
+        return corr, sigma
+    return predict
+
+
+def held_out(samples, grouping: str, ctx: dict | None = None, min_train: int = 20, others=(), scored=None,
+             fit=fit_correction, only=None) -> dict:
+    """{family: (held-out samples, predicted times, log sigmas)}: each family predicted by a model that ``fit``
+    made from the training split alone, from the held-out samples without their times (``unlabelled``).
+    ``only``: that family alone. Families without enough training data are left out (``skipped``)."""
+    out: dict = {}
+    for g, train, test in folds(samples, grouping, ctx, min_train, others, scored):
+        if only is not None and g != only:
+            continue
+        if train is None:
+            out.setdefault("skipped", []).append(g)
+            continue
+        if not test:
+            continue
+        corr, sigma = fit(train)(unlabelled(test))
+        out[g] = (test, [s.prior_us * math.exp(c) for s, c in zip(test, corr)], list(sigma))
+    return out
+
+
+def leaks(samples, grouping: str, evaluate=None, ctx: dict | None = None, factor: float = 3.0) -> list:
+    """Families whose held-out predictions change when that family's measured times are poisoned (times
+    ``factor``): a held-out evaluation that never sees the fold leaves every prediction of it as it was.
+    ``evaluate(samples, only) -> held_out(...)``-style dict (``only``: the one family needed, or None for
+    all); default the held-out evaluation itself."""
+    evaluate = evaluate or (lambda ss, only: held_out(ss, grouping, ctx, only=only))
+    clean = evaluate(samples, None)
+    key = GROUPINGS[grouping]
+    changed = []
+    for g in clean:
+        if g == "skipped":
+            continue
+        poisoned = [replace(s, measured_us=s.measured_us * factor) if key(s, ctx or {}) == g else s for s in samples]
+        again = evaluate(poisoned, g)
+        if g not in again or not np.allclose(again[g][1], clean[g][1], rtol=1e-12, atol=0.0):
+            changed.append(g)
+    return changed
+
+
 def cross_validate(samples, grouping: str, ctx: dict | None = None, min_train: int = 20, others=(),
                    scored=None, **model_args) -> dict:
     """Hold out each family of ``grouping`` in turn; score learned and prior on every held-out family.
@@ -83,26 +157,16 @@ def cross_validate(samples, grouping: str, ctx: dict | None = None, min_train: i
     ``others``: samples of other device kinds the correction may also learn from (as the Predictor does);
     the held-out family is held out of them too, so no shape is ever seen on any device. ``scored``: a
     predicate choosing which held-out samples are scored (e.g. the stream-K ones); training is unchanged."""
-    ctx = ctx or {}
-    key = GROUPINGS[grouping]
-    groups = sorted({key(s, ctx) for s in samples})
-    held, learned, prior, skipped, folds, inside = [], [], [], [], 0, []
-    for g in groups:
-        test = [s for s in samples if key(s, ctx) == g and s.harness == "bench" and (scored is None or scored(s))]
-        train = [s for s in samples if key(s, ctx) != g]
-        if len(train) < min_train:
-            skipped.append(g)
-            continue
-        train += [s for s in others if key(s, ctx) != g]
-        if not test:
-            continue
-        folds += 1
-        corr, sigma, _ = Correction(**model_args).fit(train).predict(test)
-        inside += [abs(math.log(s.prior_us * math.exp(c) / s.measured_us)) <= sg for s, c, sg in zip(test, corr, sigma)]
+    per_family = held_out(samples, grouping, ctx, min_train, others, scored,
+                          fit=lambda train: fit_correction(train, **model_args))
+    skipped = per_family.pop("skipped", [])
+    held, learned, prior, inside = [], [], [], []
+    for g, (test, pred, sigma) in per_family.items():
+        inside += [abs(math.log(p / s.measured_us)) <= sg for s, p, sg in zip(test, pred, sigma)]
         held += test
-        learned += [s.prior_us * math.exp(c) for s, c in zip(test, corr)]
+        learned += pred
         prior += [s.prior_us for s in test]
-    out = {"grouping": grouping, "folds": folds, "skipped": skipped,
+    out = {"grouping": grouping, "folds": len(per_family), "skipped": skipped,
            "learned": score(held, learned), "prior": score(held, prior)}
     out["learned"]["within_sigma"] = float(np.mean(inside)) if inside else None
     return out

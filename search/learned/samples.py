@@ -78,6 +78,45 @@ def sample(problem, config, stages: int, device_kind: str | None, measured_us: f
     return Sample(problem, config, stages, prior, bd, measured_us, harness, source, device_kind or "", plan=plan)
 
 
+def samples_for(problem, candidates, device_kind: str | None) -> list[Sample]:
+    """``sample`` of each (completed config, stages) candidate of one problem, as predictions ("bench", no plan):
+    the prior's costs and breakdowns from one vectorised cost_arrays call (the search predicts 64 candidates per
+    orientation; one config_cost each was a third of a learned search). The same values as ``sample``, key for
+    key; staged kernels (their copies priced on the caller's problem) go one by one."""
+    import numpy as np
+
+    from cutegen.staging import staged_operands
+
+    out: list = [None] * len(candidates)
+    batch = []
+    for i, (c, st) in enumerate(candidates):
+        if staged_operands(c):
+            out[i] = sample(problem, c, st, device_kind)
+        else:
+            batch.append(i)
+    if batch:
+        cfgs = [candidates[i][0] for i in batch]
+        codes = [costmod.config_codes(c) for c in cfgs]
+        n = len(batch)
+        total, parts = costmod.cost_arrays(
+            problem, [c.tile_shape[0] for c in cfgs], [c.tile_shape[1] for c in cfgs], [c.tile_shape[2] for c in cfgs],
+            [c.cluster_shape[0] for c in cfgs], [c.cluster_shape[1] for c in cfgs], [x[0] for x in codes],
+            [x[1] for x in codes], [x[2] for x in codes], [candidates[i][1] for i in batch],
+            [costmod.RASTERS.index(c.raster_order) for c in cfgs], [c.raster_swizzle for c in cfgs],
+            device=rates(device_kind), decomposition=[costmod.DECOMP_STREAM_K] * n, splits=[1] * n)
+        total = np.broadcast_to(np.asarray(total, dtype=np.float64).reshape(-1), (n,))
+        cols = {k: np.broadcast_to(np.asarray(v).reshape(-1), (n,)) for k, v in parts.items()}
+        for j, i in enumerate(batch):
+            c, st = candidates[i]
+            sc = codes[j][2]
+            bd = {k: round(float(v[j]), 4) for k, v in cols.items() if sc == 1 or k not in ("reduction_us", "workspace_bytes")}
+            bd["stages"] = st
+            bd["predicted_us"] = round(float(total[j]), 3)
+            bd["predicted_tflops"] = round(problem.flops / (float(total[j]) * 1e-6) / 1e12, 1)
+            out[i] = Sample(problem, c, st, float(total[j]), bd, float("nan"), "bench", "", device_kind or "")
+    return out
+
+
 def from_measurements(measurements, device_kind: str | None = None) -> list[Sample]:
     """Samples of one device kind (None: of every kind, each costed with its own kind's prior)."""
     out = []
