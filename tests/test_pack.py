@@ -276,11 +276,9 @@ def test_epilogue_classes_render_their_plan_entry_points(tmp_path):
     assert "#define CUTEGEN_PACK_CLASS_1 1" in header and "CUTEGEN_PACK_CLASS_2" not in header
 
 
-def test_generated_dispatcher_agrees_with_the_coverage_table(tmp_path):
-    """The C++ dispatcher of the committed h100-sxm language-model pack, compiled with g++ against stub kernels
-    (no nvcc, seconds): every one of its 165 exact shapes goes to the kernel the coverage table names (the
-    C++ hash and probing agree with cutegen/packs/dispatch.py), M between the samples goes to a rule, unknown
-    N and K to the class default, and an unaligned leading dimension to no kernel."""
+def _dispatcher(tmp_path, files: dict[str, str]):
+    """The pack's freshly rendered src/dispatch.cpp, compiled with g++ against stub kernels (no nvcc, seconds):
+    returns ``query([(M, N, K, lda or 0), ...]) -> [(kernel index, explanation), ...]`` for class 0."""
     import shutil
     import subprocess
     from pathlib import Path
@@ -291,8 +289,11 @@ def test_generated_dispatcher_agrees_with_the_coverage_table(tmp_path):
     cuda_inc = Path(nvcc).resolve().parent.parent / "include"
     if not (cuda_inc / "cuda_runtime.h").is_file():
         cuda_inc = Path("/usr/local/cuda/include")
-    pack = Path(__file__).resolve().parent.parent / "bench" / "packs" / "llm" / "h100-sxm"
-    meta = json.loads((pack / "pack.json").read_text())
+    pack = tmp_path / "pack"
+    for rel in ("src/dispatch.cpp", "include/cutegen_pack.h"):
+        (pack / rel).parent.mkdir(parents=True, exist_ok=True)
+        (pack / rel).write_text(files[rel])
+    meta = json.loads(files["pack.json"])
     stubs = ['#include "cutegen_pack.h"']
     for k in meta["kernels"]:
         h = k["hash"]
@@ -316,26 +317,105 @@ int main() {
     exe = tmp_path / "dispatch"
     subprocess.run([gxx, "-std=c++17", "-O1", "-Wall", "-Werror", "-I", str(pack / "include"), "-I", str(cuda_inc),
                     str(pack / "src" / "dispatch.cpp"), str(tmp_path / "stubs.cpp"), "-o", str(exe)], check=True)
+
+    def query(qs):
+        stdin = "".join(f"{m} {n} {k} {lda}\n" for m, n, k, lda in qs)
+        out = subprocess.run([str(exe)], input=stdin, capture_output=True, text=True, check=True).stdout.splitlines()
+        assert len(out) == len(qs)
+        return [(int(line.split("|", 1)[0]), line.split("|", 1)[1]) for line in out]
+    return query
+
+
+# Four kernels generated/llm carries for N = K = 4096 (M = 1, 16, 128, 2048): small-M swap-AB tiles to a
+# 128x256 tile, so the cheapest kernel changes several times along M.
+DISPATCH_KERNELS = ["generated/llm/sm90a/bf16_tn_m1n4096k4096_cbf16dbf16", "generated/llm/sm90a/bf16_tn_m16n4096k4096_cbf16dbf16",
+                    "generated/llm/sm90a/bf16_tn_m128n4096k4096_cbf16dbf16", "generated/llm/sm90a/bf16_tn_m2048n4096k4096_cbf16dbf16"]
+DISPATCH_SHAPES = ('[[shape]]\nname="qkv"\ndtype="bf16"\nlayout="tn"\nm=[1, 16, 128, 2048, 8192]\nn=6144\nk=4096\n'
+                   '[[shape]]\nname="o"\ndtype="bf16"\nlayout="tn"\nm=[1, 16, 128, 2048, 8192]\nn=4096\nk=4096\n')
+
+
+def _oracle_bucket(m: int) -> int:
+    return min(m.bit_length() - 1, 30)          # floor(log2 M): [2^b, 2^(b+1) - 1], the last bucket open
+
+
+def _oracle_choice(configs, problems, rates) -> int:
+    """The dispatch rule, written out from its definition (cutegen/packs/dispatch.py docstring), not called:
+    the kernel with the lowest sum over problems of predicted time / the best predicted time; ties to the
+    lower index."""
+    score = []
+    for j, cfg in enumerate(configs):
+        total = 0.0
+        for p in problems:
+            ts = [select.predicted_time(p, c, rates) for c in configs]
+            best = min(t for t in ts if t is not None)
+            total += ts[j] / best if ts[j] is not None else 1e9
+        score.append((total, j))
+    return min(score)[1]
+
+
+def test_fresh_dispatcher_sends_each_off_table_shape_to_the_kernel_the_rule_defines(tmp_path):
+    """A freshly rendered dispatcher (not a committed one), compiled with g++: every exact shape goes to the
+    fastest kernel; every M between the samples (both ends and the middle of each power-of-two bucket) of a
+    known N, K, and every M of an unknown N, K, goes to the kernel the rule's definition picks, computed here
+    from predicted times; an unaligned leading dimension goes to the fallback, or to no kernel without one."""
+    from pathlib import Path
+    from cutegen.config import KernelConfig
+    from cutegen.packs import render
+    repo = Path(__file__).resolve().parent.parent
+    configs = [KernelConfig.from_dict(json.loads((repo / d / "manifest.json").read_text())["config"])
+               for d in DISPATCH_KERNELS]
+    t = targets.target("h100-sxm")
+    pts = shapes.expand(shapes.load(_write(tmp_path, DISPATCH_SHAPES)), t.sms)
+    sel = select.given(pts, t, configs)
+    files = render.pack_files(sel, {}, "cutegen_pack", "d.toml")
+    names = [k["name"] for k in json.loads(files["pack.json"])["kernels"]]
+    query = _dispatcher(tmp_path, files)
+    proto = pts[0].problem
+    cases = []        # (M, N, K, lda, expected kernel, words of the explanation)
+    for s in pts:     # the exact shapes: the fastest predicted kernel
+        p = s.problem
+        ts = [select.predicted_time(p, c, t.rates) for c in configs]
+        cases.append((p.m, p.n, p.k, 0, min((x, j) for j, x in enumerate(ts) if x is not None)[1], "exact shape"))
+    samples = {(s.problem.m, s.problem.n, s.problem.k) for s in pts}
+    ms = sorted({m for b in range(15) for m in ((1 << b), (1 << b) + (1 << b) // 2, (1 << (b + 1)) - 1)}
+                | {3, 100, 777, 3000, 12345, 100000, 2**31 - 1})
+    def bucket_problems(n, k, m):
+        b = _oracle_bucket(m)
+        lo, hi = 1 << b, min((1 << (b + 1)) - 1, 2**31 - 1)
+        return [proto.replace(m=x, n=n, k=k) for x in sorted({lo, min(hi, lo + lo // 2), hi})]
+    for n, k in ((6144, 4096), (4096, 4096)):
+        for m in ms:
+            if (m, n, k) not in samples:
+                cases.append((m, n, k, 0, _oracle_choice(configs, bucket_problems(n, k, m), t.rates),
+                              f"rule: N={n} K={k} are in the pack's set"))
+    for m in ms:     # N, K outside the set: summed over the set's (N, K) at this M bucket
+        probs = [q for n, k in ((6144, 4096), (4096, 4096)) for q in bucket_problems(n, k, m)]
+        cases.append((m, 5120, 4096, 0, _oracle_choice(configs, probs, t.rates), "class default: N=5120 K=4096"))
+    cases.append((8, 4096, 4096, 4097, -1, "not covered: lda = 4097 is not a multiple of 8 elements"))
+    got = query([c[:4] for c in cases])
+    wrong = [(c[:3], c[4], g[0], g[1]) for c, g in zip(cases, got) if g[0] != c[4] or c[5] not in g[1]]
+    assert not wrong, f"{len(wrong)} of {len(cases)} shapes dispatched otherwise than the rule: {wrong[:6]}"
+    for (m, n, k, _, j, _), (_, why) in zip(cases, got):
+        if j >= 0:
+            assert why.startswith(names[j] + ": ")
+    # the test has teeth: along M the chosen kernel changes at bucket edges, so a bucket off by one, or a
+    # rule that picks another kernel than the definition's, sends some shape elsewhere
+    rule = [c for c in cases if c[5].startswith("rule: N=4096")]
+    changes = sum(1 for a, b in zip(rule, rule[1:]) if a[4] != b[4])
+    assert changes >= 2 and len({c[4] for c in cases if c[4] >= 0}) >= 3
+
+
+def test_fresh_dispatcher_routes_unaligned_operands_to_the_fallback(tmp_path):
+    f = _write(tmp_path, TINY)
+    files = packs.make_pack(f, "h100-sxm", max_kernels=1, tolerance=0.03)
+    meta = json.loads(files["pack.json"])
     names = [k["name"] for k in meta["kernels"]]
-    rows = meta["coverage"]["rows"]
-    queries = [(r["m"], r["n"], r["k"], 0) for r in rows]
-    samples = {(r["m"], r["n"], r["k"]) for r in rows}
-    off = [(m, 6144, 4096, 0) for m in (3, 5, 100, 777, 3000, 12345) if (m, 6144, 4096) not in samples]
-    queries += off + [(100, 5000, 4096, 0), (8, 4095, 4096, 0), (8, 4096, 4096, 4097)]
-    stdin = "".join(f"{m} {n} {k} {lda}\n" for m, n, k, lda in queries)
-    out = subprocess.run([str(exe)], input=stdin, capture_output=True, text=True, check=True).stdout.splitlines()
-    assert len(out) == len(queries)
-    for r, line in zip(rows, out):
-        idx, why = line.split("|", 1)
-        assert int(idx) == names.index(r["kernel"]) and why.startswith(f"{r['kernel']}: exact shape {r['shape']} ")
-    for line in out[len(rows):len(rows) + len(off)]:
-        idx, why = line.split("|", 1)
-        assert 0 <= int(idx) < len(names) and ": rule: N=6144 K=4096 are in the pack's set" in why
-    assert ": class default: N=5000 K=4096" in out[-3] and int(out[-3].split("|")[0]) >= 0
-    fallback = next(i for i, k in enumerate(meta["kernels"]) if k["name"].endswith("_fallback"))
-    assert out[-2].startswith(f"{fallback}|{names[fallback]}: fallback for unaligned operands (N (D's contiguous "
-                              "extent) = 4095 is not a multiple of 8 elements)")
-    assert out[-1].startswith(f"{fallback}|{names[fallback]}: fallback for unaligned operands (lda = 4097")
+    fallback = names.index(meta["classes"][0]["fallback"])
+    out = _dispatcher(tmp_path, files)([(8, 4095, 4096, 0), (8, 4096, 4096, 4097), (8, 4096, 4096, 4104)])
+    assert out[0] == (fallback, f"{names[fallback]}: fallback for unaligned operands (N (D's contiguous extent) = "
+                                "4095 is not a multiple of 8 elements): the class's smallest-alignment kernel")
+    assert out[1][0] == fallback and "(lda = 4097 is not a multiple of 8 elements)" in out[1][1]
+    assert out[2][0] == 0 and "rule: N=4096 K=4096" in out[2][1]          # lda 4104 = 8 * 513: aligned
 
 
 def test_swap_ab_kernels_are_priced_on_the_transposed_problem_and_planned_swapped(tmp_path):
@@ -351,3 +431,37 @@ def test_swap_ab_kernels_are_priced_on_the_transposed_problem_and_planned_swappe
         files = packs.make_pack(f, "h100-sxm", max_kernels=1, tolerance=0.0)
         plan = next(t for p, t in files.items() if p.endswith("plan.cu"))
         assert "std::swap(A, B);" in plan and "std::swap(lda, ldb);" in plan
+
+
+def test_every_exported_name_of_a_kernel_is_renamed_in_its_pack(tmp_path):
+    """Issue 22: stream-K kernels export the launch-plan pair (cutegen_gemm_plan, cutegen_workspace_size_plan)
+    besides the four-function ABI; a pack links many kernels into one library, so its plan.cu must rename
+    every extern "C" name the included kernel.cu defines, or two stream-K kernels collide at link time.
+    The names are read from the rendered kernel, not from the list plan.cu is rendered with."""
+    import re
+    from pathlib import Path
+    from cutegen.abi import EXPORTED_SYMBOLS
+    from cutegen.config import KernelConfig
+    repo = Path(__file__).resolve().parent.parent
+    cfg = lambda rel: KernelConfig.from_dict(json.loads((repo / rel / "manifest.json").read_text())["config"])  # noqa: E731
+    stream_k = cfg("generated/sm90a/bf16_tn_m128n8192k8192_cbf16dbf16")
+    persistent = cfg("generated/llm/sm90a/bf16_tn_m1n6144k4096_cbf16dbf16")
+    assert stream_k.tile_scheduler == "stream_k" and persistent.tile_scheduler != "stream_k"
+    f = _write(tmp_path, '[[shape]]\nname="p"\ndtype="bf16"\nlayout="tn"\nm=[1, 128]\nn=8192\nk=8192\n')
+    t = targets.target("h100-sxm")
+    sel = select.given(shapes.expand(shapes.load(f), t.sms), t, [stream_k, persistent])
+    from cutegen.packs import render
+    files = render.pack_files(sel, {}, "cutegen_pack", "p.toml")
+    exports_seen = {}
+    for kdir in sorted({p.split("/")[1] for p in files if p.startswith("kernels/")}):
+        kernel = files[f"kernels/{kdir}/kernel.cu"]
+        plan = files[f"kernels/{kdir}/plan.cu"]
+        h = kdir.split("_", 1)[1]
+        exported = re.findall(r"^CUTEGEN_EXPORT [\w\s*]*?\b(cutegen_\w+)\(", kernel, re.M)
+        exports_seen[kdir] = exported
+        assert set(exported) <= set(EXPORTED_SYMBOLS)
+        for name in exported:
+            assert f"#define {name} cutegen_{h}_{name[len('cutegen_'):]}\n" in plan, (kdir, name)
+            assert plan.index(f"#define {name} ") < plan.index('#include "kernel.cu"') < plan.index(f"#undef {name}\n")
+    counts = sorted(len(v) for v in exports_seen.values())
+    assert counts == [4, 6]          # the persistent kernel: the four functions; the stream-K one: + the plan pair

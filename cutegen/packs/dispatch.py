@@ -157,7 +157,9 @@ def find_fallback(p: GemmProblem, device: str | None = None, say=lambda msg: Non
             tried.append(f"{a} element(s): {e}")
             a *= 2
             continue
-        result = search(q, 1, device=device)
+        # staging=False: the plan entry points (templates/cutegen_plan.inc.j2) make none of the ABI's
+        # restride copies, so a staged kernel in a pack would refuse the very strides it is there for
+        result = search(q, 1, device=device, staging=False)
         if result.ranked:
             return (a, a, a), result.ranked[0].config, q
         rules = sorted(result.pruned_by_rule, key=lambda r: -result.pruned_by_rule[r])[:3]

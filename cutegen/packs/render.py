@@ -9,6 +9,7 @@ import json
 import re
 
 from .. import __version__
+from ..abi import EXPORTED_SYMBOLS
 from ..search import cost as costmod
 from ..swap_ab import kernel_problem
 from .dispatch import Fallback, find_fallback, tables
@@ -113,7 +114,7 @@ def pack_files(sel: Selection, fallbacks: dict[str, Fallback], name: str, shapes
         files[f"kernels/{kdir}/plan.cu"] = env.get_template("cutegen_plan.inc.j2").render(
             kernel_hash=rk.kernel_hash, name=kernel_name(sel, j), c_is_void=ctx["c_is_void"],
             has_bias=ctx["has_bias"], bias_element=ctx["bias_element"], swap_ab=ctx["swap_ab"],
-            stream_k=ctx["stream_k"])
+            stream_k=ctx["stream_k"], abi_exports=EXPORTED_SYMBOLS)
         base = k.cls[len("fallback:"):] if k.cls.startswith("fallback:") else k.cls
         kernels_ctx.append({"hash": rk.kernel_hash, "name": kernel_name(sel, j), "dir": kdir,
                             "cls": cls_index[base]})

@@ -238,3 +238,48 @@ def select(shapes: list[Shape], target: Target, *, max_kernels: int, tolerance: 
 def geomean(values) -> float:
     vals = [v for v in values if v and v > 0]
     return math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals else float("nan")
+
+
+def given(shapes: list[Shape], target: Target, configs: list[KernelConfig], *, tolerance: float = 0.03,
+          times: dict[tuple[int, str], tuple[float, str]] | None = None) -> Selection:
+    """A selection of exactly ``configs`` (in that order, every one kept): each shape runs on the fastest of
+    them that its class can run. ``times`` ((shape index, config JSON) -> (us, source)) overrides the
+    cost model where given (measured selection); elsewhere the target's prediction prices the pair.
+    Each configuration serves the class of the first shape it can run; one no shape can run is an error."""
+    if not configs:
+        raise CutegenError("a pack of given kernels needs at least one configuration")
+    times = times or {}
+    table: dict[int, dict[str, tuple[float, str]]] = {}
+    for i, s in enumerate(shapes):
+        row = {}
+        for cfg in configs:
+            key = cfg.to_json()
+            if (i, key) in times:
+                row[key] = times[(i, key)]
+                continue
+            t = predicted_time(s.problem, cfg, target.rates)
+            if t is not None:
+                row[key] = (t, "predicted")
+        table[i] = row
+    classes: list[str] = []
+    for s in shapes:
+        if class_key(s.problem) not in classes:
+            classes.append(class_key(s.problem))
+    kernels = []
+    for cfg in configs:
+        served = [i for i in range(len(shapes)) if cfg.to_json() in table[i]]
+        if not served:
+            raise CutegenError(f"configuration {cfg.short_name()} can run none of the shapes; it cannot be packed")
+        first = min(served, key=lambda i: (-shapes[i].weight, i))
+        cls = class_key(shapes[first].problem)
+        kernels.append(Kernel(cls, cfg, shapes[first].problem))
+    rows = []
+    for i, s in enumerate(shapes):
+        opts = [(table[i][k.key][0], j) for j, k in enumerate(kernels)
+                if k.cls == class_key(s.problem) and k.key in table[i]]
+        if not opts:
+            rows.append(Row(s, None, None, None, "-", "no given kernel can run it"))
+            continue
+        t, j = min(opts)
+        rows.append(Row(s, j, t, t, table[i][kernels[j].key][1]))
+    return Selection(target, tolerance, len(kernels), kernels, rows, classes, table, [])
