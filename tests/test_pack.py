@@ -237,29 +237,6 @@ def test_results_database_drives_the_selection_where_it_has_data(tmp_path):
     assert {src for _, src in plain.times[0].values()} == {"predicted"}
 
 
-def test_committed_llm_packs_match_their_manifests_and_dispatch():
-    """bench/packs/llm (examples/pack/llm.toml): each kernel re-renders byte for byte from its manifest
-    (the full `cutegen pack --check` searches 165 shapes per target, minutes here), and the dispatch table
-    holds every shape of the coverage table with the kernel it names."""
-    from pathlib import Path
-    from cutegen.render import render_manifest
-    root = Path(__file__).resolve().parent.parent / "bench" / "packs" / "llm"
-    kinds = sorted(p.name for p in root.iterdir() if p.is_dir())
-    assert kinds == ["h100-sxm", "h200"]
-    for kind in kinds:
-        meta = json.loads((root / kind / "pack.json").read_text())
-        assert meta["target"]["kind"] == kind and len(meta["kernels"]) <= 16 + 1   # + the unaligned fallback
-        for k in meta["kernels"]:
-            d = root / kind / "kernels" / k["dir"]
-            rk = render_manifest(d / "manifest.json")
-            assert rk.kernel_hash == k["hash"] and not rk.differences(d), d
-        src = (root / kind / "src" / "dispatch.cpp").read_text()
-        names = [k["name"] for k in meta["kernels"]]
-        for r in meta["coverage"]["rows"]:
-            j = names.index(r["kernel"])
-            assert f"{{{r['m']}, {r['n']}, {r['k']}, 1, 0, {j}, \"exact shape {r['shape']} " in src
-
-
 def test_epilogue_classes_render_their_plan_entry_points(tmp_path):
     """A bias + ReLU class and a void-C class: the plan sets the bias pointer, and never a C pointer
     for void C; the header lists both classes and the torch op maps dtypes through them."""
@@ -276,7 +253,7 @@ def test_epilogue_classes_render_their_plan_entry_points(tmp_path):
     assert "#define CUTEGEN_PACK_CLASS_1 1" in header and "CUTEGEN_PACK_CLASS_2" not in header
 
 
-def _dispatcher(tmp_path, files: dict[str, str]):
+def _dispatcher(tmp_path, files: dict[str, str], main_src: str | None = None):
     """The pack's freshly rendered src/dispatch.cpp, compiled with g++ against stub kernels (no nvcc, seconds):
     returns ``query([(M, N, K, lda or 0), ...]) -> [(kernel index, explanation), ...]`` for class 0."""
     import shutil
@@ -304,7 +281,7 @@ def _dispatcher(tmp_path, files: dict[str, str]):
             f'extern "C" int cutegen_{h}_plan_run(void*, const void*, const void*, const void*, void*, const void*, '
             f'void*, size_t, cudaStream_t) {{ return 0; }}\n'
             f'extern "C" const char* cutegen_{h}_plan_error(void) {{ return ""; }}')
-    stubs.append("""#include <cstdio>
+    stubs.append(main_src or """#include <cstdio>
 int main() {
   long long m, n, k, lda;
   while (std::scanf("%lld %lld %lld %lld", &m, &n, &k, &lda) == 4) {
@@ -465,3 +442,129 @@ def test_every_exported_name_of_a_kernel_is_renamed_in_its_pack(tmp_path):
             assert plan.index(f"#define {name} ") < plan.index('#include "kernel.cu"') < plan.index(f"#undef {name}\n")
     counts = sorted(len(v) for v in exports_seen.values())
     assert counts == [4, 6]          # the persistent kernel: the four functions; the stream-K one: + the plan pair
+
+
+# --- bounded work (issue 22) ---------------------------------------------------------------------------
+def test_shape_count_cap_is_a_one_line_error_on_both_sides_of_the_bound(tmp_path):
+    """PACK-SHAPES-MAX: MAX_SHAPES sample points pass, one more is refused naming the file, the entry and
+    the rule; a list of 100,000 M values (issue 22: minutes of silent search) is refused at once."""
+    import time
+    from cutegen.errors import FieldError as FE
+    f = _write(tmp_path, TINY)
+    base = shapes.expand(shapes.load(f), 132)[0]
+    at = [shapes.Shape("proj", base.problem.replace(m=m), 1.0) for m in range(1, packs.MAX_SHAPES + 1)]
+    assert packs.check_size(f, at) > 0                                  # 4096 points: accepted
+    over = at + [shapes.Shape("proj", base.problem.replace(m=packs.MAX_SHAPES + 1), 1.0)]
+    with pytest.raises(FE, match="PACK-SHAPES-MAX: the shapes file expands to 4097 sample points") as e:
+        packs.check_size(f, over)
+    assert e.value.field == "shapes.toml:proj"
+    big = _write(tmp_path, '[[shape]]\nname="many"\ndtype="bf16"\nlayout="tn"\nm=[' +
+                 ", ".join(str(m) for m in range(1, 100001)) + ']\nn=4096\nk=4096\n', "big.toml")
+    t0 = time.monotonic()
+    assert main(["pack", big, "-o", str(tmp_path / "o")]) != 0
+    assert time.monotonic() - t0 < 30
+
+
+def test_one_search_per_m_bucket_whatever_the_number_of_m_values(tmp_path, monkeypatch):
+    """Searches run per (class, N, K) and M bucket (SEARCH_BUCKET_BITS), not per M value: 200 M values in
+    [256, 1023] of one (N, K) are one search; every one of them is still priced and gets a row."""
+    calls = []
+    real = select.search_task
+    monkeypatch.setattr(select, "search_task", lambda item: calls.append(item[0].m) or real(item))
+    f = _write(tmp_path, '[[shape]]\nname="p"\ndtype="bf16"\nlayout="tn"\nm=[' +
+               ", ".join(str(m) for m in range(256, 1024, 4)) + ']\nn=4096\nk=4096\n')
+    pts = shapes.expand(shapes.load(f), 132)
+    assert len(pts) == 192
+    sel = select.select(pts, targets.target("h100-sxm"), max_kernels=2, tolerance=0.03)
+    assert calls == [256]                       # bucket [256, 1023] of 4^4..4^5: its first sampled M
+    assert len(sel.rows) == 192 and all(r.kernel is not None for r in sel.rows)
+
+
+def test_search_progress_bar_shows_count_and_time_left(capsys):
+    done = select.run_searches(lambda x: x * 2, [1, 2, 3], ["a", "b", "c"], progress="search h200")
+    assert done == [2, 4, 6]
+    err = capsys.readouterr().err
+    assert "search h200" in err and "3/3" in err and "left" in err
+    select.run_searches(lambda x: x, [1], ["a"])            # no description: nothing shown
+    assert capsys.readouterr().err == ""
+
+
+# --- committed packs are current (issue 22) ------------------------------------------------------------
+def test_summary_only_writes_and_checks_the_record_alone(tmp_path, capsys):
+    f = _write(tmp_path, TINY)
+    out = tmp_path / "out"
+    base = ["pack", f, "-o", str(out), "--max-kernels", "1", "--summary-only"]
+    assert main(base) == 0
+    assert sorted(p.name for p in (out / "h100-sxm").iterdir()) == ["COVERAGE.md", "pack.json"]
+    assert main(base + ["--check"]) == 0
+    (out / "h100-sxm" / "user-notes.txt").write_text("kept")
+    assert main(base + ["--check"]) == 0                  # files outside the record are not its business
+    text = (out / "h100-sxm" / "pack.json").read_text()
+    (out / "h100-sxm" / "pack.json").write_text(text.replace('"tolerance": 0.03', '"tolerance": 0.05'))
+    capsys.readouterr()
+    assert main(base + ["--check"]) == 1
+    assert "pack.json" in capsys.readouterr().out
+
+
+def test_committed_packs_are_what_the_code_selects_today():
+    """bench/packs/<set>/<kind>/ commits each pack's record (pack.json, COVERAGE.md; the sources are
+    regenerated by `bash bench/gpu_pack.sh --plan`): `cutegen pack --summary-only --check` must find nothing
+    to change. When it fails, regenerate with the command in bench/packs/README.md and commit the record."""
+    from pathlib import Path
+    repo = Path(__file__).resolve().parent.parent
+    root = repo / "bench" / "packs"
+    sets = sorted(p.name for p in root.iterdir() if p.is_dir())
+    assert sets == ["llm", "qwen2.5"]
+    for s in sets:
+        kinds = sorted(p.name for p in (root / s).iterdir() if p.is_dir())
+        assert kinds == ["h200"]
+        for kind in kinds:
+            assert sorted(p.name for p in (root / s / kind).iterdir()) == ["COVERAGE.md", "pack.json"]
+            name = json.loads((root / s / kind / "pack.json").read_text())["name"]
+            assert main(["pack", str(repo / "examples" / "pack" / f"{s}.toml"), "-o", str(root / s), "--target", kind,
+                         "--name", name, "--summary-only", "--check"]) == 0, f"bench/packs/{s}/{kind} is out of date"
+
+
+def test_second_family_off_sample_m_values_are_not_sample_points():
+    """examples/pack/qwen2.5.toml lists off-sample M values fixed before tuning (bench/gpu_pack.sh times them):
+    none may be a sample point of either committed shapes file, on any target's SM count."""
+    import re
+    from pathlib import Path
+    repo = Path(__file__).resolve().parent.parent
+    text = (repo / "examples" / "pack" / "qwen2.5.toml").read_text()
+    off = [int(x) for x in re.search(r"never sampled.*?:\s*([\d,\s]+)\.", text, re.S).group(1).replace("\n", " ")
+           .replace("#", " ").split(",")]
+    script = (repo / "bench" / "gpu_pack.sh").read_text()
+    assert sorted(off) == sorted(int(x) for x in re.search(r"OFF_SAMPLE:-([\d,]+)", script).group(1).split(","))
+    assert len(off) >= 10
+    for f in ("qwen2.5.toml", "llm.toml"):
+        for kind in ("h100-sxm", "h200", "h100-pcie"):
+            ms = {s.problem.m for s in shapes.expand(shapes.load(repo / "examples" / "pack" / f), targets.target(kind).sms)}
+            assert not ms & set(off), (f, kind, sorted(ms & set(off)))
+
+
+def test_plan_on_a_given_kernel_bypasses_the_dispatcher(tmp_path):
+    """cutegen_pack_plan_kernel (what bench/gpu_pack.py times every kernel with): any kernel index of the pack
+    plans on that kernel whatever the dispatcher would pick; an index outside the pack is status 5."""
+    f = _write(tmp_path, TINY)
+    files = packs.make_pack(f, "h100-sxm", max_kernels=2, tolerance=0.0)
+    names = [k["name"] for k in json.loads(files["pack.json"])["kernels"]]
+    assert len(names) >= 2
+    prog = """#include <cstdio>
+int main() {
+  cutegen_pack_shape s = cutegen_pack_shape_packed(0, 16, 4096, 4096, 1);
+  for (int k = -1; k <= cutegen_pack_kernel_count(); ++k) {
+    cutegen_pack_plan_t plan = nullptr;
+    int st = cutegen_pack_plan_kernel(k, &s, &plan);
+    std::printf("%d|%d|%s|%d\\n", k, st, plan ? cutegen_pack_plan_kernel_name(plan) : cutegen_pack_last_error(),
+                cutegen_pack_kernel_class(k));
+    cutegen_pack_plan_destroy(plan);
+  }
+}"""
+    _dispatcher(tmp_path, files, prog)
+    import subprocess
+    out = subprocess.run([str(tmp_path / "dispatch")], capture_output=True, text=True, check=True).stdout.splitlines()
+    assert out[0].startswith("-1|5|kernel -1 is not one of this pack's") and out[0].endswith("|-1")
+    for k, name in enumerate(names):
+        assert out[k + 1] == f"{k}|0|{name}|0"
+    assert out[-1].startswith(f"{len(names)}|5|kernel {len(names)} is not one of")

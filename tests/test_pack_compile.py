@@ -128,14 +128,20 @@ def test_pack_with_stream_k_swap_ab_and_fallback_links_everywhere(tmp_path):
     assert out2 == out
 
     # 3. the PyTorch extension, compiled and linked as bench/gpu_pack.sh links it. The test extra's torch
-    # is the CPU build: it has the CUDA headers but not libc10_cuda / libtorch_cuda, so those (and
-    # cudart) stay undefined in the shared object and are resolved when a CUDA torch loads it. The pack's
-    # objects are linked in here, so a symbol two kernels define fails this link as it did in issue 22.
+    # is the CPU build (2.13.0+cpu): it ships the c10/cuda headers but not the one header a CUDA build
+    # generates, c10/cuda/impl/cuda_cmake_macros.h, whose whole content in a CUDA wheel is the one
+    # #define written below; and it has no libc10_cuda / libtorch_cuda, so those (and cudart) stay
+    # undefined in the shared object, resolved when a CUDA torch loads it. The pack's objects are linked
+    # in here, so a symbol two kernels define fails this link as it did in issue 22.
     import torch
     import torch.utils.cpp_extension as ce
+    shim = tmp_path / "cuda_build_headers"
+    (shim / "c10" / "cuda" / "impl").mkdir(parents=True)
+    (shim / "c10" / "cuda" / "impl" / "cuda_cmake_macros.h").write_text("#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n")
     so = tmp_path / "libcutegen_pack_torch.so"
     cmd = ["g++", "-std=c++17", "-O1", "-fPIC", "-shared", f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"]
-    cmd += [f"-isystem{p}" for p in ce.include_paths()] + ["-I", _cuda_include(), "-I", str(pack / "include")]
+    cmd += [f"-isystem{p}" for p in ce.include_paths()] + [f"-isystem{shim}"]
+    cmd += ["-I", _cuda_include(), "-I", str(pack / "include")]
     cmd += [str(pack / "torch" / "cutegen_pack_torch.cpp"), "-o", str(so), str(lib)]
     cmd += [f"-L{p}" for p in ce.library_paths()] + ["-lc10", "-ltorch", "-ltorch_cpu"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)

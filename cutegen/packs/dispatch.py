@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from ..dtypes import DTYPES
 from ..errors import FieldError
 from ..problem import GemmProblem
-from .select import Selection, class_key, predicted_time
+from .select import Pricer, Selection, class_key
 
 BUCKETS = 31
 MASK = (1 << 64) - 1
@@ -67,10 +67,34 @@ class Fallback:
 
 def _pick(kernels: list[int], sel: Selection, problems: list[GemmProblem]) -> int:
     """Kernel with the lowest sum over problems of predicted time / the best predicted time
-    (a kernel that cannot run a problem scores 1e9 there); ties go to the earlier kernel."""
+    (a kernel that cannot run a problem scores 1e9 there); ties go to the earlier kernel.
+
+    The rules are judged lazily: a legal pair costs what its estimate says (the configuration's own stages,
+    ``Pricer.estimates``), so the kernels are taken in order of their totals as if every pair were legal,
+    and the first whose pairs are all legal is the answer (the sums are the same floats, added in the same
+    order). Only when no kernel runs every problem are all pairs judged."""
+    pricer = sel.pricer or Pricer(sel.target.rates)
+    cfgs = [sel.kernels[j].config for j in kernels]
+    ests = [pricer.estimates(p, cfgs) for p in problems]
+    bests = []
+    for p, est in zip(problems, ests):
+        first = next((i for _, i in sorted((t, i) for i, t in enumerate(est)) if pricer.legal(p, cfgs[i])), None)
+        bests.append(None if first is None else pricer.time(p, cfgs[first]))
+    if all(b is not None and b > 0 for b in bests):
+        optimistic = []
+        for i in range(len(kernels)):
+            total = 0.0
+            for est, best in zip(ests, bests):
+                total += est[i] / best
+            optimistic.append((total, kernels[i], i))
+        for _, j, i in sorted(optimistic):
+            if all(pricer.legal(p, cfgs[i]) for p in problems):
+                if all(pricer.time(p, cfgs[i]) == est[i] for p, est in zip(problems, ests)):
+                    return j
+                break           # the rules resolved other stages than the estimate's: judge everything
     totals = [0.0] * len(kernels)
     for p in problems:
-        ts = [predicted_time(p, sel.kernels[j].config, sel.target.rates) for j in kernels]
+        ts = pricer.times(p, cfgs)
         best = min((t for t in ts if t is not None), default=None)
         for i, t in enumerate(ts):
             totals[i] += (t / best) if (t is not None and best) else 1e9
