@@ -50,8 +50,8 @@ def operands(m, n, k, *, lda=None, offset=0, gen=None):
     return a, w.t()
 
 
-def rel_err(out, a, b):
-    ref = a.float() @ b.float()
+def rel_err(out, a, b, ref=None):
+    ref = a.float() @ b.float() if ref is None else ref
     return float((out.float() - ref).abs().max() / ref.abs().max().clamp_min(1e-6))
 
 
@@ -118,9 +118,10 @@ def main():
             res["skipped"].append(f"time {label}")
             continue
         a, b = operands(m, n, k, gen=gen)
+        ref = a.float() @ b.float()
         before = ops.pack_fallbacks()
         out = ops.gemm(a, b)
-        err = rel_err(out, a, b)
+        err = rel_err(out, a, b, ref)
         t_op = time_us(lambda: ops.gemm(a, b))
         t_mm = time_us(lambda: torch.matmul(a, b))
         row = {"shape": label, "m": m, "n": n, "k": k, "op_us": t_op, "matmul_us": t_mm,
@@ -136,7 +137,7 @@ def main():
                     kout = ops.gemm_kernel(a, b, i)
                 except RuntimeError:
                     continue                         # the kernel cannot run this shape (its own checks)
-                kerr = rel_err(kout, a, b)
+                kerr = rel_err(kout, a, b, ref)
                 row["per_kernel_us"][kname] = time_us(lambda: ops.gemm_kernel(a, b, i)) if kerr <= TOL else None
                 if kerr > TOL:
                     row.setdefault("per_kernel_bad", {})[kname] = kerr
