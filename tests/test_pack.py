@@ -445,7 +445,7 @@ def test_every_exported_name_of_a_kernel_is_renamed_in_its_pack(tmp_path):
 
 
 # --- bounded work (issue 22) ---------------------------------------------------------------------------
-def test_shape_count_cap_is_a_one_line_error_on_both_sides_of_the_bound(tmp_path):
+def test_shape_count_cap_is_a_one_line_error_on_both_sides_of_the_bound(tmp_path, capsys):
     """PACK-SHAPES-MAX: MAX_SHAPES sample points pass, one more is refused naming the file, the entry and
     the rule; a list of 100,000 M values (issue 22: minutes of silent search) is refused at once."""
     import time
@@ -461,8 +461,11 @@ def test_shape_count_cap_is_a_one_line_error_on_both_sides_of_the_bound(tmp_path
     big = _write(tmp_path, '[[shape]]\nname="many"\ndtype="bf16"\nlayout="tn"\nm=[' +
                  ", ".join(str(m) for m in range(1, 100001)) + ']\nn=4096\nk=4096\n', "big.toml")
     t0 = time.monotonic()
+    capsys.readouterr()
     assert main(["pack", big, "-o", str(tmp_path / "o")]) != 0
     assert time.monotonic() - t0 < 30
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "big.toml:many" in err[0] and "PACK-SHAPES-MAX" in err[0] and "100000" in err[0]
 
 
 def test_one_search_per_m_bucket_whatever_the_number_of_m_values(tmp_path, monkeypatch):
