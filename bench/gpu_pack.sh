@@ -20,6 +20,11 @@
 # logits vs plain torch, prefill and decode step times, eager and torch.compile.
 # Files in $OUT (at most 8): log.txt, build.txt, <set>.json per pack (results), <set>-COVERAGE.md per pack,
 # client.json.
+#
+# Afterwards, here (no GPU): the measured dispatch of a pack from its results (every kernel's time at the
+# sampled and off-sample M of each (N, K); boundaries where the measured curves cross), then time it again:
+#   cutegen pack examples/pack/llm.toml -o out/pack-plan/llm --target h200 --name llm_pack --measured <OUT>/llm.json
+#   python bench/plot_pack.py <OUT>/llm.json bench/results/<date>-h200-pack-llm.png
 set -u -o pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$REPO"

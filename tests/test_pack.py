@@ -571,3 +571,45 @@ int main() {
     for k, name in enumerate(names):
         assert out[k + 1] == f"{k}|0|{name}|0"
     assert out[-1].startswith(f"{len(names)}|5|kernel {len(names)} is not one of")
+
+
+def test_measured_segments_put_boundaries_where_measured_curves_cross(tmp_path):
+    """--measured (bench/gpu_pack.py's results of this pack): on N = K = 4096 the measured winner is k01 at
+    M = 16, k02 at 128, k03 at 2048; the boundaries are where the curves cross, linear in log2 M: k01 10 -> 30 us
+    and k02 14 -> 20 us cross at 2^(4 + 3 * 4/14) = 28.97 (M 28 -> k01, 29 -> k02); k02 20 -> 200 us and k03
+    25 -> 150 us at 2^(7 + 4 * 5/55) = 164.7 (M 164 -> k02, 165 -> k03). No power of two. N = 6144 has no
+    measurements and keeps its predicted buckets; the measured set shape reports torch.matmul's time (a set shape
+    that was not measured keeps its exact-table entry, so M = 2, not 1, probes the first segment)."""
+    from pathlib import Path
+    from cutegen.config import KernelConfig
+    from cutegen.packs import render
+    repo = Path(__file__).resolve().parent.parent
+    configs = [KernelConfig.from_dict(json.loads((repo / d / "manifest.json").read_text())["config"])
+               for d in DISPATCH_KERNELS]
+    t = targets.target("h100-sxm")
+    pts = shapes.expand(shapes.load(_write(tmp_path, DISPATCH_SHAPES)), t.sms)
+    names = [k["name"] for k in json.loads(render.pack_files(select.given(pts, t, configs), {}, "p", "d.toml")
+                                           ["pack.json"])["kernels"]]
+    times = {16: [50, 10, 14, 40], 128: [90, 30, 20, 25], 2048: [900, 400, 200, 150]}
+    res = {"pack": "p", "time": [{"m": m, "n": 4096, "k": 4096, "matmul_us": 22.0 if m == 128 else 100.0,
+                                  "per_kernel_us": dict(zip(names, ts))} for m, ts in times.items()]}
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps(res))
+    sel = select.given(pts, t, configs)
+    points = render.apply_measured(sel, str(results), "p")
+    files = render.pack_files(sel, {}, "p", "d.toml", measured=points)
+    query = _dispatcher(tmp_path, files)
+    got = query([(m, 4096, 4096, 0) for m in (2, 28, 29, 100, 164, 165, 5000)] + [(100, 6144, 4096, 0)])
+    assert [g[0] for g in got[:7]] == [1, 1, 2, 2, 2, 3, 3]
+    assert "measured segment: N=4096 K=4096, M in [29, 164]" in got[3][1]
+    assert "measured segment: N=4096 K=4096, M in [165, 2^31-1]" in got[5][1]
+    assert got[7][1].startswith(names[got[7][0]] + ": rule: N=6144 K=4096")
+    # the set shape M = 128 was measured: its row and its exact-table entry are the measured winner
+    row = next(r for r in json.loads(files["pack.json"])["coverage"]["rows"] if (r["m"], r["n"]) == (128, 4096))
+    assert (row["kernel"], row["source"], row["time_us"], row["cublas_us"], row["cublas_ratio"]) == \
+        (names[2], "measured", 20.0, 22.0, 1.1)
+    assert query([(128, 4096, 4096, 0)])[0][0] == 2
+    assert "| torch.matmul (us) | its time / the pack's |" in files["COVERAGE.md"]
+    # results of another pack are refused, naming the file and field
+    with pytest.raises(FieldError, match="results.json:pack"):
+        render.apply_measured(select.given(pts, t, configs), str(results), "other")

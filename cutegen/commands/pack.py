@@ -31,6 +31,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="use measured times from this results database ('default': cutegen.results' default "
                         "path); without it the selection uses the cost model's predictions only")
     p.add_argument("--check", action="store_true", help="write nothing; exit 1 naming every file that would change")
+    p.add_argument("--measured", metavar="RESULTS_JSON",
+                   help="bench/gpu_pack.py's results for this very pack (one target): measured shapes run on their "
+                        "measured-fastest kernel, and each (N, K) with measurements dispatches M by measured segments "
+                        "whose boundaries are where two kernels' measured curves cross; COVERAGE.md adds "
+                        "torch.matmul's time. No GPU: the measurements are read from the file")
     p.add_argument("--summary-only", action="store_true",
                    help="write (or with --check compare) only pack.json and COVERAGE.md, the record of what was "
                         "selected and why; the sources are regenerated from the shapes file by the same command "
@@ -68,7 +73,7 @@ def _run(args: argparse.Namespace, ex) -> int:
     stale_total = 0
     for kind in targets:
         files = packs.make_pack(args.shapes, kind, max_kernels=args.max_kernels, tolerance=args.tolerance,
-                                name=args.name, db=db, say=say, executor=ex, progress=True)
+                                name=args.name, db=db, say=say, executor=ex, progress=True, measured=args.measured)
         root = Path(args.out) / kind
         prune = not args.summary_only
         if args.summary_only:

@@ -25,7 +25,7 @@ SEARCH_S_ESTIMATE = 1.0  # seconds per search on one core (issue 22: 0.3-1.5 s o
 
 def make_pack(shapes_file: str, target_kind: str, *, max_kernels: int = 16, tolerance: float = 0.03,
               name: str = "cutegen_pack", db=None, say=lambda msg: None, executor=None,
-              progress: bool = False) -> dict[str, str]:
+              progress: bool = False, measured: str | None = None) -> dict[str, str]:
     """Every file of the pack for one target: {path relative to the pack's folder: text}. ``executor`` (a
     ``cutegen.executor.Executor``; None: this process) runs the searches, per (N, K) and M bucket and per
     class's fallback; the files are the same wherever they ran. ``progress``: progress bars on stderr."""
@@ -40,7 +40,8 @@ def make_pack(shapes_file: str, target_kind: str, *, max_kernels: int = 16, tole
     sel = select.select(points, t, max_kernels=max_kernels, tolerance=tolerance, db=db, say=say, executor=executor,
                         progress=progress)
     fallbacks = render.add_fallbacks(sel, say=say, executor=executor)
-    return render.pack_files(sel, fallbacks, name, Path(shapes_file).name)
+    points = render.apply_measured(sel, measured, name) if measured else None
+    return render.pack_files(sel, fallbacks, name, Path(shapes_file).name, measured=points)
 
 
 def check_size(shapes_file: str, points: list, say=lambda msg: None) -> int:

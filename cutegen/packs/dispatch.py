@@ -101,8 +101,11 @@ def _pick(kernels: list[int], sel: Selection, problems: list[GemmProblem]) -> in
     return min(zip(totals, kernels))[1]
 
 
-def tables(sel: Selection, fallbacks: dict[str, Fallback], kernel_names: list[str]) -> dict:
-    """The template context of the dispatcher (templates/pack_dispatch.cpp.j2)."""
+def tables(sel: Selection, fallbacks: dict[str, Fallback], kernel_names: list[str], measured=None) -> dict:
+    """The template context of the dispatcher (templates/pack_dispatch.cpp.j2). ``measured``: (N, K) ->
+    ``measured.Point`` list (``--measured``): an (N, K) with measurements dispatches M by the measured
+    segments (``measured.segments``) instead of the predicted buckets."""
+    from .measured import segments as measured_segments
     from .select import Row  # noqa: F401  (documentation: rows are select.Row)
     cls_index = {c: i for i, c in enumerate(sel.classes)}
     by_class: dict[int, list[int]] = {}
@@ -125,11 +128,18 @@ def tables(sel: Selection, fallbacks: dict[str, Fallback], kernel_names: list[st
     exact_items.sort(key=lambda x: x[0])
     exact, exact_probes = hash_table(exact_items, {"M": 0, "N": 0, "K": 0, "batch": 0, "cls": -1, "kernel": -1,
                                                    "why": ""})
-    nk_rows, nk_items = [], []
+    nk_rows, nk_items, seg_rows, segs = [], [], [], []
     for (c, n, k), p in sorted(nk_keys.items()):
         row = [_pick(by_class[c], sel, [p.replace(m=m) for m in bucket_points(b)]) for b in range(BUCKETS)]
         nk_items.append(((c, 0, n, k, 0), {"N": n, "K": k, "cls": c, "row": len(nk_rows)}))
         nk_rows.append(row)
+        from .measured import Point
+        mine = set(by_class[c])
+        pts = [Point(q.m, {j: t for j, t in q.times.items() if j in mine}, q.matmul_us)
+               for q in (measured or {}).get((n, k), [])]
+        found = measured_segments([q for q in pts if q.times])
+        seg_rows.append((len(segs), len(found)))
+        segs += [{"lo": g.lo, "kernel": g.kernel, "why": g.why} for g in found]
     classes = []
     for c, key in enumerate(sel.classes):
         ps = [p for (cc, _, _), p in sorted(nk_keys.items()) if cc == c]
@@ -142,7 +152,9 @@ def tables(sel: Selection, fallbacks: dict[str, Fallback], kernel_names: list[st
         classes.append(class_context(p, by_bucket, fb))
     nk, nk_probes = hash_table(nk_items, {"N": 0, "K": 0, "cls": -1, "row": -1})
     return {"exact": exact, "exact_probes": exact_probes, "exact_count": len(exact_items),
-            "nk": nk, "nk_probes": nk_probes, "nk_rows": nk_rows or [[-1] * BUCKETS], "classes": classes}
+            "nk": nk, "nk_probes": nk_probes, "nk_rows": nk_rows or [[-1] * BUCKETS], "classes": classes,
+            "seg_rows": seg_rows or [(0, 0)], "segments": segs or [{"lo": 0, "kernel": -1, "why": ""}],
+            "measured": bool(segs)}
 
 
 def class_context(p: GemmProblem, by_bucket: list[int], fb: Fallback) -> dict:

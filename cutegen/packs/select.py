@@ -40,6 +40,7 @@ class Row:
     best_us: float | None
     source: str                 # "predicted" (prior), or with --db: "measured", "learned" or "prior"
     note: str = ""
+    cublas_us: float | None = None   # torch.matmul's measured time (--measured), else None
 
     @property
     def loss(self) -> float | None:
