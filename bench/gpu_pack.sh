@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # GPU run of issues 12 and 22 (cutegen pack): build each planned pack, validate and time its PyTorch op
 # against torch.matmul at every sampled shape and at off-sample M values fixed before the pack was made,
-# then run a transformers model through the second pack's op. One device call, inside 9 minutes.
+# then run a transformers model through the last pack's op. One device call per pack, each inside 9 minutes.
 #
 #   here, once:   bash oracles/prepare_cutlass_headers.sh    # CUTLASS headers -> oracles/.cutlass
 #                 bash bench/gpu_pack.sh --plan              # cutegen pack (search, selection, sources) -> out/pack-plan
-#   device call:  bash bench/gpu_pack.sh                     # carry: ["oracles/.cutlass", "out/pack-plan"]
+#   device calls: PACKS=llm CLIENT_S=0 bash bench/gpu_pack.sh   # carry: ["oracles/.cutlass", "out/pack-plan"]
+#                 PACKS=qwen2.5 bash bench/gpu_pack.sh          # (same carry; then the transformers client)
+#   One call with both packs (the default PACKS) fits too, but leaves each pack about 80 s of GPU time after
+#   its build, too little to time every kernel at every shape (gpu_pack.py stops that at 35% of its budget).
 #
 # The packs' sources are not committed (bench/packs/<set>/<kind>/ holds the record: pack.json, COVERAGE.md);
 # --plan generates them here, where the search runs (egglog is not on the GPU machine): PACKS (default
@@ -16,7 +19,8 @@
 #      the op vs torch.matmul at every set shape and at the off-sample M values OFF_SAMPLE (every (N, K) of
 #      the set; the values are listed in examples/pack/qwen2.5.toml and are no sample point of either file),
 #      CUDA graph capture and replay, host cost per call, torch.compile;
-# then 4. examples/pack/transformers_client.py on the last pack (Qwen2.5-7B dims, 2 layers, random weights):
+# then 4. examples/pack/transformers_client.py on the last pack (Qwen2.5-7B dims, 2 layers, random weights;
+# CLIENT_S seconds kept for it, default 150; 0 skips it):
 # logits vs plain torch, prefill and decode step times, eager and torch.compile.
 # Files in $OUT (at most 8): log.txt, build.txt, <set>.json per pack (results), <set>-COVERAGE.md per pack,
 # client.json.
