@@ -1,6 +1,7 @@
 """Strict readers for JSON-ish input: every failure names the field."""
 from __future__ import annotations
 
+import math
 from typing import Any, Iterable
 
 from .errors import FieldError
@@ -20,9 +21,28 @@ def as_int(field: str, value: Any, *, lo: int | None = None, hi: int | None = No
 
 
 def as_float(field: str, value: Any) -> float:
+    """A finite number: NaN and Infinity are refused (written back into a manifest they are not JSON)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise FieldError(field, f"expected a number, got {value!r}")
-    return float(value)
+    try:
+        out = float(value)
+    except OverflowError:
+        raise FieldError(field, f"{value} is too large for a float") from None
+    if not math.isfinite(out):
+        raise FieldError(field, f"expected a finite number, got {value!r}")
+    return out
+
+
+def finite_float(text: str) -> float:
+    """argparse ``type=`` for a finite float option (``--beta nan`` is refused like ``--beta x``)."""
+    import argparse
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+    return value
 
 
 def as_choice(field: str, value: Any, choices: Iterable[str]) -> str:
@@ -49,3 +69,16 @@ def reject_unknown(where: str, data: dict, known: Iterable[str]) -> None:
     unknown = sorted(set(data) - set(known))
     if unknown:
         raise FieldError(f"{where}.{unknown[0]}", "unknown field")
+
+
+def _no_constant(name: str):
+    # json's parse_constant hook: NaN, Infinity and -Infinity are not JSON (RFC 8259) and no field of
+    # cutegen's takes them; raised as a decode error so every reader's "not valid JSON" message covers it
+    import json
+    raise json.JSONDecodeError(f"{name} is not a number JSON allows", name, 0)
+
+
+def loads_json(text: str | bytes):
+    """``json.loads`` that refuses NaN and Infinity (a JSONDecodeError, as for any other invalid JSON)."""
+    import json
+    return json.loads(text, parse_constant=_no_constant)

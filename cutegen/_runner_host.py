@@ -17,7 +17,8 @@ import math
 import numpy as np
 
 from .problem import GemmProblem
-from . import runner as R
+from .run.cases import Case, case_operands
+from .run.geometry import LaunchArgs, Operand, geometries, operand_storage_elements
 
 GUARD = 128      # elements of NaN before and after D's storage (as the torch path)
 ALIGN = 256      # bytes: every buffer starts 256-byte aligned, as a CUDA allocation does
@@ -145,15 +146,15 @@ class Buffers:
     ``bias``, ``launch_args``, ``reset_d``, ``reference``, ``check_d``, ``d_untouched``.
     """
 
-    def __init__(self, problem: GemmProblem, case: R.Case, gen: np.random.Generator, fill_inputs: bool = True):
+    def __init__(self, problem: GemmProblem, case: Case, gen: np.random.Generator, fill_inputs: bool = True):
         self.problem, self.case = problem, case
-        self.geoms = R.geometries(problem, case.m, case.n, case.k)
-        probe = R.case_operands(problem, case, {name: 0 for name in self.geoms})
+        self.geoms = geometries(problem, case.m, case.n, case.k)
+        probe = case_operands(problem, case, {name: 0 for name in self.geoms})
         self.flat, self.ops, self.views = {}, {}, {}
         for name, g in self.geoms.items():
             op = probe[name]
             offset = case.offset.get(name, 0)
-            storage = R.operand_storage_elements(g, op, case.batch)
+            storage = operand_storage_elements(g, op, case.batch)
             flat = aligned_empty(GUARD + offset + storage + GUARD, g.dtype)
             if name == "D":
                 flat[...] = encode(np.float32("nan"), g.dtype)
@@ -162,7 +163,7 @@ class Buffers:
             else:
                 flat[...] = 0
             self.flat[name] = flat
-            self.ops[name] = R.Operand(flat.ctypes.data + (GUARD + offset) * flat.itemsize, op.ld, op.batch_stride)
+            self.ops[name] = Operand(flat.ctypes.data + (GUARD + offset) * flat.itemsize, op.ld, op.batch_stride)
             self.views[name] = self._view(flat, g, op, GUARD + offset, case.batch)
         self.bias = None
         if problem.bias:
@@ -184,9 +185,9 @@ class Buffers:
         """Store ``values`` (batch, M, N) into D through D's strides, rounded to D's type."""
         self.views["D"][...] = encode(np.asarray(values), self.geoms["D"].dtype)
 
-    def launch_args(self, alpha: float, beta: float, with_c: bool = True) -> R.LaunchArgs:
+    def launch_args(self, alpha: float, beta: float, with_c: bool = True) -> LaunchArgs:
         c = self.ops.get("C") if with_c else None
-        return R.LaunchArgs(self.case.m, self.case.n, self.case.k, self.case.batch, self.ops["A"], self.ops["B"],
+        return LaunchArgs(self.case.m, self.case.n, self.case.k, self.case.batch, self.ops["A"], self.ops["B"],
                             c, self.ops["D"], alpha, beta, self.bias.ctypes.data if self.bias is not None else 0)
 
     def reset_d(self) -> None:

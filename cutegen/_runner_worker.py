@@ -1,4 +1,4 @@
-"""The GPU side of the runner: runs in a spawned child process (see ``runner.Worker``).
+"""The GPU side of the runner: runs in a spawned child process (see ``cutegen.run.watchdog.Worker``).
 
 Everything that touches torch, CUDA or a kernel library is here, imported lazily, so that a hang or
 a sticky CUDA fault costs this child only. Requests are dicts ``{"op": name, ...}``; each answer is
@@ -21,7 +21,13 @@ import traceback
 
 from . import abi
 from .problem import GemmProblem
-from . import runner as R
+from .config import KernelConfig
+from .errors import CutegenError
+from .run.cases import Case, case_operands, problem_ld_pads
+from .run.geometry import LaunchArgs, Operand, geometries, operand_storage_elements
+from .run.launch import preflight, refusal_agrees
+from .run.stats import json_default, median
+from .run.tolerance import tolerance
 
 _LIBS: dict[str, ctypes.CDLL] = {}
 # Where buffers live. Always "cuda" for real runs (torch tensors). "cpu" is the dry run: numpy host
@@ -44,7 +50,7 @@ def new_generator(seed: int):
     return gen
 
 
-def make_buffers(problem: GemmProblem, case: "R.Case", gen):
+def make_buffers(problem: GemmProblem, case: "Case", gen):
     """Buffers of the backend: torch on the GPU, numpy on the host (the dry run)."""
     if not _on_gpu():
         from . import _runner_host
@@ -281,16 +287,16 @@ GUARD = 128  # elements of NaN before and after D's storage: writes outside the 
 class Buffers:
     """Flat device buffers for one problem size, with views of each operand as (batch, rows, cols)."""
 
-    def __init__(self, problem: GemmProblem, case: R.Case, gen, fill_inputs: bool = True):
+    def __init__(self, problem: GemmProblem, case: Case, gen, fill_inputs: bool = True):
         torch = _torch()
         self.problem, self.case = problem, case
-        self.geoms = R.geometries(problem, case.m, case.n, case.k)
-        probe = R.case_operands(problem, case, {name: 0 for name in self.geoms})
+        self.geoms = geometries(problem, case.m, case.n, case.k)
+        probe = case_operands(problem, case, {name: 0 for name in self.geoms})
         self.flat, self.ops, self.views = {}, {}, {}
         for name, g in self.geoms.items():
             op = probe[name]
             offset = case.offset.get(name, 0)
-            storage = R.operand_storage_elements(g, op, case.batch)
+            storage = operand_storage_elements(g, op, case.batch)
             flat = torch.empty(GUARD + offset + storage + GUARD, device=DEVICE, dtype=torch_dtype(g.dtype))
             if name == "D":
                 flat.fill_(float("nan"))
@@ -298,7 +304,7 @@ class Buffers:
                 random_fill(flat, g.dtype, gen)
             base = flat.data_ptr() + GUARD * flat.element_size()
             self.flat[name] = flat
-            self.ops[name] = R.Operand(base + offset * flat.element_size(), op.ld, op.batch_stride)
+            self.ops[name] = Operand(base + offset * flat.element_size(), op.ld, op.batch_stride)
             self.views[name] = self._view(flat, g, op, GUARD + offset, case.batch)
         self.bias = None
         if problem.bias:
@@ -311,9 +317,9 @@ class Buffers:
         strides = (op.batch_stride, op.ld, 1) if g.row_major else (op.batch_stride, 1, op.ld)
         return torch.as_strided(flat, (batch, g.rows, g.cols), strides, offset)
 
-    def launch_args(self, alpha: float, beta: float, with_c: bool = True) -> R.LaunchArgs:
+    def launch_args(self, alpha: float, beta: float, with_c: bool = True) -> LaunchArgs:
         c = self.ops.get("C") if with_c else None
-        return R.LaunchArgs(self.case.m, self.case.n, self.case.k, self.case.batch, self.ops["A"], self.ops["B"],
+        return LaunchArgs(self.case.m, self.case.n, self.case.k, self.case.batch, self.ops["A"], self.ops["B"],
                             c, self.ops["D"], alpha, beta, self.bias.data_ptr() if self.bias is not None else 0)
 
     def reset_d(self):
@@ -369,12 +375,12 @@ class Buffers:
                 "written_outside": written_outside, "reason": "; ".join(reasons)}
 
 
-def plan_workspace(lib, args: R.LaunchArgs, plan: dict | None = None):
+def plan_workspace(lib, args: LaunchArgs, plan: dict | None = None):
     """(address or None, owner, bytes) of a workspace of the size the kernel asks for this call and plan."""
     if plan:
         from cutegen.launch_plan import LaunchPlan
         if not abi.has_plan(lib):
-            raise R.CutegenError("the case has a launch plan but the library exports no cutegen_gemm_plan "
+            raise CutegenError("the case has a launch plan but the library exports no cutegen_gemm_plan "
                                  "(only stream-K kernels do)")
         ws_bytes = int(lib.cutegen_workspace_size_plan(args.m, args.n, args.k, args.batch,
                                                        *LaunchPlan.from_dict(plan).codes()))
@@ -384,7 +390,7 @@ def plan_workspace(lib, args: R.LaunchArgs, plan: dict | None = None):
     return ptr, owner, ws_bytes
 
 
-def call_kernel(lib, args: R.LaunchArgs, plan: dict | None = None, workspace=None) -> tuple[int, str]:
+def call_kernel(lib, args: LaunchArgs, plan: dict | None = None, workspace=None) -> tuple[int, str]:
     """One cutegen_gemm call (cutegen_gemm_plan with a launch plan) on the current stream, with the
     given ``workspace`` (plan_workspace's triple) or a fresh one of the size the kernel asks."""
     ptr, _owner, ws_bytes = workspace if workspace is not None else plan_workspace(lib, args, plan)
@@ -405,15 +411,15 @@ def call_kernel(lib, args: R.LaunchArgs, plan: dict | None = None, workspace=Non
 def op_validate_case(task):
     """Run one validation case (or refusal probe) on one kernel; see runner.validation_cases."""
     problem = GemmProblem.from_dict(task["problem"])
-    config = R.KernelConfig.from_dict(task["config"]) if task.get("config") else None
-    case = R.Case.from_dict(task["case"])
-    tol = float(task.get("tolerance", R.tolerance(problem)))
+    config = KernelConfig.from_dict(task["config"]) if task.get("config") else None
+    case = Case.from_dict(task["case"])
+    tol = float(task.get("tolerance", tolerance(problem)))
     lib = load_library(task["library"])
     gen = new_generator(int(task.get("seed", 0)) * 1000 + case.seed)
     t0 = time.monotonic()
     bufs = make_buffers(problem, case, gen)
     args = bufs.launch_args(case.alpha, case.beta)
-    violations = R.preflight(problem, args, config)
+    violations = preflight(problem, args, config)
     out = {"case": case.name, "m": case.m, "n": case.n, "k": case.k, "batch": case.batch,
            "alpha": case.alpha, "beta": case.beta, "violations": [v.to_dict() for v in violations]}
     if case.is_probe:
@@ -424,7 +430,7 @@ def op_validate_case(task):
         status, message = call_kernel(lib, args)
         _sync()
         d_untouched = bufs.d_untouched()
-        agree, why = R.refusal_agrees(violations, status, message)
+        agree, why = refusal_agrees(violations, status, message)
         ok = not missing and agree and d_untouched
         reasons = []
         if missing:
@@ -568,7 +574,7 @@ def time_graph(fn, n_sets: int, iters: int, stream_box: list | None = None, rese
     per_call = [a.elapsed_time(b) / calls for a, b in zip(starts, ends)]
     del graph
     return {"graph_status": "ok", "graph_calls": calls, "graph_times_ms": [round(t, 6) for t in per_call],
-            "graph_median_ms": R.median(per_call)}
+            "graph_median_ms": median(per_call)}
 
 
 def input_set_count(set_bytes: int, l2_bytes: int, l2_multiple: int = 4, min_sets: int = 2,
@@ -683,12 +689,12 @@ def op_bench_problem(task):
     problem = GemmProblem.from_dict(task["problem"])
     warmup, iters = int(task.get("warmup", 10)), int(task.get("iters", 50))
     alpha, beta = problem.alpha, problem.beta
-    tol = R.tolerance(problem)
+    tol = tolerance(problem)
     info = _device_info()
     gen = new_generator(int(task.get("seed", 0)) + 7)
-    case = R.Case("bench", problem.m, problem.n, problem.k, problem.batch, alpha, beta,
-                  ld_pad=R.problem_ld_pads(problem))      # stated leading dimensions (lda/ldb/ldc)
-    geoms = R.geometries(problem, case.m, case.n, case.k)
+    case = Case("bench", problem.m, problem.n, problem.k, problem.batch, alpha, beta,
+                  ld_pad=problem_ld_pads(problem))      # stated leading dimensions (lda/ldb/ldc)
+    geoms = geometries(problem, case.m, case.n, case.k)
     set_bytes = sum(g.rows * g.cols * case.batch * g.element_bytes for g in geoms.values())
     n_sets = input_set_count(set_bytes, info["l2_bytes"], int(task.get("l2_multiple", 4)))
     sets = [make_buffers(problem, case, gen) for _ in range(n_sets)]
@@ -726,7 +732,7 @@ def op_bench_problem(task):
             else:
                 lib = load_library(contender["library"])
                 args = [b.launch_args(alpha, beta) for b in sets]
-                violations = R.preflight(problem, args[0])
+                violations = preflight(problem, args[0])
                 if violations:
                     res.update(status="refused", reason="; ".join(f"{v.rule_id}: {v.reason}" for v in violations))
                     continue
@@ -807,7 +813,7 @@ def _verify_and_time(fn, sets, ref, tol, n_sets, warmup, iters, status_box=None)
         st, msg = status_box[0]
         return {"status": "error", "reason": f"status {st} while timing: {msg}"}
     out["times_ms"] = [round(t, 5) for t in times]
-    out["median_ms"] = R.median(times)
+    out["median_ms"] = median(times)
     out["min_ms"] = min(times)
     return out
 
@@ -834,7 +840,7 @@ def main(argv=None) -> int:
         task = json.load(f)
     op_init({})
     value = handle(task)
-    print(json.dumps(value, default=R.json_default))
+    print(json.dumps(value, default=json_default))
     _sync()
     ok = value.get("ok") if isinstance(value, dict) else None
     return 0 if ok else 1

@@ -21,7 +21,6 @@ import concurrent.futures
 import contextlib
 import fcntl
 import hashlib
-import importlib.util
 import json
 import os
 import queue
@@ -30,15 +29,18 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Iterable
+from typing import IO, TYPE_CHECKING, Iterable
 
-from ._atomic import atomic_write
+from ._atomic import atomic_write, scratch_directory
 from .errors import CutegenError
+from .toolchain import _cutlass_version_at, cutlass_include_dirs, find_nvcc, nvcc_full_version  # noqa: F401  (re-exported)
+
+if TYPE_CHECKING:
+    from .progress import Steps
 
 NVCC_FLAGS = (
     "-gencode=arch=compute_90a,code=sm_90a",
@@ -64,47 +66,10 @@ ERROR_LINE = re.compile(r"error|static assertion|static_assert|\bC75(?:08|10)\b|
 
 
 # --- where things are --------------------------------------------------------------------------------
-def cutlass_include_dirs() -> list[str]:
-    """[CUTLASS include dir, CUTLASS tools/util include dir].
-
-    ``CUTEGEN_CUTLASS_INCLUDE`` may name either a CUTLASS source root (with ``include/`` and
-    ``tools/util/include/``) or the ``include/`` folder itself; otherwise the nvidia-cutlass
-    wheel's ``cutlass_library/source`` is used.
-    """
-    override = os.environ.get("CUTEGEN_CUTLASS_INCLUDE")
-    if override:
-        root = Path(override)
-        if (root / "include" / "cutlass" / "version.h").is_file():
-            dirs = [root / "include", root / "tools" / "util" / "include"]
-        elif (root / "cutlass" / "version.h").is_file():
-            util = root.parent / "tools" / "util" / "include"
-            dirs = [root] + ([util] if util.is_dir() else [])
-        else:
-            raise CutegenError(f"CUTEGEN_CUTLASS_INCLUDE={override}: no cutlass/version.h there or in its include/")
-        return [str(d) for d in dirs if d.is_dir()]
-    spec = importlib.util.find_spec("cutlass_library")  # locates the wheel without importing it
-    if spec is None or not spec.submodule_search_locations:
-        raise CutegenError("CUTLASS headers not found: install nvidia-cutlass==4.2.0.0 or set "
-                           "CUTEGEN_CUTLASS_INCLUDE to a CUTLASS include folder")
-    source = Path(list(spec.submodule_search_locations)[0]) / "source"
-    include = source / "include"
-    if not (include / "cutlass" / "version.h").is_file():
-        raise CutegenError(f"{include}: the nvidia-cutlass wheel has no CUTLASS headers")
-    return [str(include), str(source / "tools" / "util" / "include")]
 
 
 def cache_dir() -> Path:
     return Path(os.environ.get("CUTEGEN_CACHE") or Path.home() / ".cache" / "cutegen")
-
-
-def find_nvcc() -> str | None:
-    found = shutil.which("nvcc")
-    if found:
-        return found
-    for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
-        if home and Path(home, "bin", "nvcc").is_file():
-            return str(Path(home, "bin", "nvcc"))
-    return None
 
 
 def default_jobs() -> int:
@@ -268,7 +233,9 @@ class Builder:
     """Compiles jobs through the cache with at most ``jobs`` concurrent nvcc processes."""
 
     def __init__(self, *, jobs: int | None = None, cache: Path | None = None, nvcc: str | None = None,
-                 progress: IO[str] | None = None, timeout: float | None = None):
+                 progress: "IO[str] | Steps | None" = None, timeout: float | None = None):
+        """``progress``: a text stream (one line per event), a ``cutegen.progress.Steps`` (a bar on a
+        terminal), or None (silent)."""
         self.nvcc = nvcc or find_nvcc()
         if self.nvcc is None:
             raise CutegenError("nvcc not found on PATH (or in CUDA_HOME); cannot build")
@@ -279,7 +246,6 @@ class Builder:
         self.progress = progress
         self.timeout = timeout
         self.include_dirs = cutlass_include_dirs()
-        from .manifest import _cutlass_version_at, nvcc_full_version
         self.nvcc_version = nvcc_full_version(self.nvcc)
         self.cutlass_version = _cutlass_version_at(self.include_dirs[0])
         self._slots: queue.Queue[int] = queue.Queue()
@@ -291,9 +257,20 @@ class Builder:
         self._total = 0
 
     def _say(self, text: str) -> None:
-        if self.progress is not None:
-            with self._print_lock:
-                print(text, file=self.progress, flush=True)
+        if self.progress is None:
+            return
+        if hasattr(self.progress, "log"):   # a cutegen.progress.Steps: a line above its bar
+            self.progress.log(text)
+            return
+        with self._print_lock:
+            print(text, file=self.progress, flush=True)
+
+    def _done_line(self, n: int, text: str) -> None:
+        """One finished job: a step of a ``cutegen.progress.Steps``, or ``[n/N] text`` on a stream."""
+        if hasattr(self.progress, "step"):
+            self.progress.step(text)
+        else:
+            self._say(f"[{n}/{self._total}] {text}")
 
     def entry(self, key: str) -> Path:
         return self.cache / key[:2] / key
@@ -323,7 +300,7 @@ class Builder:
         if result.stats.get("spill_bytes"):
             # Not fatal (ptxas did not serialize the wgmma), but a register budget the rules missed.
             tail += f" (warning: {result.stats['spill_bytes']} bytes of register spills)"
-        self._say(f"[{n}/{self._total}] {job.name}: {tail}")
+        self._done_line(n, f"{job.name}: {tail}")
         if not result.ok:
             self._say(result.message)
         return result
@@ -331,7 +308,8 @@ class Builder:
     def _compile(self, job: Job, key: str, entry: Path) -> BuildResult:
         slot = self._slots.get()
         try:
-            with _slot_lock(slot), tempfile.TemporaryDirectory(prefix="cutegen-build-") as tmp:
+            # a scratch directory, not a TemporaryDirectory: a killed build's is removed by the next build
+            with _slot_lock(slot), scratch_directory("cutegen-build-") as tmp:
                 self._say(f"[..] compiling {job.name} (nvcc slot {slot})")
                 src = Path(tmp, "kernel.cu")
                 src.write_text(job.source)
@@ -357,8 +335,8 @@ class Builder:
 
     def _store(self, entry: Path, library: Path, record: dict) -> None:
         entry.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(dir=entry.parent, prefix=f".{entry.name}."))
-        try:
+        # a scratch directory beside the entry: a build killed while storing leaves nothing for good
+        with scratch_directory(f".{entry.name}.", root=entry.parent) as staging:
             shutil.copyfile(library, staging / "kernel.so")
             (staging / "build.json").write_text(json.dumps(record, sort_keys=True, indent=2) + "\n")
             try:
@@ -366,13 +344,12 @@ class Builder:
             except OSError:
                 if not (entry / "kernel.so").is_file():  # not a lost race with another builder
                     raise
-        finally:
-            if staging.exists():
-                shutil.rmtree(staging, ignore_errors=True)
 
     def build(self, jobs: list[Job]) -> BuildSummary:
         self._total = len(jobs)
         self._done = 0
+        if hasattr(self.progress, "set_total"):
+            self.progress.set_total(len(jobs))
         if self.jobs == 1 or len(jobs) <= 1:
             return BuildSummary([self.build_one(j) for j in jobs])
         with concurrent.futures.ThreadPoolExecutor(max_workers=self.jobs) as pool:
@@ -380,8 +357,11 @@ class Builder:
 
 
 def build(paths: Iterable[str | os.PathLike], *, jobs: int | None = None, cache: Path | None = None,
-          progress: IO[str] | None = sys.stderr, timeout: float | None = None, executor=None) -> BuildSummary:
+          progress: "IO[str] | Steps | None" = sys.stderr, timeout: float | None = None,
+          executor=None) -> BuildSummary:
     """Build kernel directories (kernel.cu + manifest.json) or .cu files; kernel.so lands beside them.
+
+    ``progress``: where to report each compile (a stream, a ``cutegen.progress.Steps`` or None).
 
     ``executor`` (``cutegen.executor``): where the compiles run; None is this machine, as always.
     """

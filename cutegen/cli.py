@@ -13,6 +13,14 @@ from .commands import COMMANDS
 from .errors import CutegenError
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with a one-line error (the usage is one ``--help`` away): every bad-input path of
+    the command line ends in exactly one line on standard error and exit status 2."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {' '.join(message.split())} (see {self.prog} --help)\n")
+
+
 def _load(name: str):
     return importlib.import_module(f"cutegen.commands.{name}")
 
@@ -33,7 +41,7 @@ def _add_command(sub, name: str, mod) -> None:
 
 def _build_parser(command: str | None) -> argparse.ArgumentParser:
     import cutegen
-    parser = argparse.ArgumentParser(prog="cutegen", description=cutegen.__doc__)
+    parser = _Parser(prog="cutegen", description=cutegen.__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"cutegen {cutegen.__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     if command in COMMANDS:
@@ -45,6 +53,11 @@ def _build_parser(command: str | None) -> argparse.ArgumentParser:
             except ImportError as e:
                 sub.add_parser(name, help=f"(unavailable here: {e})")
     return parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole ``cutegen`` parser, every command loaded (the CLI reference in docs/ is generated from it)."""
+    return _build_parser(None)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -32,6 +32,7 @@ MAINLOOP_LOADS = ("tma", "cp_async")
 # (CUTLASS's MathWarpGroupOrderBarrier, today's DSL template); "after_release" after the tail's
 # releases; "none" renders no order barrier (the pipeline checker rejects it: PIPE-READ-BEFORE-LOAD).
 PINGPONG_ORDERS = ("after_mma", "after_release", "none")
+MAX_SPLIT_K_SLICES = 64    # far above a useful count: the slices' partials grow as slices x M x N x 4 bytes
 
 
 @dataclass(frozen=True, order=True)
@@ -84,7 +85,7 @@ class SmemAtom:
 # default, so the bytes and hash of every existing kernel stay the same.
 _OMITTED_AT_DEFAULT = frozenset({"swap_ab", "mainloop_load", "stage_a", "stage_b", "stage_transpose_a",
                                  "stage_transpose_b", "prefetch_distance",
-                                 "release_lag", "pingpong_order"})
+                                 "release_lag", "pingpong_order", "split_k_slices"})
 
 
 @dataclass(frozen=True)
@@ -125,6 +126,11 @@ class KernelConfig:
     prefetch_distance: int = 0
     release_lag: int = 1
     pingpong_order: str = "after_mma"                      # PINGPONG_ORDERS
+    # Split-K with a separate reduction (cutegen/split_k_reduce.py): the kernel computes the K extent in
+    # split_k_slices slices as one batched GEMM writing f32 partials into the workspace, and the C ABI's
+    # reduction kernel sums them and applies alpha, beta and C. 1: the ordinary kernel. Left out of
+    # to_dict() at 1, so every existing kernel keeps its hash.
+    split_k_slices: int = 1
 
     def __post_init__(self):
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731
@@ -159,6 +165,7 @@ class KernelConfig:
         set_("prefetch_distance", as_int("prefetch_distance", self.prefetch_distance, lo=0, hi=64))
         set_("release_lag", as_int("release_lag", self.release_lag, lo=0, hi=1))
         as_choice("pingpong_order", self.pingpong_order, PINGPONG_ORDERS)
+        set_("split_k_slices", as_int("split_k_slices", self.split_k_slices, lo=1, hi=MAX_SPLIT_K_SLICES))
 
     # --- derived ---------------------------------------------------------------------
     @property
@@ -221,7 +228,8 @@ class KernelConfig:
         staged = "".join(f"_stage{op.upper()}" + ("T" if getattr(self, f"stage_transpose_{op}") else "")
                          for op in "ab" if getattr(self, f"stage_{op}"))
         temporal = self.temporal_suffix()
-        return f"{t[0]}x{t[1]}x{t[2]}_{c[0]}x{c[1]}x{c[2]}_{st}_{sched}_{epi}{sk}{sw}{load}{staged}{temporal}"
+        sliced = f"_slicek{self.split_k_slices}" if self.split_k_slices > 1 else ""
+        return f"{t[0]}x{t[1]}x{t[2]}_{c[0]}x{c[1]}x{c[2]}_{st}_{sched}_{epi}{sk}{sw}{load}{staged}{temporal}{sliced}"
 
     def temporal_suffix(self) -> str:
         """The non-default temporal choices as a name suffix ("" for today's protocol)."""

@@ -19,7 +19,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -125,6 +124,9 @@ def dsl_supports(problem: GemmProblem, config: KernelConfig) -> list[str]:
     if getattr(config, "stage_a", False) or getattr(config, "stage_b", False):
         out.append("DSL-STAGING: the DSL template's ABI does not make the restride copies of staged operands "
                    "(cutegen/staging.py); use the C++ backend (cutlass)")
+    if getattr(config, "split_k_slices", 1) > 1:
+        out.append("DSL-SPLIT-K-REDUCE: the DSL template's ABI has no separate split-K reduction "
+                   "(cutegen/split_k_reduce.py); use the C++ backend (cutlass)")
     for op, dt in (("A", problem.dtype_a), ("B", problem.dtype_b)):
         if dt == "tf32":
             out.append(f"DSL-TF32: operand {op} is tf32; CuTe DSL 4.8's warpgroup module has no tf32 WGMMA "
@@ -232,7 +234,7 @@ def kernel_hash(problem: GemmProblem, config: KernelConfig) -> str:
 
 def describe_json(problem: GemmProblem, config: KernelConfig) -> str:
     """cutegen_describe()'s JSON, made as the C++ backend makes it."""
-    from .render import _describe
+    from .render_common import _describe
     return _describe(problem, config, BACKEND, kernel_hash(problem, config))
 
 
@@ -308,7 +310,7 @@ def _environment():
     global _ENV
     if _ENV is None:
         import jinja2
-        from .render import _cstring
+        from .render_common import _cstring
         tdir = Path(__file__).resolve().parent.parent / "templates"
         if not (tdir / TEMPLATE).is_file():  # installed (non-editable): templates ship as cutegen.templates
             from . import templates as _t  # type: ignore[attr-defined]
@@ -325,7 +327,7 @@ def _checked(problem: GemmProblem, config: KernelConfig) -> KernelConfig:
         raise FieldError("problem", f"expected a GemmProblem, got {type(problem).__name__}")
     if not isinstance(config, KernelConfig):
         raise FieldError("config", f"expected a KernelConfig, got {type(config).__name__}")
-    from .render import complete_config
+    from .render_common import complete_config
     config = complete_config(problem, config)
     reasons = dsl_supports(problem, config)
     if reasons:
@@ -342,10 +344,21 @@ def _lint(kernel_py: str) -> str:
     return kernel_py
 
 
+def _verify_pipeline(kernel_py: str, problem: GemmProblem, config: KernelConfig) -> str:
+    """Refuse a rendered module whose TMA/mbarrier pipeline, read back from its source, is not the term the
+    pipeline checker proves (cutegen/dsl_pipeline.py, DSL-PIPELINE-MATCH)."""
+    from .dsl_pipeline import check_rendered
+    problems = check_rendered(kernel_py, problem, config)
+    if problems:
+        raise CutegenError("the rendered CuTe DSL kernel's pipeline is not the verified one: " + "; ".join(problems))
+    return kernel_py
+
+
 def render_dsl(problem: GemmProblem, config: KernelConfig) -> str:
     """The CuTe DSL module (kernel.py) for a configuration the DSL template can express."""
     config = _checked(problem, config)
-    return _lint(_environment().get_template(TEMPLATE).render(**template_context(problem, config)))
+    kernel_py = _lint(_environment().get_template(TEMPLATE).render(**template_context(problem, config)))
+    return _verify_pipeline(kernel_py, problem, config)
 
 
 def render_dsl_abi(problem: GemmProblem, config: KernelConfig) -> str:
@@ -358,13 +371,14 @@ def render_files(problem: GemmProblem, config: KernelConfig, *, check_legality: 
                  cost: Any = None) -> dict[str, str]:
     """kernel.py, abi.cpp and manifest.json of one DSL kernel (what `generate --backend dsl` writes)."""
     from . import manifest as manifest_mod
-    from .render import check_legality as _check, legality_summary
+    from .render_common import check_legality as _check, legality_summary
     config = _checked(problem, config)
     report = _check(problem, config) if check_legality else None
     ctx = template_context(problem, config)
     env = _environment()
     kernel_py = env.get_template(TEMPLATE).render(**ctx)
     _lint(kernel_py)
+    _verify_pipeline(kernel_py, problem, config)
     abi_cpp = env.get_template(ABI_TEMPLATE).render(**ctx)
     man = manifest_mod.build_manifest(
         problem=problem, config=config, backend=BACKEND, source=kernel_py,
@@ -459,14 +473,16 @@ def build_dsl(problem: GemmProblem, config: KernelConfig, out_dir: str | os.Path
     """
     from .build import cache_dir, find_nvcc
     from .manifest import nvcc_full_version
-    from .render import atomic_write
+    from ._atomic import atomic_write
     files = render_files(problem, config, check_legality=check_legality, cost=cost)
+    from ._atomic import atomic_directory, leftovers
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    for name, text in files.items():
-        path = out / name
-        if not path.exists() or path.read_bytes() != text.encode():
-            atomic_write(path, text.encode())
+    stale = [n for n, t in files.items() if not (out / n).is_file() or (out / n).read_bytes() != t.encode()]
+    if stale or leftovers(out):
+        with atomic_directory(out) as new:          # the sources appear together (a kernel.so stays)
+            for name, text in files.items():
+                if not (new / name).is_file() or (new / name).read_bytes() != text.encode():
+                    (new / name).write_bytes(text.encode())
     nvcc = find_nvcc()
     key = _cache_key(files, nvcc_full_version(nvcc) if nvcc else None)
     entry = (Path(cache) if cache else cache_dir()) / key[:2] / key
@@ -483,8 +499,9 @@ def build_dsl(problem: GemmProblem, config: KernelConfig, out_dir: str | os.Path
 def _build_entry(files: dict[str, str], khash: str, entry: Path, nvcc: str | None, key: str) -> None:
     prefix = f"cutegen_dsl_{khash}"
     entry.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="cutegen-dsl-") as tmp:
-        work = Path(tmp)
+    from ._atomic import scratch_directory
+    # scratch directories, not TemporaryDirectory: what a killed build leaves, the next one removes
+    with scratch_directory("cutegen-dsl-") as work:
         (work / "kernel.py").write_text(files["kernel.py"])
         (work / "abi.cpp").write_text(files["abi.cpp"])
         timings = compile_object(work / "kernel.py", work, prefix)
@@ -492,8 +509,7 @@ def _build_entry(files: dict[str, str], khash: str, entry: Path, nvcc: str | Non
         timings["link_s"] = round(link_library(work, prefix, work / "kernel.so", nvcc), 3)
         record = {"key": key, "backend": BACKEND, "cute_dsl": dsl_version(), "link_flags": list(LINK_FLAGS),
                   "timings": timings, "library_bytes": (work / "kernel.so").stat().st_size}
-        staging = Path(tempfile.mkdtemp(dir=entry.parent, prefix=f".{entry.name}."))
-        try:
+        with scratch_directory(f".{entry.name}.", root=entry.parent) as staging:
             shutil.copyfile(work / "kernel.so", staging / "kernel.so")
             (staging / "build.json").write_text(json.dumps(record, sort_keys=True, indent=2) + "\n")
             try:
@@ -501,9 +517,6 @@ def _build_entry(files: dict[str, str], khash: str, entry: Path, nvcc: str | Non
             except OSError:
                 if not (entry / "kernel.so").is_file():
                     raise
-        finally:
-            if staging.exists():
-                shutil.rmtree(staging, ignore_errors=True)
 
 
 def build_dsl_dir(directory: str | os.PathLike, *, cache: Path | None = None) -> Path:

@@ -11,20 +11,20 @@ the search (the GPU machine has no egglog).
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
 import json
 import os
-import re
-import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ._fields import loads_json
 from .config import KernelConfig
 from .errors import CutegenError, FieldError
 from .problem import GemmProblem
+from .toolchain import (  # noqa: F401  (re-exported: callers read versions through manifest)
+    _cutlass_version_at, _nvcc_version_text, cutlass_version, nvcc_full_version, nvcc_version,
+)
 
 SCHEMA = 1
 
@@ -38,57 +38,6 @@ def kernel_hash(problem: GemmProblem, config: KernelConfig, backend: str) -> str
     ident = json.dumps({"backend": backend, "config": config.to_dict(), "problem": problem.kernel_key()},
                        sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(ident.encode()).hexdigest()[:16]
-
-
-def cutlass_version(include_dir: str | os.PathLike | None = None) -> str | None:
-    """CUTLASS version from the headers the kernel compiles against (cutlass/version.h)."""
-    if include_dir is None:
-        from .build import cutlass_include_dirs  # build has no heavy imports
-        try:
-            include_dir = cutlass_include_dirs()[0]
-        except CutegenError:
-            return None
-    return _cutlass_version_at(str(include_dir))
-
-
-@functools.lru_cache(maxsize=None)
-def _cutlass_version_at(include_dir: str) -> str | None:
-    try:
-        text = Path(include_dir, "cutlass", "version.h").read_text()
-    except OSError:
-        return None
-    parts = [re.search(rf"#define\s+CUTLASS_{p}\s+(\d+)", text) for p in ("MAJOR", "MINOR", "PATCH")]
-    if not all(parts):
-        return None
-    return ".".join(m.group(1) for m in parts)
-
-
-@functools.lru_cache(maxsize=None)
-def nvcc_version(nvcc: str = "nvcc") -> str | None:
-    """``major.minor`` of the nvcc on PATH (e.g. "13.0"), or None without one.
-
-    Only the release is recorded: patch builds of one release generate identical kernels, and
-    recording them would make ``regen --check`` fail on every toolkit patch update.
-    """
-    m = re.search(r"release (\d+\.\d+)", _nvcc_version_text(nvcc))
-    return m.group(1) if m else None
-
-
-def _nvcc_version_text(nvcc: str) -> str:
-    """``nvcc --version``'s output, or "" when there is no nvcc or it does not answer."""
-    exe = shutil.which(nvcc)
-    if exe is None:
-        return ""
-    try:
-        return subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=60).stdout
-    except (OSError, subprocess.SubprocessError):
-        return ""
-
-
-def nvcc_full_version(nvcc: str = "nvcc") -> str | None:
-    """The complete ``V13.0.88``-style build string; part of the compile cache key."""
-    m = re.search(r"\bV(\d+\.\d+\.\d+)", _nvcc_version_text(nvcc))
-    return m.group(1) if m else None
 
 
 def to_jsonable(value: Any) -> Any:
@@ -156,7 +105,7 @@ def load(path: str | os.PathLike) -> Manifest:
     if path.is_dir():
         path = path / "manifest.json"
     try:
-        data = json.loads(path.read_text())
+        data = loads_json(path.read_text())
     except FileNotFoundError:
         raise CutegenError(f"{path}: no manifest.json (render the kernel first)") from None
     except json.JSONDecodeError as e:
@@ -166,6 +115,7 @@ def load(path: str | os.PathLike) -> Manifest:
     for key in ("problem", "config", "backend"):
         if key not in data:
             raise FieldError(f"{path}.{key}", "missing")
-    return Manifest(GemmProblem.from_dict(data["problem"], where=f"{path.name}.problem"),
-                    KernelConfig.from_dict(data["config"], where=f"{path.name}.config"),
-                    str(data["backend"]), data)
+    from .core import registry       # the problem's "op" (none: GEMM) says which types read it back
+    problem = registry.problem_from_dict(data["problem"], f"{path.name}.problem")
+    config = registry.config_from_dict(registry.operation_of(problem), data["config"], f"{path.name}.config")
+    return Manifest(problem, config, str(data["backend"]), data)

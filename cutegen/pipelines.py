@@ -69,6 +69,11 @@ def protocol(problem: GemmProblem, config: KernelConfig, backend: str = "cutlass
         multicast_a=done.tma_a == "tma_multicast" and cn > 1,
         multicast_b=done.tma_b == "tma_multicast" and cm > 1,
         arrivals_per_release=per_release,
+        # ping-pong's hand-over: CUTLASS's OrderedSequenceBarrier counts one arrival per warpgroup; the DSL's
+        # PipelineOrder is created with the warpgroup's threads (every thread arrives)
+        order_arrivals=1 if backend == "cutlass" else THREADS_PER_WARPGROUP,
+        # the mainloop's wgmma.wait_group 0: CUTLASS's in mma_tail, after the hand-over; the DSL template's before it
+        drain_before_hand_over=backend != "cutlass",
         # Tile boundaries with each consumer taking several tiles (ping-pong: 3 and 2, the odd count
         # leaves the first warpgroup the extra one); non-persistent kernels take one tile per CTA.
         tiles=(5 if pingpong else 2) if persistent else 1,

@@ -44,6 +44,10 @@ def pow2_alignment(cap: int, *values: int) -> int:
     return a
 
 
+# The problem `cutegen` and `cutegen generate` make when given none (the Python API's too).
+DEFAULT_PROBLEM = {"m": 4096, "n": 4096, "k": 4096, "dtype": "bf16", "layout": "tn"}
+
+
 @dataclass(frozen=True)
 class GemmProblem:
     m: int
@@ -100,7 +104,9 @@ class GemmProblem:
                 raise FieldError(ld_name, f"{ld} is smaller than the contiguous extent {extent_name}={extent} "
                                           f"(rows would overlap)")
             cap = default_alignment(self.dtype_d if op == "c" else getattr(self, f"dtype_{op}"))
-            value = as_int(name, getattr(self, name), lo=0, hi=1024)
+            # at most 16 bytes' worth: TMA and cp.async move at most 16 bytes per row segment, so a wider
+            # stated alignment means nothing to any kernel (and would split kernel classes for nothing)
+            value = as_int(name, getattr(self, name), lo=0, hi=cap)
             if value == 0:
                 value = pow2_alignment(cap, extent, *((ld,) if ld else ()))
             if value & (value - 1):

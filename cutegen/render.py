@@ -24,13 +24,17 @@ from pathlib import Path
 from typing import Any
 
 from . import manifest as manifest_mod
-from ._atomic import atomic_write  # noqa: F401  (also used by dsl.py)
+from ._atomic import atomic_directory, atomic_write, leftovers  # noqa: F401  (atomic_write: also dsl.py)
 from .config import KernelConfig
 from .dtypes import DTYPES
 from .errors import CutegenError, FieldError, IllegalConfig
 from .problem import GemmProblem
+from . import split_k_reduce as _split_k_reduce
 from . import staging as _staging
 from .swap_ab import kernel_problem
+from .render_common import (  # noqa: F401  (re-exported: render.complete_config etc. stay importable)
+    _cstring, _describe, check_legality, complete_config, legality_summary,
+)
 
 BACKENDS = ("cutlass", "cutlass_builder", "dsl")   # dsl: cutegen/dsl.py (CuTe DSL, issue 6)
 TEMPLATES = {"cutlass": "cutlass_sm90_gemm.cu.j2", "cutlass_builder": "cutlass_builder_gemm.cu.j2"}
@@ -89,18 +93,20 @@ class RenderedKernel:
         return self.files["kernel.cu"]
 
     def write(self, directory: str | os.PathLike) -> list[Path]:
-        """Write every file atomically; returns the paths whose bytes changed."""
+        """Write the kernel directory whole (``atomic_directory``: a concurrent writer of the same
+        directory cannot mix its files with these; a kill leaves the old directory or the new one);
+        returns the paths whose bytes changed. Other files there (a built kernel.so) are kept."""
         directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        changed = []
-        for name in sorted(self.files):
-            path = directory / name
-            data = self.files[name].encode()
-            if path.exists() and path.read_bytes() == data:
-                continue
-            atomic_write(path, data)
-            changed.append(path)
-        return changed
+        if directory.exists() and not directory.is_dir():
+            raise CutegenError(f"{directory}: exists and is not a directory (the kernel directory)")
+        changed = self.differences(directory)
+        if not changed and not leftovers(directory):
+            return []
+        with atomic_directory(directory) as new:
+            changed = self.differences(new)         # under the lock: what this write changes
+            for path in changed:
+                (new / path.name).write_bytes(self.files[path.name].encode())
+        return [directory / p.name for p in changed]
 
     def differences(self, directory: str | os.PathLike) -> list[Path]:
         """Files under ``directory`` that are missing or whose bytes differ from this rendering."""
@@ -111,48 +117,6 @@ class RenderedKernel:
             if not path.exists() or path.read_bytes() != self.files[name].encode():
                 out.append(path)
         return out
-
-
-# --- completion and legality (owned by other modules; imported late so that a missing or ----
-# --- heavy dependency never stops `import cutegen.render`) --------------------------------------
-def complete_config(problem: GemmProblem, config: KernelConfig) -> KernelConfig:
-    try:
-        from .collective_builder import complete
-    except ModuleNotFoundError as e:
-        if e.name != "cutegen.collective_builder":
-            raise
-        if config.is_complete:
-            return config
-        raise CutegenError("config is incomplete (stages, smem layouts, TMA atoms, WGMMA instruction or "
-                           "warpgroup layout unset) and cutegen.collective_builder is not available "
-                           "to complete it") from None
-    # A swapped kernel is completed for the transposed problem its CUTLASS types are written for.
-    return complete(kernel_problem(problem, config), config)
-
-
-def check_legality(problem: GemmProblem, config: KernelConfig):
-    """The legality report of ``config`` for ``problem``; raises IllegalConfig on any violation."""
-    try:
-        from .legality import check_config
-    except ImportError as e:
-        raise CutegenError(f"cannot check legality: cutegen.legality.check_config is unavailable ({e}); "
-                           "refusing to render an unchecked configuration") from None
-    report = check_config(problem, config)
-    violations = list(getattr(report, "violations", report or []))
-    if violations:
-        raise IllegalConfig(violations)
-    return report
-
-
-def legality_summary(report: Any) -> dict[str, Any]:
-    """What the manifest keeps of a (passing) legality report."""
-    if hasattr(report, "to_dict"):
-        data = manifest_mod.to_jsonable(report.to_dict())
-        if isinstance(data, dict):
-            data.setdefault("legal", True)
-            return data
-    violations = list(getattr(report, "violations", []) or [])
-    return {"legal": not violations, "violations": [manifest_mod.to_jsonable(v) for v in violations]}
 
 
 # --- the template context --------------------------------------------------------------------------
@@ -232,33 +196,6 @@ def _fusion(problem: GemmProblem, element_c: str) -> tuple[str, str, str]:
             "D = alpha * acc + beta * C", "")
 
 
-def _cstring(text: str) -> str:
-    """A C string literal for ``text`` (ASCII JSON), split into short lines."""
-    out, line = [], ""
-    for ch in text:
-        esc = {"\\": "\\\\", '"': '\\"', "\n": "\\n"}.get(ch, ch)
-        if not (32 <= ord(ch) < 127) and ch != "\n":
-            raise ValueError(f"non-ASCII character {ch!r} in a C string")
-        if len(line) + len(esc) > 96:
-            out.append(f'"{line}"')
-            line = ""
-        line += esc
-    out.append(f'"{line}"')
-    return "\n    ".join(out)
-
-
-def _describe(problem: GemmProblem, config: KernelConfig, backend: str, khash: str) -> str:
-    from . import __version__
-    from .staging import describe as staged
-    out = {"backend": backend, "config": config.to_dict(), "cutegen": __version__, "hash": khash,
-           "problem": problem.kernel_key()}
-    if staged(config):          # only staged kernels carry the key: every other kernel keeps its bytes
-        out["staged_operands"] = staged(config)
-    if _staging.transposed_operands(config):      # likewise only transposing ones this one
-        out["transposed_operands"] = _staging.describe_transposed(config)
-    return json.dumps(out, sort_keys=True, separators=(",", ":"))
-
-
 def template_context(problem: GemmProblem, config: KernelConfig, backend: str) -> dict[str, Any]:
     """Everything the templates need, derived from (problem, config) alone.
 
@@ -268,6 +205,7 @@ def template_context(problem: GemmProblem, config: KernelConfig, backend: str) -
     khash = manifest_mod.kernel_hash(problem, config, backend)
     describe_json = _describe(problem, config, backend, khash)
     problem_name = problem.kernel_class_name
+    caller = problem
     problem = kernel_problem(problem, config)
     element_c = "void" if problem.dtype_c == "void" else DTYPES[problem.dtype_c].cutlass
     fusion_op, fusion_comment, bias_element = _fusion(problem, element_c)
@@ -318,6 +256,19 @@ def template_context(problem: GemmProblem, config: KernelConfig, backend: str) -
         "unaligned_abi": any(getattr(problem, f"alignment_{op}") * DTYPES[dt].bits < 128
                              for op, dt in (("a", problem.dtype_a), ("b", problem.dtype_b), ("c", problem.dtype_d))),
     }
+    # split-K with a separate reduction (cutegen/split_k_reduce.py): the CUTLASS types above are the sliced
+    # GEMM's (f32 D into the workspace, no C); the reduction kernel of the ABI writes the caller's C and D
+    s = _split_k_reduce.slices(config)
+    ctx.update({
+        "split_k_reduce": s > 1, "split_k_slices": s,
+        "out_dtype_c": caller.dtype_c, "out_dtype_d": caller.dtype_d,
+        "out_element_c": "void" if caller.dtype_c == "void" else DTYPES[caller.dtype_c].cutlass,
+        "out_element_d": DTYPES[caller.dtype_d].cutlass,
+        "out_c_is_void": caller.dtype_c == "void",
+        "out_row_major": caller.layout_c == "row",
+        "out_alignment_c": caller.alignment_c,
+        "partial_unit": _split_k_reduce.PARTIAL_UNIT,
+    })
     ctx["align_words"] = "(one vector of this kernel)" if ctx["unaligned_abi"] else "(16 bytes); TMA needs it"
     if ctx["cp_async"]:
         ctx["kernel_schedule"] = _CP_ASYNC_SCHEDULES[config.mainloop_schedule]
@@ -484,6 +435,9 @@ def builder_supports(problem: GemmProblem, config: KernelConfig) -> list[str]:
     """Why CUTLASS's CollectiveBuilder cannot build a configuration the explicit template can (empty: it can)."""
     if cutlass_temporal(config):
         return cutlass_temporal(config)
+    if config.split_k_slices > 1:
+        return ["CUTLASS-BUILDER-SPLIT-K-REDUCE: the CollectiveBuilder template includes only the ordinary C ABI; "
+                "the separate split-K reduction (cutegen/split_k_reduce.py) is rendered by backend cutlass"]
     if config.mainloop_load == "cp_async":
         from .legality.cp_async import vector_bytes
         small = [f"{op.upper()} {vector_bytes(problem, op)} B" for op in ("a", "b") if vector_bytes(problem, op) < 4]
@@ -536,6 +490,8 @@ def render(problem: GemmProblem, config: KernelConfig, backend: str = "cutlass",
         man["numerics"] = FP8_FAST_ACCUM_NUMERICS
     if config.tile_scheduler == "stream_k":
         man["launch_plan"] = launch_plan_for(problem, config, cost).to_dict()
+    if config.split_k_slices > 1:
+        man["split_k_reduce"] = _split_k_reduce.describe(problem, config)
     if config.stage_a or config.stage_b:
         from . import staging
         man["staging"] = {
@@ -578,4 +534,5 @@ def render_manifest(path: str | os.PathLike, *, keep_toolchain: bool = True) -> 
     """Re-render the kernel a stored manifest.json describes (no search needed)."""
     m = manifest_mod.load(path)
     toolchain = m.data.get("toolchain") if keep_toolchain else None
-    return render(m.problem, m.config, m.backend, cost=m.data.get("cost"), toolchain=toolchain)
+    from .core import registry       # the manifest's operation renders it (GEMM: render() above)
+    return registry.render(m.problem, m.config, m.backend, cost=m.data.get("cost"), toolchain=toolchain)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .errors import CutegenError, FieldError
+from .paths import check_name
 from .problem import GemmProblem
 
 
@@ -27,9 +28,13 @@ def load_suite(path: str | Path) -> list[tuple[str, GemmProblem]]:
     import tomllib
     path = Path(path)
     try:
-        data = tomllib.loads(path.read_text())
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise CutegenError(f"{path}: no such suite file") from None
+    except OSError as e:
+        raise CutegenError(f"{path}: cannot read the suite file: {e.strerror}") from None
+    except UnicodeDecodeError as e:
+        raise FieldError(str(path), f"not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start})") from None
     except tomllib.TOMLDecodeError as e:
         raise FieldError(str(path), f"not valid TOML: {e}") from None
     tables = [(k, v) for k, v in data.items() if isinstance(v, list) and v and all(isinstance(x, dict) for x in v)]
@@ -39,9 +44,12 @@ def load_suite(path: str | Path) -> list[tuple[str, GemmProblem]]:
     out = []
     for i, entry in enumerate(entries):
         entry = dict(entry)
-        name = str(entry.pop("name", ""))
+        name = entry.pop("name", "")
+        if not isinstance(name, str):
+            raise FieldError(f"{path.name}:{key}[{i}].name", f"expected a string, got {name!r}")
         for extra in ("note", "notes", "comment", "why", "tags", "group"):
             entry.pop(extra, None)
         problem = GemmProblem.from_dict(entry, where=f"{path.name}:{key}[{i}]")
-        out.append((name or problem.name, problem))
+        # the name becomes a directory (tune's work and output folders): one safe path component
+        out.append((check_name(name, f"{path.name}:{key}[{i}].name") if name else problem.name, problem))
     return out

@@ -36,7 +36,10 @@ def transposed(problem: GemmProblem) -> GemmProblem:
 
 def kernel_problem(problem: GemmProblem, config: KernelConfig) -> GemmProblem:
     """The problem the kernel's CUTLASS types are written for: transposed when the config swaps, its
-    staged operands 16-byte aligned when it stages (cutegen/staging.py)."""
+    staged operands 16-byte aligned when it stages (cutegen/staging.py), the batched K-slice GEMM with f32
+    partials when it reduces separately (cutegen/split_k_reduce.py)."""
+    from .split_k_reduce import sliced_problem
     from .staging import staged_problem
+    problem = sliced_problem(problem, config)
     problem = staged_problem(problem, config)
     return transposed(problem) if config.swap_ab else problem

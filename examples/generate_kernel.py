@@ -1,27 +1,31 @@
 """Search, render and (if nvcc is present) build the kernel for one GEMM problem, from Python.
 
-    python examples/generate_kernel.py [OUT_DIR]
+    python examples/generate_kernel.py [OUT_DIR] [--no-build]
 """
-import sys
-from pathlib import Path
+import argparse
 
-from cutegen import GemmProblem
-from cutegen.build import build, find_nvcc
-from cutegen.render import render
-from cutegen.search import search
+import cutegen
 
-problem = GemmProblem(m=8192, n=3072, k=1024, dtype_a="bf16", dtype_b="bf16", layout_a="row", layout_b="col")
-result = search(problem, top_k=3)
-best = result.ranked[0]
+parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+parser.add_argument("out", nargs="?", default="out/example_kernel", help="the kernel directory to write")
+parser.add_argument("--no-build", action="store_true", help="render only, even where nvcc is found")
+args = parser.parse_args()
+
+problem = cutegen.GemmProblem(m=8192, n=3072, k=1024, dtype_a="bf16", dtype_b="bf16",
+                              layout_a="row", layout_b="col")
+result = cutegen.find_kernels(problem, top_k=3)
 print(f"searched {result.egraph_nodes} e-nodes in {result.search_seconds:.2f} s; "
-      f"{result.candidates_legal} legal candidates judged")
-for r in result.ranked:
-    print(f"  {r.config.short_name():44s} predicted {r.cost:8.1f} us")
+      f"{result.candidates_legal} legal of {result.candidates_judged} candidates judged")
+for ranked in result.ranked:
+    print(f"  {ranked.config.short_name():44s} predicted {ranked.cost:8.1f} us")
 
-kernel = render(problem, best.config, cost={"predicted_us": best.cost})
-out = Path(sys.argv[1] if len(sys.argv) > 1 else "out/example_kernel")
-kernel.write(out)
-print(f"wrote {out}/kernel.cu and manifest.json (kernel {kernel.kernel_hash})")
-if find_nvcc():
-    summary = build([out], jobs=1)
-    print(summary.line())
+# generate() searches again (deterministically: the same winner) and writes kernel.cu + manifest.json.
+kernel = cutegen.generate(problem, args.out, build=not args.no_build)
+assert kernel.config == result.ranked[0].config
+print(f"wrote {kernel.source_file} and manifest.json (kernel {kernel.kernel_hash})")
+if kernel.library is not None:
+    print(f"built {kernel.library}")
+elif kernel.build_note:
+    print(kernel.build_note)
+if not kernel.ok:
+    raise SystemExit(kernel.build.message)

@@ -141,6 +141,7 @@ from .cp_async import CP_ASYNC_RULES      # noqa: E402
 
 from .swap_ab import SWAP_AB_RULES, check_swap  # noqa: E402
 from .staging import STAGING_RULES, check_staging  # noqa: E402
+from .split_k_reduce import SPLIT_K_REDUCE_RULES, check_split_k_reduce  # noqa: E402
 
 CONFIG_RULESETS: list[RuleSet] = [WGMMA_RULES, MBARRIER_RULES, RESOURCE_RULES, CUTLASS_SM90_RULES, CP_ASYNC_RULES]
 
@@ -157,6 +158,7 @@ def all_rules() -> list[Rule]:
         out.extend(rs)
     out.extend(SWAP_AB_RULES)
     out.extend(STAGING_RULES)
+    out.extend(SPLIT_K_REDUCE_RULES)
     from .stream_k import STREAM_K_RULES   # judged on (problem, config, launch plan): check_plan
     out.extend(STREAM_K_RULES)
     return out
@@ -199,7 +201,22 @@ def check_config(problem: GemmProblem, config: KernelConfig) -> ConfigReport:
     A swapped configuration (``config.swap_ab``) is judged by the swap rules on ``problem``, then by
     every other rule on the transposed problem its kernel is written for (legality/swap_ab.py).
     A staged configuration (``config.stage_a`` / ``stage_b``) likewise: the staging rules on
-    ``problem``, then every other rule on the aligned view its TMA kernel reads (legality/staging.py)."""
+    ``problem``, then every other rule on the aligned view its TMA kernel reads (legality/staging.py).
+    A split-K-reduce configuration (``config.split_k_slices > 1``) likewise: its rules on ``problem``, then
+    every other rule on the batched slice GEMM its kernel computes (legality/split_k_reduce.py)."""
+    s = getattr(config, "split_k_slices", 1)
+    if s > 1:
+        from cutegen.split_k_reduce import sliced_problem
+        found = check_split_k_reduce(problem, config)
+        broken = [v for v in found if v.enforced]
+        notes = [v for v in found if not v.enforced]
+        if broken:
+            return ConfigReport(False, broken, notes, None, config.stages if config.stages != "auto" else None, None)
+        inner = check_config(sliced_problem(problem, config), config.replace(split_k_slices=1))
+        if inner.config is not None:
+            inner.config = inner.config.replace(split_k_slices=s)
+        inner.warnings = notes + inner.warnings
+        return inner
     flags = {f: getattr(config, f, False) for f in ("stage_a", "stage_b", "stage_transpose_a", "stage_transpose_b")}
     if any(flags.values()):
         from cutegen.staging import staged_problem
@@ -233,6 +250,6 @@ def check_config(problem: GemmProblem, config: KernelConfig) -> ConfigReport:
                         ctx.smem_bytes)
 
 
-__all__ = ["CONFIG_RULESETS", "SWAP_AB_RULES", "check_swap", "STAGING_RULES", "check_staging", "ConfigContext", "ConfigReport", "check_config", "evaluate_config", "first_violation",
+__all__ = ["CONFIG_RULESETS", "SWAP_AB_RULES", "check_swap", "STAGING_RULES", "check_staging", "SPLIT_K_REDUCE_RULES", "check_split_k_reduce", "ConfigContext", "ConfigReport", "check_config", "evaluate_config", "first_violation",
            "all_rules",
            "Rule", "RuleSet", "Violation"]

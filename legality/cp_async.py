@@ -99,6 +99,28 @@ def _tiled_copy(c):
     return None
 
 
+@_rule("SM90-CPASYNC-STREAMK", rulebook="W01",
+       source="GPU runs: H100 2026-11-24, 8/8 cp.async cooperative stream-K kernels wrong under split-K/stream-K "
+       "plans with K % Tile_K != 0 (max rel. error 1.7-23, initialize() before every launch, beta = 0 too); "
+       "H200 2026-11-26 random sample of 80 ranked candidates, 2 wrong, both this form (e.g. M=6370 N=8 "
+       "K=45280 bf16 NN). Mechanism: CUTLASS 4.2 collective/sm90_mma_multistage_gmma_ss_warpspecialized.hpp:"
+       "221-288 shifts gA/gB by the K residue and predicates the first k-tile of every work unit as the "
+       "residue tile, so a unit that starts mid-K (split-K, stream-K) drops valid k-elements",
+       summary="a cp.async mainloop does not take the stream-K tile scheduler (tile_scheduler=persistent)")
+def _stream_k(c):
+    # Why illegal outright, not only when the problem's K % Tile_K != 0 (the exact failing predicate,
+    # SM90-CPASYNC-SPLIT-KRESIDUE in stream_k.py, judged per plan): K, and on cutegen_gemm the plan, are
+    # run-time arguments of the C ABI. A pack or a ragged validation calls one kernel with other K, and
+    # cutegen_gemm's default plan is CUTLASS's heuristic, which may pick split-K; no K known at generation
+    # time makes every later call safe. Nothing is lost that was evidenced correct: a stream-K kernel is
+    # searched only for the plans that split (whole tiles are its persistent twin's, always in the space),
+    # and no GPU run has shown the splitting cp.async kernel correct at all.
+    if is_cp_async(c) and c.config.tile_scheduler == "stream_k":
+        return (f"mainloop_load=cp_async with tile_scheduler=stream_k: a split or stream-K plan computes wrong "
+                f"results when K is not a multiple of Tile_K={c.tk} (the kernel takes any K at run time)")
+    return None
+
+
 def tma_can_load(problem) -> bool:
     """Both A's and B's rows are 16-byte aligned (SM90-TMA-ALIGNMENT), so a TMA mainloop can read them."""
     from cutegen.dtypes import DTYPES

@@ -162,6 +162,25 @@ def _smem_atoms(c):
     return cached
 
 
+# H200, 2026-11-26: K_INTER (unswizzled) A and B atoms faulted with "misaligned address" in 3 of 3 swap-AB kernels
+# with a 2x1 or 4x1 cluster (64x136 ping-pong s8, 128x200 cooperative s5, 128x232 cooperative s4; the
+# diagnosis run, bench/results/runs/2026-11-26-nvidia-h200-diagnose-tune.json) and validated in 5 of 5 unswapped
+# 1x1 kernels (64x128, 64x136, 64x144 ping-pong, 128x128, 128x200 cooperative; bench/probe_forms.py). The
+# predicate is the cluster (the TMA multicast slices of an unswizzled stage): a swapped kernel is judged here on
+# its transposed problem with swap_ab cleared (check_config), so swap-AB cannot be a term of it; a swapped 1x1
+# INTER kernel has not been run either way (NOTES.md).
+@_rule("SM90-SMEM-INTERLEAVE-FAULT", rulebook="E03 (new)",
+       source="H200 2026-11-26: 3/3 faulted (misaligned address) with a cluster > 1 and swap-AB; 5/5 validated 1x1 "
+              "unswapped (bench/results/diagnose/2026-11-26-nvidia-h200-probes.json)",
+       summary="an unswizzled (INTER) A or B smem atom only in a 1x1 cluster (the form shown to run)")
+def _interleave_fault(c):
+    atoms = [n for n, a in (("A", c.config.smem_layout_a), ("B", c.config.smem_layout_b))
+             if a is not None and a.swizzle == "INTER"]
+    if not atoms or c.cm * c.cn == 1:
+        return None
+    return f"{'/'.join(atoms)} smem atom INTER with cluster {c.cm}x{c.cn}: faulted (misaligned address) on the GPU"
+
+
 @_rule("SM90-SMEM-STAGE-SLICE", rulebook="new (E03 family)",
        source="cute/swizzle_layout.hpp:230-290 slice_and_offset -> cute/layout.hpp:1077,1101 static_asserts "
               "(Stride/Shape Divisibility Condition); instantiated by the mainloop's Params (SmemLayout(_,_,0)) "

@@ -20,7 +20,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field, replace
 
 from .pipeline_explore import Exploration, explore
-from .pipeline_term import Arrive, Load, Pipeline, Wait
+from .pipeline_term import Arrive, Load, MmaCommit, MmaWait, Pipeline, Read, Wait
 from .rule import RuleSet, Violation
 
 PIPELINE_RULES = RuleSet("pipeline")
@@ -198,6 +198,35 @@ def _prefetch_distance(c: PipelineCheck):
     return None
 
 
+@_rule("PIPE-RELEASE-BEFORE-MMA-DONE", source="PTX ISA 9.1 §9.7.15.7 (wgmma.commit_group, wgmma.wait_group: the "
+       "shared memory a wgmma.mma_async reads may not be modified until wait_group retires its group); CUTLASS "
+       "sm90_mma_tma_gmma_ss_warpspecialized.hpp (warpgroup_wait<K_PIPE_MMAS> before pipeline.consumer_release)",
+       summary="a consumer releases a stage only after a wgmma.wait_group has retired every committed batch whose "
+               "WGMMAs read it (wait_group N retires all but the N most recent batches); roles with no commit read "
+               "synchronously")
+def _release_before_mma_done(c: PipelineCheck):
+    for role in c.term.roles:
+        if not any(isinstance(op, MmaCommit) for op in role.ops):
+            continue
+        open_reads: list = []                 # (stage, fill) read since the last commit
+        batches: list = []                    # committed, not retired: lists of (stage, fill)
+        for op in role.ops:
+            if isinstance(op, Read):
+                open_reads.append((op.stage, op.fill))
+            elif isinstance(op, MmaCommit):
+                batches.append(open_reads)
+                open_reads = []
+            elif isinstance(op, MmaWait):
+                batches = batches[len(batches) - op.pending:] if op.pending else []
+            elif isinstance(op, Arrive) and op.release and op.barrier.endswith(f"@{role.cta}"):
+                busy = [f for b in batches + [open_reads] for s, f in b if s == op.stage]
+                if busy:
+                    return (f"{role.name} releases stage {op.stage} (tile {op.tile}, k-block {op.kb}) while the WGMMAs "
+                            f"reading fill {busy[0]} of it are still in flight: {len(batches)} committed batch(es) not "
+                            f"retired by a wgmma.wait_group")
+    return None
+
+
 # --- behavioural rules (the exploration) ---------------------------------------------------------
 
 def explored_finding(c: PipelineCheck, rule: str) -> str | None:
@@ -221,6 +250,10 @@ _behaviour("PIPE-READ-BEFORE-LOAD", "every WGMMA read of a stage sees the conten
            f"{_MBAR}: a phase completes only when tx-count is 0, i.e. every byte it was armed with has landed")
 _behaviour("PIPE-READ-AFTER-RELEASE", "a consumer reads a stage only between its full wait and its release",
            "sm90_pipeline.hpp: consumer_release hands the stage back to the producer")
+_behaviour("PIPE-ARRIVE-AFTER-EXIT", "no arrival and no TMA load lands on a CTA's barriers after every role of "
+           "that CTA has finished (a peer's release needs the producer's tail waits)",
+           "cutlass/pipeline/sm90_pipeline.hpp producer_tail (\"to avoid dangling mbarrier arrive signals after "
+           "kernel exit\"); CuTe DSL cutlass/pipeline/sm90.py PipelineAsync.producer_tail")
 _behaviour("PIPE-ORDER-EXCLUSIVE", "the ping-pong ordering barrier admits one math warpgroup of a CTA into its "
            "mainloop at a time", "sm90_gemm_tma_warpspecialized_pingpong.hpp (MathWarpGroupOrderBarrier)")
 
@@ -244,10 +277,16 @@ class PipelineReport:
 
     @property
     def legal(self) -> bool:
+        """Every rule holds and every interleaving was explored (an unfinished exploration is not legal)."""
         return not any(v.enforced for v in self.violations)
 
+    @property
+    def conclusive(self) -> bool:
+        """False when the only thing in the way of a verdict is the exploration bound (PIPE-BOUND)."""
+        return self.complete or any(v.enforced and v.rule_id != "PIPE-BOUND" for v in self.violations)
+
     def to_dict(self) -> dict:
-        return {"legal": self.legal, "rules": [v.to_dict() for v in self.violations],
+        return {"legal": self.legal, "conclusive": self.conclusive, "rules": [v.to_dict() for v in self.violations],
                 "counterexamples": self.traces, "states": self.states, "complete": self.complete,
                 "explored": self.explored}
 
@@ -283,6 +322,9 @@ def check_pipeline(term: Pipeline, *, bounds: Bounds = Bounds(), rebuild=None) -
                 seen.add(v.rule_id)
                 violations.append(v)
     if not complete:
-        violations.append(Violation("PIPE-BOUND", f"exploration stopped after {bounds.max_states} states: the "
-                                    "behavioural rules are unproven for this term", False, "pipeline"))
+        # Unproven is not legal: the search must not rank, and the CLI must not pass, what was not explored.
+        violations.append(Violation("PIPE-BOUND", f"exploration stopped after {bounds.max_states} states of one "
+                                    "explored term before covering every interleaving: the behavioural rules "
+                                    "(deadlock, races, arrival counts at run time) are UNPROVEN for this term",
+                                    True, "pipeline"))
     return PipelineReport(violations, traces, states, complete, explored)

@@ -22,7 +22,8 @@ that broke the DSL's ping-pong kernel).
 """
 from __future__ import annotations
 
-from .pipeline_term import Arrive, Barrier, Init, Load, MathBegin, MathEnd, Pipeline, Read, Role, Sync, Wait, at
+from .pipeline_term import (Arrive, Barrier, Init, Load, MathBegin, MathEnd, MmaCommit, MmaWait, Pipeline, Read, Role,
+                            Sync, Wait, at)
 
 
 def cluster_peers(cta: int, cluster: tuple[int, int], multicast_a: bool, multicast_b: bool) -> tuple[int, ...]:
@@ -43,10 +44,16 @@ def tma_warp_specialized(*, stages: int, k_blocks: int, tiles: int, bytes_a: int
                          release_lag: int = 1, cluster: tuple[int, int] = (1, 1),
                          multicast_a: bool = False, multicast_b: bool = False,
                          arrivals_per_release: int = 1, prefetch: int | None = None,
-                         order_after_release: bool = False, meta: dict | None = None) -> Pipeline:
+                         order_after_release: bool = False, producer_tail: bool = True, order_arrivals: int = 1,
+                         drain_before_hand_over: bool = True, meta: dict | None = None) -> Pipeline:
     """The pipeline term; ``arrivals_per_release`` is what one consumer warpgroup's release counts on
     one CTA's empty barrier (CUTLASS: 1 per warpgroup in a cluster, its 128 threads without one;
-    the DSL template: its 4 warps)."""
+    the DSL template: its 4 warps). ``order_arrivals``: what one hand-over counts on the ordering
+    barrier (the DSL's ``PipelineOrder``: every thread of the warpgroup arrives). ``producer_tail``: the
+    producer's last waits, on every stage's empty barrier for the phase after its last fill
+    (``producer_tail``/``load_tail``): without them a peer CTA's release can arrive on a barrier of a CTA
+    that has exited. ``drain_before_hand_over``: the mainloop's ``wgmma.wait_group 0`` comes before the
+    ping-pong hand-over (the DSL template) or after it, in the tail (CUTLASS's ``mma_tail``)."""
     if ordering is None:
         ordering = pingpong
     cm, cn = cluster
@@ -65,7 +72,7 @@ def tma_warp_specialized(*, stages: int, k_blocks: int, tiles: int, bytes_a: int
             barriers.append(Barrier(at(f"empty{s}", c), len(peers) * readers_per_fill * arrivals_per_release, c))
         if ordering:
             for w in range(consumers):
-                barriers.append(Barrier(at(f"order{w}", c), 1, c))
+                barriers.append(Barrier(at(f"order{w}", c), order_arrivals, c))
 
     roles: list[Role] = []
     for c in range(ctas):
@@ -86,6 +93,9 @@ def tma_warp_specialized(*, stages: int, k_blocks: int, tiles: int, bytes_a: int
                 ops.append(Arrive(at(f"full{s}", c), 1, bytes_a + bytes_b, t, kb, s))
                 ops.append(Load("A", s, f"full{s}", bytes_a // len(row), n, row, readers, t, kb))
                 ops.append(Load("B", s, f"full{s}", bytes_b // len(col), n, col, readers, t, kb))
+        if producer_tail:
+            for n in range(tiles * k_blocks, tiles * k_blocks + stages):
+                ops.append(Wait(at(f"empty{n % stages}", c), ((n // stages) & 1) ^ 1, -1, -1, n % stages))
         roles.append(Role(f"producer@{c}", c, tuple(ops)))
 
         for w, name in enumerate(consumer_names):
@@ -101,15 +111,24 @@ def tma_warp_specialized(*, stages: int, k_blocks: int, tiles: int, bytes_a: int
                     s = n % stages
                     ops.append(Wait(at(f"full{s}", c), (n // stages) & 1, t, kb, s))
                     ops.append(Read(s, n, t, kb))
+                    ops.append(MmaCommit(t, kb))
                     held.append((kb, s))
+                    if len(held) > release_lag:
+                        # the batch that read the stage we hand back must be finished first
+                        ops.append(MmaWait(release_lag, t, kb))
                     while len(held) > release_lag:
                         rk, rs = held.pop(0)
                         ops += _release(rs, t, rk, c, peers, arrivals_per_release)
-                hand_over = [MathEnd(t), Arrive(at(f"order{(w + 1) % consumers}", c), 1, 0, t)] if ordering else []
+                hand_over = [MathEnd(t), Arrive(at(f"order{(w + 1) % consumers}", c), order_arrivals, 0, t)] \
+                    if ordering else []
                 # CUTLASS hands the turn over after the mainloop's MMAs and before its tail
                 # (the last releases): the next warpgroup's waits only need our waits done.
+                if drain_before_hand_over:
+                    ops.append(MmaWait(0, t))
                 if not order_after_release:
                     ops += hand_over
+                if not drain_before_hand_over:
+                    ops.append(MmaWait(0, t))
                 for rk, rs in held:
                     ops += _release(rs, t, rk, c, peers, arrivals_per_release)
                 if order_after_release:
@@ -120,7 +139,7 @@ def tma_warp_specialized(*, stages: int, k_blocks: int, tiles: int, bytes_a: int
     info.update(stages=stages, k_blocks=k_blocks, tiles=tiles, consumers=consumers, pingpong=pingpong,
                 ordering=ordering, release_lag=release_lag, cluster=list(cluster), multicast_a=multicast_a,
                 multicast_b=multicast_b, bytes_a=bytes_a, bytes_b=bytes_b, prefetch=prefetch,
-                order_after_release=order_after_release)
+                order_after_release=order_after_release, producer_tail=producer_tail, order_arrivals=order_arrivals)
     return Pipeline(tuple(barriers), stages, tuple(roles), ctas, info)
 
 

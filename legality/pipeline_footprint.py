@@ -24,6 +24,9 @@ class Footprints:
         bar = lambda name: 1 << m.bar_index[name]                       # noqa: E731
         stage = lambda cta, s: 1 << (nb + m.stage_index[(cta, s)])       # noqa: E731
         section = lambda cta: 1 << (nb + ns + cta)                       # noqa: E731
+        # whether a CTA still runs: a role's last move may end it; arrivals and landings on it read it
+        # (PIPE-ARRIVE-AFTER-EXIT)
+        alive = lambda cta: 1 << (nb + ns + m.p.ctas + cta)              # noqa: E731
         self._bar, self._stage = bar, stage
 
         def op_mask(role, op) -> int:
@@ -37,7 +40,7 @@ class Footprints:
                     mask |= stage(role.cta, op.stage)
                 return mask
             if isinstance(op, Arrive):
-                mask = bar(op.barrier)
+                mask = bar(op.barrier) | alive(m.bar_cta[op.barrier])
                 if op.release and m.bar_cta[op.barrier] == role.cta:
                     mask |= stage(role.cta, op.stage)
                 return mask
@@ -60,10 +63,13 @@ class Footprints:
         self.lands = {}
         for role in m.roles:
             masks = [op_mask(role, op) for op in role.ops]
+            if masks:
+                masks[-1] |= alive(role.cta)
             for pc, op in enumerate(role.ops):
                 if isinstance(op, Load):
                     for t in op.targets:
-                        self.lands[(m.role_index[role.name], pc, t)] = bar(at(op.barrier, t)) | stage(t, op.stage)
+                        self.lands[(m.role_index[role.name], pc, t)] = bar(at(op.barrier, t)) | stage(t, op.stage) \
+                            | alive(t)
                         masks[pc] |= self.lands[(m.role_index[role.name], pc, t)]
             suffix = [0] * (len(role.ops) + 1)
             synced = [0] * (len(role.ops) + 1)
@@ -71,7 +77,10 @@ class Footprints:
                 suffix[pc] = suffix[pc + 1] | masks[pc]
                 synced[pc] = synced[pc + 1] | (0 if isinstance(role.ops[pc], Sync) else masks[pc])
             self.future_synced.append(synced)
-            self.op.append([op_mask(role, op) for op in role.ops])
+            own = [op_mask(role, op) for op in role.ops]
+            if own:
+                own[-1] |= alive(role.cta)
+            self.op.append(own)
             self.land_masks.append([masks[pc] & ~self.op[-1][pc] for pc in range(len(role.ops))])
         # For ``_reach``: per role and variant (before / after the cluster sync), the waits' positions,
         # barrier bits and parities, what the ops from each pc up to the next wait touch (``head``), and

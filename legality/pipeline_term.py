@@ -103,7 +103,28 @@ class MathEnd:
     tile: int = -1
 
 
-Op = Union[Init, Sync, Wait, Arrive, Load, Read, MathBegin, MathEnd]
+@dataclass(frozen=True)
+class MmaCommit:
+    """``wgmma.commit_group``: the WGMMAs issued since the last commit form one batch. Their ``Read``s
+    of shared memory are asynchronous: they go on until a ``MmaWait`` retires the batch."""
+    tile: int = -1
+    kb: int = -1
+
+
+@dataclass(frozen=True)
+class MmaWait:
+    """``wgmma.wait_group N``: returns once at most ``pending`` committed batches are still in flight
+    (the older ones have finished reading their stages)."""
+    pending: int = 0
+    tile: int = -1
+    kb: int = -1
+
+
+Op = Union[Init, Sync, Wait, Arrive, Load, Read, MathBegin, MathEnd, MmaCommit, MmaWait]
+
+# Ops that touch nothing another role or a load can see (a role's own WGMMA batches): the explorer runs
+# them together with the move before them (they commute with every other move and are always enabled).
+LOCAL_OPS = (MmaCommit, MmaWait)
 
 
 @dataclass(frozen=True)
@@ -173,4 +194,8 @@ def describe(op: Op) -> str:
         return f"mainloop begins{loc}"
     if isinstance(op, MathEnd):
         return f"mainloop ends{loc}"
+    if isinstance(op, MmaCommit):
+        return f"wgmma.commit_group{loc}"
+    if isinstance(op, MmaWait):
+        return f"wgmma.wait_group {op.pending}{loc}"
     return repr(op)

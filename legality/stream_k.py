@@ -103,6 +103,24 @@ def _nondeterministic(c: PlanContext):
     return None
 
 
+@_rule("SM90-CPASYNC-SPLIT-KRESIDUE", rulebook="W02",
+       source="GPU runs: H100 2026-11-24 (8/8 wrong, rel. error 1.7-23, initialize() before every launch, beta = 0 "
+              "too); H200 2026-11-26 random sample (2/80 wrong, both this form, e.g. M=6370 N=8 K=45280 bf16 NN); "
+              "CUTLASS 4.2 collective/sm90_mma_multistage_gmma_ss_warpspecialized.hpp:221-288 (the K residue is "
+              "predicated on the first k-tile of each work unit, right only for a unit starting at k = 0)",
+       summary="a cp.async stream-K kernel runs only data_parallel plans when K % Tile_K != 0 (heuristic may split)")
+def _cp_async_split_residue(c: PlanContext):
+    # The exact failing predicate, per launch. The configuration rule SM90-CPASYNC-STREAMK (cp_async.py)
+    # makes the whole kernel form illegal because K is a run-time argument; this one says which launches
+    # are wrong, for a caller judging a plan directly (check_plan) and for anyone lifting that rule.
+    tile_k = c.config.tile_shape[2]
+    if (c.config.mainloop_load == "cp_async" and c.config.tile_scheduler == "stream_k"
+            and c.plan.decomposition != "data_parallel" and c.problem.k % tile_k):
+        return (f"plan {c.plan.label()} on a cp.async stream-K kernel with K={c.problem.k} not a multiple of "
+                f"Tile_K={tile_k}: a work unit starting mid-K mispredicates its first k-tile (wrong results)")
+    return None
+
+
 def check_plan(problem: GemmProblem, config: KernelConfig, plan: LaunchPlan) -> tuple[list[Violation], list[Violation]]:
     """(enforced violations, warnings) of running ``config`` on ``problem`` with ``plan``."""
     vs = STREAM_K_RULES.evaluate(PlanContext(problem, config, plan))

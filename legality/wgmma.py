@@ -184,3 +184,27 @@ def _acc_regs(c):
         return (f"accumulator {c.tm}x{c.tn} over {c.mma_threads} MMA threads = {c.acc_regs_per_thread}{twice} "
                 f"registers/thread, not below the {limit}-register budget: spills (PERF)")
     return None
+
+
+# H200, 2026-11-26 (bench/probe_forms.py; bench/results/diagnose/2026-11-26-nvidia-h200-probes.json): ptxas serializes
+# the wgmma pipeline (C7511/C7512, "insufficient register resources") once each MMA thread holds 216 or more
+# f32 accumulator registers, whatever the schedule and instruction width: built at 208 (ping-pong 128x208,
+# cooperative 256x208; both already spill 86-100 B) and below; serialized at 216 (ping-pong 192x144, twice,
+# one of them the swap-AB kernel the diagnosis run mapped from cuBLAS's 192x144 tile), 224 (ping-pong 128x224,
+# cooperative 256x224) and 240. cutegen's build refuses a serialized kernel, so these were legal configurations
+# that could not be built. Not enforced by the compiler: a serialized kernel computes the right result (the
+# config oracle ran ping-pong 128x256 correctly, slowly), so this is a warning to `check config` and, like every
+# warning, illegal to the search. FP8's promoted copy is not in the wgmma pipeline: only the WGMMA accumulator counts.
+ACC_SERIALIZE_REGS = 216
+
+
+@_rule("WGMMA-ACCUMULATOR-SERIALIZED", rulebook="B10 (new)", enforced=False,
+       source="H200 2026-11-26 nvcc 13.0 probes (bench/results/diagnose/2026-11-26-nvidia-h200-probes.json): 208 f32 "
+              "accumulator registers per MMA thread built, 216/224/240 serialized (ptxas C7511/C7512)",
+       summary="the f32 WGMMA accumulator of one CTA tile takes fewer than 216 registers per MMA thread "
+               "(at 216 and above ptxas serializes the wgmma instructions)")
+def _acc_serialized(c):
+    if c.acc_regs_per_thread >= ACC_SERIALIZE_REGS:
+        return (f"accumulator {c.tm}x{c.tn} over {c.mma_threads} MMA threads = {c.acc_regs_per_thread} registers/"
+                f"thread >= {ACC_SERIALIZE_REGS}: ptxas serializes the wgmma instructions")
+    return None

@@ -407,6 +407,27 @@ def staging_us(problem, operands, device=None) -> float:
     return moved / (hbm * STAGE_COPY_EFFICIENCY) * 1e6 + STAGE_COPY_LAUNCH_US * len(operands) + t_us
 
 
+# Split-K with a separate reduction (cutegen/split_k_reduce.py): the kernel is the batched slice GEMM
+# (priced by cost_arrays on split_k_reduce.sliced_problem: K/s deep, s batches, its f32 partials written as
+# its D), then the ABI's reduction kernel reads every partial once, C where it exists, and writes D, plus a
+# second launch on the stream. Anchored on the one measurement of such a pass: cuBLAS's
+# splitKreduce_kernel after its 128x64 split-K kernel at 256 x 256 x 65536 bf16 on the H200 (2026-11-26,
+# bench/results/runs/2026-11-26-nvidia-h200-diagnose-ncu.txt: 16 f32 partials of 256 x 256 read and a bf16
+# D written, 4.33 MB, in 4.42 us): with SPLIT_K_REDUCE_LAUNCH_US for the launch and ramp (the staging
+# copy's figure) the rest is 4.33 MB in 2.42 us, 0.53 of HBM_BYTES_PER_S. cutegen's own reduction kernel is
+# not timed yet: bench/gpu_splitk_reduce.sh times the whole form against cuBLAS.
+SPLIT_K_REDUCE_LAUNCH_US = 2.0
+SPLIT_K_REDUCE_EFFICIENCY = 0.53
+
+
+def split_k_reduce_us(problem, s: int, device=None) -> float:
+    """Predicted microseconds of the separate reduction of ``s`` f32 partials of ``problem`` (its M x N x batch)."""
+    from cutegen.split_k_reduce import moved_bytes
+
+    hbm = HBM_BYTES_PER_S if device is None else device.hbm_bytes_per_s
+    return moved_bytes(problem, s) / (hbm * SPLIT_K_REDUCE_EFFICIENCY) * 1e6 + SPLIT_K_REDUCE_LAUNCH_US
+
+
 def config_codes(config) -> tuple[int, int, int]:
     load = LOADS.index(getattr(config, "mainloop_load", "tma"))
     return (SCHEDULES.index(config.mainloop_schedule) + len(SCHEDULES) * load, EPILOGUES.index(config.epilogue_schedule),
@@ -426,8 +447,18 @@ class Rates:
 def config_cost(problem, config, stages: int, plan=None, device=None) -> tuple[float, dict]:
     """Cost and breakdown of one configuration (stages resolved), under ``plan`` (a LaunchPlan) for a
     stream-K kernel (None: the stream-K decomposition); ``device`` as in cost_arrays."""
+    from cutegen.split_k_reduce import sliced_problem, slices
     from cutegen.staging import staged_operands, staged_problem
 
+    if slices(config) > 1:   # the batched slice GEMM, then the separate reduction (cutegen/split_k_reduce.py)
+        reduce_us = split_k_reduce_us(problem, slices(config), device)
+        total, breakdown = config_cost(sliced_problem(problem, config), config.replace(split_k_slices=1), stages,
+                                       None, device)
+        breakdown["split_k_slices"] = slices(config)
+        breakdown["split_k_reduce_us"] = round(reduce_us, 4)
+        breakdown["predicted_us"] = round(total + reduce_us, 3)
+        breakdown["predicted_tflops"] = round(problem.flops / ((total + reduce_us) * 1e-6) / 1e12, 1)
+        return total + reduce_us, breakdown
     ops = staged_operands(config)
     if ops:       # the kernel reads the aligned copies; the copies are priced on the caller's problem
         copy_us = staging_us(problem, ops, device)

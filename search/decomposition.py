@@ -90,7 +90,7 @@ PLAN_SORTS = """
 (datatype Plan (DataParallel) (StreamKPlan) (SplitK i64))
 (datatype Launch (Run Kernel Plan))
 (datatype Launches (LNil) (LCons Launch Launches))
-;; tile m n k, cluster cm cn, policy s e sc, raster r, swizzle w, decomposition code, splits, picoseconds
+;; tile m n k, cluster cm cn, policy s e sc, raster r, swizzle w, decomposition code, splits, cost units
 (relation PlanFact (i64 i64 i64 i64 i64 i64 i64 i64 i64 i64 i64 i64 i64))
 (function cost_table_Run (Kernel Plan) i64 :merge (min old new))
 """
@@ -135,13 +135,16 @@ def extract_plans(egg, problem, picks: list, device=None) -> dict:
     picks' Run e-classes (extraction chooses the cheapest term of each element independently)."""
     from cutegen.launch_plan import LaunchPlan
 
+    from .schedule_rewrites import cost_units, units_per_us
+
     rows, options = [], {}
     for key, config, stages in picks:
-        opts = plan_options(problem, config, stages, device, data_parallel=False)
-        options[key] = {p: c for c, p in opts}
-        for c, p in opts:
+        options[key] = {p: c for c, p in plan_options(problem, config, stages, device, data_parallel=False)}
+    per_us = units_per_us(c for opts in options.values() for c in opts.values())
+    for key, _, _ in picks:
+        for p, c in options[key].items():
             code, splits, _ = p.codes()
-            rows.append((*key[0], *key[1], *key[2], key[3], key[4], code, splits, max(1, int(round(c * 1e6)))))
+            rows.append((*key[0], *key[1], *key[2], key[3], key[4], code, splits, cost_units(c, per_us)))
     if not rows:
         return {}
     egg.input("PlanFact", sorted(rows))

@@ -60,6 +60,45 @@ def swap_margin(problem) -> float:
     return 0.0 if problem.m < WGMMA_M else SWAP_MARGIN
 
 
+# Split-K with a separate reduction (cutegen/split_k_reduce.py): slice counts the search offers, and where.
+SPLIT_K_REDUCE_SLICES = (2, 4, 8, 16, 32)
+SPLIT_K_REDUCE_MIN_SLICE_K = 512     # K/s: a slice of fewer k-blocks writes a whole f32 partial for little work
+SPLIT_K_REDUCE_DEPTH = 16            # offered only where K >= this x (M + N) ...
+SPLIT_K_REDUCE_TILE = 128            # ... and the output has fewer than SMS / 2 tiles of 128 x 128 (per batch x L)
+# no stream-K policy in the form's space: the slices already split K (SPLITK-REDUCE-SCHEDULER)
+PERSISTENT_POLICIES = tuple(p for p in POLICIES if p[2] == 0)
+
+
+def split_k_reduce_forms(problem, backend: str) -> tuple[int, ...]:
+    """The slice counts s of the split-K-with-separate-reduction form (cutegen/split_k_reduce.py) the search
+    offers for ``problem``, smallest first; () where it offers none.
+
+    Offered on the explicit CUTLASS backend (the only one that renders the reduction) for problems without a
+    bias or activation whose A and B TMA reads as they are (the form neither stages nor swaps), where the
+    output cannot fill the SMs (fewer than SMS / 2 output tiles of 128 x 128) and K is deep
+    (K >= SPLIT_K_REDUCE_DEPTH x (M + N): the operands' bytes then dwarf the partials' s x M x N x 8 bytes
+    written and read). Elsewhere the in-kernel split-K / stream-K plans serve, and each slice count costs
+    the search one more sub-search (about a second): the gate bounds that, it is not a legality rule.
+    Each s must pass the form's rules (K % s == 0, 16-byte slice strides) with K / s >= SPLIT_K_REDUCE_MIN_SLICE_K
+    and at most two waves of 128 x 128 tiles' worth of slices."""
+    from cutegen.legality import check_split_k_reduce
+    from cutegen.legality.cp_async import tma_can_load
+
+    if backend != "cutlass" or problem.bias or problem.activation != "none" or not tma_can_load(problem):
+        return ()
+    tiles = -(-problem.m // SPLIT_K_REDUCE_TILE) * -(-problem.n // SPLIT_K_REDUCE_TILE) * problem.batch
+    if tiles * 2 >= costmod.SMS or problem.k < SPLIT_K_REDUCE_DEPTH * (problem.m + problem.n):
+        return ()
+    probe = _make_config((128, 128, 64), (1, 1), (1, 1, 0))
+    out = []
+    for s in SPLIT_K_REDUCE_SLICES:
+        if problem.k // s < SPLIT_K_REDUCE_MIN_SLICE_K or tiles * s > 2 * costmod.SMS:
+            continue
+        if not [v for v in check_split_k_reduce(problem, probe.replace(split_k_slices=s)) if v.enforced]:
+            out.append(s)
+    return tuple(out)
+
+
 REFINE = 6               # raster/swizzle variants are tried for this many of the best legal kernels
 LEARNED_POOL = 64        # with a learned predictor: this many of the prior's best legal kernels are re-ranked
 
@@ -119,7 +158,7 @@ class SearchResult:
 class SearchSpace:
     """The saturated e-graph of one problem's choices, before any candidate is expanded."""
 
-    def __init__(self, problem):
+    def __init__(self, problem, policies=POLICIES):
         from cutegen.dtypes import DTYPES
 
         self.problem = problem
@@ -128,7 +167,7 @@ class SearchSpace:
         self.egg.input("InstrSeed", [(n, self.kk) for n in INSTR_N])
         self.egg.input("RepeatSeed", [(wm, wn, kr) for wm in WARPGROUPS_M for wn in INSTR_PER_TILE_N for kr in KSTEPS])
         self.egg.input("ClusterSeed", CLUSTERS)
-        self.egg.input("PolicySeed", POLICIES)
+        self.egg.input("PolicySeed", policies)
         if not tma_can_load(problem):
             self.egg.run("(TmaCannotLoad)")
         self.egg.run("(run-schedule (saturate (run tiles)) (saturate (run splits)))")
@@ -178,10 +217,12 @@ def problem_mask(problem, clusters, pols, ci, pi):
     """Candidates that a rule depending only on the problem, the policy and the cluster rejects, dropped
     before ranking so the judging budget goes to candidates that can be legal: a TMA mainloop when TMA
     cannot read A or B (SM90-TMA-ALIGNMENT), a TMA epilogue when C/D are not 16-byte aligned
-    (SM90-EPILOGUE-ALIGNMENT), a cp.async mainloop in a cluster (SM90-CPASYNC-CLUSTER)."""
+    (SM90-EPILOGUE-ALIGNMENT), a cp.async mainloop in a cluster (SM90-CPASYNC-CLUSTER) or with the
+    stream-K scheduler (SM90-CPASYNC-STREAMK)."""
     ns = len(costmod.SCHEDULES)
     cp = pols[pi, 0] >= ns
-    keep = ~(cp & ((clusters[ci, 0] > 1) | (clusters[ci, 1] > 1)))
+    stream_k = pols[pi, 2] == costmod.SCHEDULERS.index("stream_k")
+    keep = ~(cp & ((clusters[ci, 0] > 1) | (clusters[ci, 1] > 1) | stream_k))
     if not tma_can_load(problem):
         keep &= cp
     if not tma_can_store(problem):
@@ -279,7 +320,9 @@ def search(problem, top_k: int = 5, *, explain: bool = False, backend: str = "cu
     uses; None is the model as calibrated. ``predictor``: a ``learned.Predictor`` that re-ranks the prior's
     best LEARNED_POOL legal kernels by measurement, learned correction or prior (each Ranked says which).
     ``staging``: offer the staged form (cutegen/staging.py) of a problem whose A or B TMA cannot read;
-    False for callers whose kernels run without the C ABI's copies (kernel packs' plan entry points)."""
+    False for callers whose kernels run without the C ABI's copies (kernel packs' plan entry points); it
+    also leaves out the split-K-with-separate-reduction form (``split_k_reduce_forms``), whose reduction
+    kernel is the C ABI's too."""
     from cutegen.errors import FieldError
     from cutegen.problem import GemmProblem
     from cutegen.collective_builder import uses_register_a
@@ -356,7 +399,27 @@ def search(problem, top_k: int = 5, *, explain: bool = False, backend: str = "cu
             results.append(((swapped, ()), _search(space, oriented, top_k, explain, t0, backend, device, predictor)))
         finally:
             space.egg.close()
-    return _merge(problem, results, top_k, swap_pruned, t0, unjudged, device)
+    sliced_results = []
+    for s in split_k_reduce_forms(problem, backend) if staging else ():
+        # the batched slice GEMM (cutegen/split_k_reduce.py), searched like any problem; its kernels carry
+        # split_k_slices and pay the separate reduction (search/cost.py split_k_reduce_us)
+        from cutegen.split_k_reduce import sliced_problem
+        reduce_us = costmod.split_k_reduce_us(problem, s, device_rates(device))
+        sliced = sliced_problem(problem, _make_config((128, 128, 64), (1, 1), (1, 1, 0)).replace(split_k_slices=s))
+        space = SearchSpace(sliced, PERSISTENT_POLICIES)
+        try:
+            so_far = sorted(costs_so_far() + [x.cost + reduce_us for _, r in sliced_results for x in r.ranked])
+            if predictor is None and len(so_far) >= top_k:
+                # the cost bound across forms: when the cheapest estimate of this slice count plus its
+                # reduction cannot enter the top k, none of its kernels is judged
+                est = rank_space(space, device_rates(device))[6]
+                if est.size == 0 or float(est.min()) + reduce_us >= so_far[top_k - 1]:
+                    unjudged += int(est.size)
+                    continue
+            sliced_results.append((s, _search(space, sliced, top_k, explain, t0, backend, device, predictor)))
+        finally:
+            space.egg.close()
+    return _merge(problem, results, top_k, swap_pruned, t0, unjudged, device, sliced_results)
 
 
 def staging_form(problem, backend: str) -> tuple[str, ...]:
@@ -386,8 +449,43 @@ def _staging_step(staged, flags, copy_us: float) -> str:
     return "; ".join(parts) + f"  [copies {copy_us:.1f} us]"
 
 
+def _sliced_ranked(problem, s: int, x: Ranked, device: str | None = None) -> Ranked:
+    """A kernel of the batched slice GEMM as the caller's kernel: ``split_k_slices`` set, the separate
+    reduction priced (search/cost.py split_k_reduce_us) and named in the rewrite chain."""
+    from .learned.device import rates as device_rates
+    reduce_us = costmod.split_k_reduce_us(problem, s, device_rates(device))
+    total = x.cost + reduce_us
+    bd = {**x.breakdown, "split_k_slices": s, "split_k_reduce_us": round(reduce_us, 4),
+          "predicted_us": round(total, 3), "predicted_tflops": round(problem.flops / (total * 1e-6) / 1e12, 1)}
+    step = (f"problem: Mul(A, B) = ReduceSlices(Mul(Slice(A, {s}), Slice(B, {s})), {s})  [split-K with a separate "
+            f"reduction: {s} K-slices of {problem.k // s} as one batched GEMM into f32 partials, then the ABI's "
+            f"reduction kernel, {reduce_us:.1f} us]")
+    return Ranked(x.config.replace(split_k_slices=s), total, bd, [step] + x.chain if x.chain else [],
+                  x.prediction, None)
+
+
+def search_split_k_reduce(problem, s: int, top_k: int = 1, *, device: str | None = None) -> list[Ranked]:
+    """The best ``top_k`` kernels of the split-K-with-separate-reduction form at ``s`` slices (explicit CUTLASS
+    backend), cheapest first, whether or not the search would offer ``s`` (``split_k_reduce_forms``); []
+    when the form's rules refuse ``s`` for ``problem``. For measuring the form at a slice count of one's
+    choosing (bench/splitk_reduce.py)."""
+    from cutegen.legality import check_split_k_reduce
+    from cutegen.split_k_reduce import sliced_problem
+
+    probe = _make_config((128, 128, 64), (1, 1), (1, 1, 0)).replace(split_k_slices=s)
+    if [v for v in check_split_k_reduce(problem, probe) if v.enforced]:
+        return []
+    sliced = sliced_problem(problem, probe)
+    space = SearchSpace(sliced, PERSISTENT_POLICIES)
+    try:
+        r = _search(space, sliced, top_k, False, time.perf_counter(), "cutlass", device, None)
+    finally:
+        space.egg.close()
+    return [_sliced_ranked(problem, s, x, device) for x in r.ranked]
+
+
 def _merge(problem, results, top_k: int, swap_pruned: dict, t0: float, unjudged: int = 0,
-           device: str | None = None) -> SearchResult:
+           device: str | None = None, sliced_results=()) -> SearchResult:
     """One SearchResult from the searches of each orientation: the kernels of a swapped orientation
     carry ``swap_ab`` (their costs are those of the transposed problem they compute, the same work);
     at equal cost the problem as stated wins."""
@@ -410,6 +508,11 @@ def _merge(problem, results, top_k: int, swap_pruned: dict, t0: float, unjudged:
                            ["problem: Mul(m,n,k,A,B,C) = Transpose(Mul(n,m,k,B^T,A^T,C^T))  [swap AB: D^T = B^T A^T]"]
                            + x.chain if x.chain else [], x.prediction, x.plan)   # a plan is K's: the same
             ranked.append((x.cost, swapped, x))
+    for s, r in sliced_results:
+        for x in r.ranked:
+            x = _sliced_ranked(problem, s, x, device)
+            ranked.append((x.cost, False, x))
+    results = list(results) + [((False, ()), r) for _, r in sliced_results]
     # A swapped kernel must win by more than SWAP_MARGIN: where both orientations cost about the same
     # (large problems, where the model's M/N asymmetries are noise) the problem as stated keeps its
     # kernel; the swap is taken where it is worth something physical (small M: the 64-row WGMMA M

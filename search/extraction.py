@@ -1,7 +1,8 @@
 """Extraction: egglog's own extractor over the root e-class, priced by the cost model.
 
 The cost model's predictions enter the e-graph as ``CostOf`` facts; the ``price`` ruleset writes
-them into egglog's dynamic cost table of ``K`` (in picoseconds), and raises every kernel whose
+them into egglog's dynamic cost table of ``K`` (in picoseconds, or coarser units for huge problems:
+``units_per_us``), and raises every kernel whose
 ``illegal`` analysis is non-zero to ``ILLEGAL_COST`` (a ``max`` merge, so nothing lowers it again).
 The root itself costs ``ILLEGAL_COST``. egglog then extracts the cheapest variants of the root
 e-class (``extract <root> n``), all in the engine. An e-node that breaks a rule is therefore never
@@ -11,12 +12,13 @@ dropped. Ties are broken by the configuration's JSON text, so the ranking is det
 from __future__ import annotations
 
 from .egg import bindings, term_to_tree
-from .schedule_rewrites import ILLEGAL_COST
+from .schedule_rewrites import ILLEGAL_COST, cost_units, units_per_us
 
 
 def price(egg, costs: dict) -> None:
     """Load the legal candidates' costs (microseconds) and run the ``price`` ruleset."""
-    rows = [(*key[0], *key[1], *key[2], key[3], key[4], max(1, int(round(c[0] * 1e6)))) for key, c in costs.items()]
+    per_us = units_per_us(c[0] for c in costs.values())
+    rows = [(*key[0], *key[1], *key[2], key[3], key[4], cost_units(c[0], per_us)) for key, c in costs.items()]
     egg.input("CostOf", sorted(rows))
     egg.run("(run-schedule (saturate (run price)))")
 

@@ -12,13 +12,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
-def rule_ids() -> list[str]:
-    """Stable order of every configuration rule: the bit index of each in the analysis."""
-    from cutegen.legality import CONFIG_RULESETS
+def rule_ids(op: str = "gemm") -> list[str]:
+    """Stable order of every configuration rule: the bit index of each in the analysis.
 
-    ids = [r.id for rs in CONFIG_RULESETS for r in rs]
+    The rule sets come from the operation registry (GEMM's: ``cutegen.legality.CONFIG_RULESETS``)."""
+    from cutegen.core import registry
+
     # completion failures are reported under rule IDs too; keep any unknown ID after the known ones
-    return ids
+    return registry.config_rule_ids(op)
 
 
 @dataclass
@@ -37,7 +38,8 @@ class Judge:
 
     The backend's own refusals count as rules too: ``"dsl"`` adds ``cutegen.dsl.dsl_supports`` (``DSL-*``),
     ``"cutlass"`` (explicit types) ``cutegen.render.cutlass_supports`` (``CUTLASS-EXPLICIT-*``);
-    ``"cutlass_builder"`` adds nothing (CUTLASS's builder decides the mainloop itself).
+    ``"cutlass_builder"`` adds nothing (CUTLASS's builder decides the mainloop itself). They come through the
+    operation registry (``cutegen.core.registry.backend_refusals``; GEMM's in ``cutegen/ops/gemm``).
     """
     problem: object
     backend: str = "cutlass"
@@ -73,13 +75,9 @@ class Judge:
         rules = [v.rule_id for v in broken]
         reasons = [str(x) for x in broken]
         if rep.config is not None and not rules:
-            if self.backend == "dsl":
-                from cutegen.dsl import dsl_supports as supports
-            elif self.backend == "cutlass":
-                from cutegen.render import cutlass_supports as supports
-            else:
-                from cutegen.render import builder_supports as supports
-            for why in supports(self.problem, rep.config):
+            # the renderer's own refusals, from the operation (the search imports no renderer)
+            from cutegen.core import registry
+            for why in registry.backend_refusals(self.problem, rep.config, self.backend):
                 rules.append(why.split(":", 1)[0])
                 reasons.append(why)
         for r in rules:

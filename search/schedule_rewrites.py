@@ -41,7 +41,8 @@ SCHEDULE_SORTS = """
 (relation Rejected (i64 i64 i64 i64 i64 i64 i64 i64 i64 i64 i64))
 (relation Violates (Kernel i64))
 (relation CostOf (i64 i64 i64 i64 i64 i64 i64 i64 i64 i64 i64))
-;; dynamic extraction costs (egglog's cost tables): picoseconds from the cost model; the legality
+;; dynamic extraction costs (egglog's cost tables): integer units of the cost model's time (picoseconds
+;; unless the problem is so large that they would not fit: cost_units); the legality
 ;; analysis raises an illegal kernel's cost to ILLEGAL_COST (10^15), and max keeps it there
 (function cost_table_K (Tile Cluster Policy i64 i64) i64 :merge (max old new))
 (function cost_table_Root (i64) i64 :no-merge)
@@ -49,6 +50,30 @@ SCHEDULE_SORTS = """
 """
 
 ILLEGAL_COST = 10 ** 15
+# The largest integer cost a legal candidate is given: 100x below ILLEGAL_COST, so that a legal kernel
+# always ranks below an illegal one, and far below i64's 9.2e18 (egglog sums costs along a term).
+MAX_LEGAL_UNITS = 10 ** 13
+PICOSECONDS_PER_US = 10 ** 6
+
+
+def units_per_us(costs_us) -> float:
+    """Integer cost units per microsecond for one table of costs: picoseconds (10^6, what every suite
+    problem uses, so their rankings are unchanged) while the largest fits under MAX_LEGAL_UNITS, else
+    the largest smaller power of ten that fits. Without it a problem the model accepts but whose
+    predicted time passes 10^9 us (10^15 ps) was priced as illegal, and one past 9.2e12 us overflowed
+    egglog's i64 (issue 23). The relative resolution stays below 10^-12 of the largest cost."""
+    import math
+    largest = max((float(c) for c in costs_us), default=0.0)
+    if not math.isfinite(largest):
+        raise ValueError(f"cost model returned {largest} us")
+    if largest * PICOSECONDS_PER_US <= MAX_LEGAL_UNITS:
+        return float(PICOSECONDS_PER_US)
+    return 10.0 ** math.floor(math.log10(MAX_LEGAL_UNITS / largest))
+
+
+def cost_units(cost_us: float, per_us: float) -> int:
+    """One cost in the table's integer units (at least 1: a zero cost would tie with nothing to pay)."""
+    return max(1, int(round(cost_us * per_us)))
 
 SCHEDULE_RULES = """
 (ruleset tiles)

@@ -28,7 +28,7 @@ from functools import lru_cache
 
 from . import cost as costmod
 from .egg import Egg, bindings, term_to_tree
-from .schedule_rewrites import ILLEGAL_COST
+from .schedule_rewrites import ILLEGAL_COST, cost_units, units_per_us
 
 ORDERS = ("after_mma", "after_release", "none")
 
@@ -160,12 +160,14 @@ def refine(problem, picked: list, backend: str, index, explain: bool = False) ->
             for ch in choices:
                 if ch.judged and not ch.legal:
                     rejected_rows += [(i, ch.prefetch, ch.lag, ch.order, index(r)) for r in ch.rules]
-                if ch.judged and ch.legal:
-                    ps = int(round((bd.get("predicted_us", 0.0) + ch.extra_us) * 1e6))
-                    ps += 0 if ch.fields(stages) == picked_default(stages) else 1
-                else:
-                    ps = ILLEGAL_COST
-                cost_rows.append((i, ch.prefetch, ch.lag, ch.order, max(1, ps)))
+                legal_us = bd.get("predicted_us", 0.0) + ch.extra_us if ch.judged and ch.legal else None
+                cost_rows.append((i, ch.prefetch, ch.lag, ch.order, legal_us,
+                                  ch.fields(stages) != picked_default(stages)))
+        # integer cost units (picoseconds unless the problem is huge: units_per_us); a protocol other
+        # than today's costs one unit more, so that it must be cheaper to be taken
+        per_us = units_per_us(r[4] for r in cost_rows if r[4] is not None)
+        cost_rows = [(*r[:4], ILLEGAL_COST if r[4] is None else cost_units(r[4], per_us) + int(r[5]))
+                     for r in cost_rows]
         egg.input("TRejected", rejected_rows)
         egg.run("(run-schedule (saturate (run tjudge)))")
         egg.input("TCostOf", cost_rows)

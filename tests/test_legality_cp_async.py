@@ -241,3 +241,92 @@ def test_cp_async_synccheck_warning_both_sides():
     assert "SM90-CPASYNC-SYNCCHECK" not in [v.rule_id for v in report.violations]
     tma = check_config(GemmProblem(m=2048, n=2048, k=2048), cfg.replace(mainloop_load="tma"))
     assert "SM90-CPASYNC-SYNCCHECK" not in [w.rule_id for w in tma.warnings + tma.violations]
+
+
+# --- the wrong-result combination: cp.async mainloop + stream-K scheduler (issue 23, part 1) ---------
+
+# K = 8190 is not a multiple of Tile_K = 64 (8190 = 127 * 64 + 62); K = 8192 is (128 k-blocks).
+RAGGED_K = GemmProblem(m=128, n=1001, k=8190)
+WHOLE_K = GemmProblem(m=128, n=1001, k=8192)
+CP_COOP = dict(tile_shape=(128, 128, 64), mainloop_schedule="cooperative", **CP)
+
+
+def test_cp_async_stream_k_config_is_illegal_whatever_k():
+    # the kernel takes K (and, on cutegen_gemm, the heuristic plan) at run time: illegal for every K
+    for p in (RAGGED_K, WHOLE_K):
+        assert rules(p, tile_scheduler="stream_k", **CP_COOP) == ["SM90-CPASYNC-STREAMK"]
+        # the persistent scheduler: the same cp.async kernel is legal
+        assert rules(p, tile_scheduler="persistent", **CP_COOP) == []
+    # a TMA mainloop with the stream-K scheduler is not this rule's (A is 16-byte aligned at K = 8192)
+    tma = dict(tile_shape=(128, 128, 64), mainloop_schedule="cooperative", epilogue_schedule="no_smem")
+    assert "SM90-CPASYNC-STREAMK" not in rules(WHOLE_K, tile_scheduler="stream_k", **tma)
+    assert rules(WHOLE_K, tile_scheduler="stream_k", **tma) == []
+    rep = check_config(RAGGED_K, KernelConfig(tile_scheduler="stream_k", **CP_COOP))
+    assert "Tile_K=64" in str(rep.violations[0]) and "cp_async" in str(rep.violations[0])
+
+
+def test_cp_async_split_plan_rule_is_exactly_the_failing_launches():
+    from cutegen.launch_plan import LaunchPlan
+    from cutegen.legality.stream_k import check_plan
+
+    sk = KernelConfig(tile_scheduler="stream_k", **CP_COOP)
+
+    def broken(problem, config, plan):
+        return "SM90-CPASYNC-SPLIT-KRESIDUE" in {v.rule_id for v in check_plan(problem, config, plan)[0]}
+
+    splitting = (LaunchPlan("split_k", 2), LaunchPlan("stream_k"), LaunchPlan("heuristic"))
+    for plan in splitting:
+        assert broken(RAGGED_K, sk, plan)            # K % 64 = 62: wrong results on the GPU
+        assert not broken(WHOLE_K, sk, plan)         # K % 64 = 0: no residue to mispredicate
+        assert not broken(RAGGED_K, sk.replace(mainloop_load="tma", epilogue_schedule="no_smem"), plan)
+    # a plan that does not split runs every tile from k = 0
+    assert not broken(RAGGED_K, sk, LaunchPlan("data_parallel"))
+    # the persistent scheduler only runs the default plan, which on it never splits
+    assert not broken(RAGGED_K, sk.replace(tile_scheduler="persistent"), LaunchPlan())
+    # the reason names the values
+    v = check_plan(RAGGED_K, sk, LaunchPlan("split_k", 2))[0]
+    assert any("K=8190" in str(x) and "Tile_K=64" in str(x) for x in v)
+
+
+@pytest.mark.parametrize("m,n,k", [(128, 1001, 8190), (1000, 1001, 2046)])
+def test_search_ranks_no_cp_async_stream_k_candidate(m, n, k):
+    # before the rule the search ranked 28 and 2 such candidates in its top 100
+    from search import search
+
+    r = search(GemmProblem(m=m, n=n, k=k), top_k=100)
+    assert len(r.ranked) == 100
+    assert sum(c.config.mainloop_load == "cp_async" for c in r.ranked) > 0   # cp.async is still searched
+    assert [c for c in r.ranked if c.config.mainloop_load == "cp_async" and c.config.tile_scheduler == "stream_k"] == []
+
+
+def test_search_mask_drops_cp_async_stream_k_rows_before_ranking():
+    # the search's pre-ranking mask agrees with the rule: every cp.async row with the stream-K scheduler
+    # is dropped, and cp.async rows with the persistent scheduler (1x1 cluster) are kept
+    import numpy as np
+
+    from search import cost as costmod
+    from search.engine import SearchSpace, problem_mask
+
+    space = SearchSpace(RAGGED_K)
+    clusters = np.array(space.clusters, dtype=np.int64)
+    pols = np.array(space.policies, dtype=np.int64)
+    ci, pi = (a.ravel() for a in np.meshgrid(np.arange(len(clusters)), np.arange(len(pols)), indexing="ij"))
+    keep = problem_mask(RAGGED_K, clusters, pols, ci, pi)
+    cp = pols[pi, 0] >= len(costmod.SCHEDULES)
+    one = (clusters[ci, 0] == 1) & (clusters[ci, 1] == 1)
+    sk = pols[pi, 2] == costmod.SCHEDULERS.index("stream_k")
+    assert (cp & sk).any() and (cp & ~sk & one).any()
+    assert not keep[cp & sk].any()
+    assert keep[cp & ~sk & one].all()
+
+
+def test_wrong_result_rules_are_in_their_rulebook_section():
+    from pathlib import Path
+
+    from cutegen.legality import all_rules
+
+    book = (Path(__file__).resolve().parents[1] / "legality" / "RULEBOOK-wrong-results.md").read_text()
+    by_id = {r.id: r for r in all_rules()}
+    for rid, row in (("SM90-CPASYNC-STREAMK", "W01"), ("SM90-CPASYNC-SPLIT-KRESIDUE", "W02")):
+        assert by_id[rid].rulebook == row and by_id[rid].enforced
+        assert f"| {row} | `{rid}`" in book

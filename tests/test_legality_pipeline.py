@@ -139,7 +139,13 @@ def test_cluster_multicast_terms():
 
 def test_exploration_bound_is_reported_not_hidden():
     report = check_pipeline(builder("pingpong")(stages=4, k_blocks=5), bounds=Bounds(stages=None, max_states=50))
-    assert not report.complete and "PIPE-BOUND" in rules(report) and report.legal
+    # An unfinished exploration is unproven: not legal, and not a verdict of illegality either.
+    assert not report.complete and "PIPE-BOUND" in rules(report)
+    assert not report.legal and not report.conclusive
+    assert "UNPROVEN" in next(str(v) for v in report.violations if v.rule_id == "PIPE-BOUND")
+    # the same term, explored to the end: proven legal
+    full = check_pipeline(builder("pingpong")(stages=4, k_blocks=5), bounds=Bounds(stages=None))
+    assert full.complete and full.legal and full.conclusive
 
 
 BF16 = GemmProblem.from_dict({"m": 8192, "n": 3072, "k": 1024, "dtype": "bf16", "layout": "tn"})
@@ -197,3 +203,47 @@ def test_explore_semantics_parity_wait_passes_on_the_other_phase():
     first_wait = next(op for op in producer.ops if isinstance(op, Wait))
     assert first_wait.parity == 1
     assert explore(term).states > 0 and not explore(term).findings
+
+
+def test_cli_unfinished_exploration_is_unproven_not_a_pass(tmp_path, capsys):
+    """`cutegen check pipeline`: a stopped exploration exits 2 and says UNPROVEN, never "no deadlock"; the same
+    kernel explored to the end (its own 4 stages, one CTA) exits 0; the DSL kernel's read-back is reported."""
+    import json as _json
+
+    from cutegen.cli import main
+    case = tmp_path / "c21.json"
+    case.write_text(_json.dumps({"problem": {"m": 8192, "n": 3072, "k": 1024, "dtype": "bf16", "layout": "tn"},
+                                 "config": {"tile_shape": [128, 256, 64], "cluster_shape": [2, 1, 1]}}))
+    assert main(["check", "pipeline", str(case), "--backend", "dsl", "--cluster", "--max-states", "500"]) == 2
+    out = capsys.readouterr().out
+    assert "UNPROVEN" in out and "no deadlock" not in out
+    assert main(["check", "pipeline", str(case), "--backend", "dsl"]) == 0
+    out = capsys.readouterr().out
+    assert "no deadlock" in out and "(4 stages, 2 tiles)" in out and "DSL-PIPELINE-MATCH" in out
+
+
+@pytest.mark.parametrize("reduce", [False, True])
+def test_producer_tail_keeps_peer_releases_inside_the_cta(reduce):
+    """A 2x1 cluster multicasting B: each consumer releases a stage to both CTAs. With the producer's tail
+    waits (producer_tail) every peer arrival lands before the CTA ends; without them a peer's release can
+    arrive on a CTA whose roles have all finished: PIPE-ARRIVE-AFTER-EXIT."""
+    make = functools.partial(tma_warp_specialized, stages=2, k_blocks=1, tiles=1, bytes_a=16384, bytes_b=8192,
+                             consumers=2, cluster=(2, 1), multicast_b=True, arrivals_per_release=4)
+    with_tail = explore(make(producer_tail=True), reduce=reduce)
+    assert with_tail.complete and not with_tail.findings
+    without = explore(make(producer_tail=False), reduce=reduce)
+    assert without.complete and set(without.findings) == {"PIPE-ARRIVE-AFTER-EXIT"}
+    assert "after every role of CTA" in without.findings["PIPE-ARRIVE-AFTER-EXIT"].message
+
+
+def test_release_before_wgmma_retired_is_rejected():
+    # release lag 1: the release of k-block n-1 must follow wait_group(1) after batch n's commit
+    from cutegen.legality.pipeline_term import MmaWait, Role
+    term = builder("cooperative")(stages=3, k_blocks=4)
+    assert "PIPE-RELEASE-BEFORE-MMA-DONE" not in rules(check_pipeline(term, bounds=Bounds(stages=None)))
+    role = term.role("mma0@0")
+    ops = list(role.ops)
+    i = next(i for i, o in enumerate(ops) if isinstance(o, MmaWait) and o.pending == 1)
+    ops[i] = MmaWait(2, ops[i].tile, ops[i].kb)          # wait_group(2): the batch that read the stage may still run
+    report = check_pipeline(term.with_role(Role(role.name, role.cta, tuple(ops))), bounds=Bounds(stages=None))
+    assert "PIPE-RELEASE-BEFORE-MMA-DONE" in rules(report)

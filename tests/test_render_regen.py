@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-import cutegen.commands.generate as generate_cmd
+import cutegen._api as api
 import cutegen.render as render_mod
 from cutegen import GemmProblem, KernelConfig
 from cutegen.cli import main
@@ -48,7 +48,8 @@ def env(tmp_path, monkeypatch):
         from cutegen.legality import check_config  # noqa: F401
     except ImportError:
         monkeypatch.setattr(render_mod, "check_legality", lambda p, c: _Passing())
-    monkeypatch.setattr(generate_cmd, "choose", lambda problem, backend="cutlass": (CHOICE, {"est_tflops": 700.0}, ["fixed"]))
+    # The one place the search's choice is made (the API; generate and regen both call it).
+    monkeypatch.setattr(api, "choose", lambda problem, backend="cutlass": (CHOICE, {"est_tflops": 700.0}, ["fixed"]))
     # The same toolchain on every machine, so that files compare.
     monkeypatch.setattr("cutegen.manifest.nvcc_version", lambda *a: "13.0")
     suite = tmp_path / "suite.toml"
@@ -111,7 +112,7 @@ def test_regen_check_reports_stale_kernels(env, capsys):
 
 def test_regen_from_manifests_needs_no_search(env, monkeypatch, capsys):
     assert main(["regen", "--suite", "suite.toml", "--out", "gen"]) == 0
-    monkeypatch.setattr(generate_cmd, "choose", lambda problem, backend="cutlass": pytest.fail("searched"))
+    monkeypatch.setattr(api, "choose", lambda problem, backend="cutlass": pytest.fail("searched"))
     assert main(["regen", "--check", "--from-manifests", "--suite", "suite.toml", "--out", "gen"]) == 0
 
 

@@ -171,15 +171,16 @@ def test_refusal_agrees_needs_status_1_and_a_matching_rule():
 
 
 def test_legality_problem_rules_are_consulted_when_available(monkeypatch):
-    from cutegen import KernelConfig, runner
+    from cutegen import KernelConfig
     from cutegen.legality.rule import Violation
+    from cutegen.run import launch
     seen = []
 
     def fake(problem, config):
         seen.append((problem.m, problem.n, problem.k, problem.batch))
         return [Violation("FAKE-HANG", "hangs at this size")]
 
-    monkeypatch.setattr(runner, "_LEGALITY_ENTRY", fake)
+    monkeypatch.setattr(launch, "_LEGALITY_ENTRY", fake)
     cfg = KernelConfig((128, 256, 64))
     v = preflight(TN, call(TN, 264, 256, 128, batch=2), cfg)
     assert ids(v) == ["FAKE-HANG"] and seen == [(264, 256, 128, 2)]

@@ -184,3 +184,22 @@ def test_validate_with_several_workers_keeps_every_kernel_in_order(tmp_path, cpu
     report = json.loads((tmp_path / "v.json").read_text())
     assert rc == 0 and [k["directory"].split("/")[-1] for k in report["kernels"]] == ["k0", "k1", "k2"]
     assert all(k["verdict"] == "pass" and len(k["cases"]) == 5 for k in report["kernels"])
+
+
+def test_validate_and_bench_print_a_line_per_kernel_and_problem_in_a_log(tmp_path, cpu_env, capfd):
+    # stderr is a file here, not a terminal: cutegen.progress prints one numbered line per step.
+    dirs = [build_fake(tmp_path / f"k{i}", p) for i, p in enumerate([TN, NT])]
+    assert V.main([str(d) for d in dirs] + ["--no-probes", "--json", str(tmp_path / "v.json")]) == 0
+    err = capfd.readouterr().err.splitlines()
+    assert sorted(line.split(" ")[0] for line in err if line.startswith("[")) == ["[1/2]", "[2/2]"]
+    assert all(line.endswith(": pass") for line in err if line.startswith("["))
+    suite = tmp_path / "suite.toml"
+    suite.write_text('[[problem]]\nname = "tn"\nm = 136\nn = 200\nk = 72\n\n'
+                     '[[problem]]\nname = "absent"\nm = 64\nn = 64\nk = 128\n')
+    build_fake(tmp_path / "kernels" / TN.name, TN)
+    B.main(["--suite", str(suite), "--kernels", str(tmp_path / "kernels"), "--baselines", str(tmp_path / "none"),
+            "--out", str(tmp_path / "results"), "--l2-multiple", "0", "--warmup", "2", "--no-plot"])
+    err = capfd.readouterr().err.splitlines()
+    steps = [line for line in err if line.startswith("[")]
+    assert steps[0].startswith("[1/2] tn: ") and steps[0].endswith("x cuBLAS")
+    assert steps[1] == "[2/2] absent: no ratio to cuBLAS"

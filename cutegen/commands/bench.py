@@ -29,7 +29,10 @@ import sys
 import time
 from pathlib import Path
 
+from .._fields import finite_float
+from .._fields import loads_json
 from .. import runner as R
+from ..core import registry
 from ..errors import CutegenError, FieldError
 from ..problem import GemmProblem
 
@@ -60,9 +63,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--iters", type=int, default=50, help="timed calls per contender, at least 50 [50]")
     p.add_argument("--l2-multiple", type=int, default=4,
                    help="rotate among input sets totalling at least this many times the L2 [4]")
-    p.add_argument("--timeout", type=float, default=240.0, help="seconds per problem before it counts as a hang [240]")
-    p.add_argument("--startup-timeout", type=float, default=180.0, help="seconds for the worker to start [180]")
-    p.add_argument("--deadline", type=float, default=0.0,
+    p.add_argument("--timeout", type=finite_float, default=240.0, help="seconds per problem before it counts as a hang [240]")
+    p.add_argument("--startup-timeout", type=finite_float, default=180.0, help="seconds for the worker to start [180]")
+    p.add_argument("--deadline", type=finite_float, default=0.0,
                    help="stop starting new problems after this many seconds (0: none); the rest are reported skipped")
     p.add_argument("--no-plot", action="store_true", help="do not draw the PNG")
     p.add_argument("--skip-failed", metavar="VALIDATE_JSON",
@@ -127,6 +130,13 @@ def hbm_bytes(problem: dict) -> int:
     if problem.get("dtype_c", "void") != "void" and problem.get("beta", 0.0) != 0.0:
         total += m * n * size(problem["dtype_c"]) * b
     return total
+
+
+def _ratio_text(entry: dict) -> str:
+    """cutegen's time against cuBLAS's for a progress line (the medians, as ``derive`` ratios them)."""
+    times = {c: r.get("median_ms") for c, r in entry.get("results", {}).items() if r.get("status") == "ok"}
+    ours, cublas = times.get("cutegen"), times.get("cublas")
+    return f"{cublas / ours:.3f}x cuBLAS" if ours and cublas else "no ratio to cuBLAS"
 
 
 def derive(entry: dict, peak_tflops: float = R.H100_SXM_DENSE_BF16_PEAK_TFLOPS,
@@ -329,8 +339,8 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.monotonic()
     entries: list[dict] = []
     device = None
-    out_dir = Path(args.out)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    from .._atomic import atomic_write, ensure_directory
+    out_dir = ensure_directory(args.out, "--out")
     vers = None
 
     def write() -> tuple[dict, Path]:
@@ -340,9 +350,7 @@ def run(args: argparse.Namespace) -> int:
         doc = make_document(done + left, device, started, vers, warmup=args.warmup, iters=args.iters,
                             l2_multiple=args.l2_multiple, suite=str(args.suite), seconds=time.monotonic() - t0)
         path = out_dir / result_filename(started, doc["device"]["name"])
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(doc, indent=1, default=R.json_default) + "\n")
-        os.replace(tmp, path)
+        atomic_write(path, (json.dumps(doc, indent=1, default=R.json_default) + "\n").encode())
         return doc, path
 
     if getattr(args, "executor", "local") != "local":
@@ -351,19 +359,23 @@ def run(args: argparse.Namespace) -> int:
             entries[:], device = bench_remote(ex, suite, args, t0)
             print(ex.summary.text(), file=sys.stderr)
         vers = versions(device, args.versions_from)
+    from ..progress import Steps
     worker = R.Worker(startup_timeout=args.startup_timeout, init={"op": "init"})
     try:
-        for name, problem in suite[len(entries):]:
-            if args.deadline and time.monotonic() - t0 > args.deadline:
-                entries.append(skipped_entry(name, problem, f"deadline of {args.deadline:g} s reached"))
-                print(f"SKIP  {name}: deadline reached", flush=True)
-                continue
-            entries.append(bench_problem(worker, name, problem, args))
-            if worker.init_reply is not None and worker.init_reply.ok:
-                device = worker.init_reply.value
-            if vers is None and device is not None:
-                vers = versions(device, args.versions_from)
-            write()
+        with Steps("bench", len(suite) - len(entries)) as steps:   # a bar on a terminal, a line per problem
+            for name, problem in suite[len(entries):]:
+                if args.deadline and time.monotonic() - t0 > args.deadline:
+                    entries.append(skipped_entry(name, problem, f"deadline of {args.deadline:g} s reached"))
+                    print(f"SKIP  {name}: deadline reached", flush=True)
+                    steps.step(f"{name}: skipped")
+                    continue
+                entries.append(bench_problem(worker, name, problem, args))
+                steps.step(f"{name}: {_ratio_text(entries[-1])}")
+                if worker.init_reply is not None and worker.init_reply.ok:
+                    device = worker.init_reply.value
+                if vers is None and device is not None:
+                    vers = versions(device, args.versions_from)
+                write()
     finally:
         worker.close()
     if vers is None:
@@ -422,7 +434,7 @@ def failed_in_validation(path) -> dict[str, str]:
     if not path:
         return {}
     try:
-        doc = json.loads(Path(path).read_text())
+        doc = loads_json(Path(path).read_text())
     except (OSError, json.JSONDecodeError) as e:
         raise FieldError("--skip-failed", f"cannot read {path}: {e}") from None
     return {str(Path(k["library"]).resolve()): k["verdict"] for k in doc.get("kernels", [])
@@ -446,7 +458,8 @@ def problem_request(problem: GemmProblem, args) -> tuple[dict, dict]:
     contenders = [
         {"name": "cutegen", "library": str(ours.library) if ours else None, "reason": why_ours,
          **({"launch_plan": ours.manifest["launch_plan"]} if ours and ours.manifest.get("launch_plan") else {})},
-        {"name": "cublas"},
+        # the peers the worker times in-process come from the problem's operation (GEMM: cuBLAS)
+        *({"name": peer} for peer in registry.peers(problem)),
         {"name": "cutlass_builder", "library": str(base.library) if base else None, "reason": why_base},
     ]
     nv = None

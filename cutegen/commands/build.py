@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .._fields import finite_float
 from ..errors import CutegenError
 
 HELP = "compile rendered kernels with nvcc (content-addressed cache, parallel, bounded by memory)"
@@ -15,7 +16,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--jobs", "-j", type=int,
                    help="parallel compiles (default: half the cores, at most MemAvailable / 3.5 GB)")
     p.add_argument("--cache", metavar="DIR", help="cache directory (default: $CUTEGEN_CACHE or ~/.cache/cutegen)")
-    p.add_argument("--timeout", type=float, help="seconds before one nvcc is killed (default: none)")
+    p.add_argument("--timeout", type=finite_float, help="seconds before one nvcc is killed (default: none)")
     from .. import executor
     executor.add_arguments(p)
 
@@ -64,8 +65,12 @@ def run(args: argparse.Namespace) -> int:
     if not paths:
         return 1 if failed else 0
     from .. import executor as X
+    from ..progress import Steps
     with X.from_args(args) as ex:
-        summary = build(paths, jobs=args.jobs, cache=cache, progress=sys.stderr, timeout=args.timeout, executor=ex)
+        # Locally a bar (terminal) or a line per kernel (log); a cluster run draws the executor's own line.
+        with Steps("build", len(paths), stream=sys.stderr if ex.name == "local" else None) as steps:
+            summary = build(paths, jobs=args.jobs, cache=cache, progress=steps if ex.name == "local" else sys.stderr,
+                            timeout=args.timeout, executor=ex)
         for r in summary.results:
             if r.ok:
                 print(f"{r.status:7s} {r.library}")

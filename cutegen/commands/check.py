@@ -11,6 +11,7 @@ import json
 import sys
 from typing import IO, Iterator
 
+from .._fields import loads_json
 from ..errors import CutegenError, FieldError
 
 HELP = "check tensor maps or GEMM configurations against the legality rules"
@@ -31,15 +32,23 @@ def add_tensor_map_arguments(p) -> None:
 
 
 def _lines(path: str) -> Iterator[str]:
-    if path == "-":
-        yield from sys.stdin
-        return
+    """The input's lines as they come (a stream, for long inputs); a byte that is not UTF-8 ends it
+    with a one-line error naming the input and the byte's offset."""
+    import io
     try:
-        f = open(path, encoding="utf-8")
+        f = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8") if path == "-" else open(path, encoding="utf-8")
     except OSError as e:
         raise CutegenError(f"--jsonl: cannot read {path}: {e.strerror}") from None
-    with f:
+    try:
         yield from f
+    except UnicodeDecodeError as e:
+        raise CutegenError(f"--jsonl: {'standard input' if path == '-' else path}: not UTF-8 text "
+                           f"(byte 0x{e.object[e.start]:02x} in a block read at offset {e.start})") from None
+    except OSError as e:
+        raise CutegenError(f"--jsonl: cannot read {path}: {e.strerror}") from None
+    finally:
+        if path != "-":
+            f.close()
 
 
 def check_tensor_map_lines(lines, out: IO[str], reasons: bool = False) -> int:
@@ -54,7 +63,7 @@ def check_tensor_map_lines(lines, out: IO[str], reasons: bool = False) -> int:
             if not line.strip():
                 raise FieldError("input", "empty line")
             try:
-                d = json.loads(line)
+                d = loads_json(line)
             except json.JSONDecodeError as e:
                 raise FieldError("input", f"not valid JSON ({e.msg}; column {e.colno})") from None
             tm = TensorMap.from_dict(d)
@@ -124,3 +133,38 @@ SUBCOMMANDS = {
     "pipeline": ("is this kernel's TMA/mbarrier pipeline free of deadlocks, races and miscounts? "
                  "(every interleaving, bounded)", add_pipeline_arguments, run_pipeline),
 }
+
+
+# --------------------------------------------------------------------------- rules (any operation)
+
+RULES_HELP = "list the legality rules of one operation or all (ID, contract, rulebook ID, summary, source)"
+
+
+def add_rules_arguments(p) -> None:
+    p.add_argument("--op", metavar="NAME", help="only this operation's rule sets (default: every operation's)")
+    p.add_argument("--json", action="store_true", help="one JSON object per rule instead of a table")
+
+
+def run_rules(args) -> int:
+    """Every rule set comes from the operation registry (cutegen.core.registry), so an operation's own
+    rules appear here once its package registers them; a set two operations share is listed once."""
+    from ..core import registry
+
+    try:
+        rules = registry.all_rules(args.op)
+    except FieldError as e:
+        raise FieldError("--op", e.message) from None
+    for rule in rules:
+        if args.json:
+            sys.stdout.write(json.dumps({"id": rule.id, "contract": rule.contract, "rulebook": rule.rulebook,
+                                         "enforced": rule.enforced, "summary": rule.summary,
+                                         "source": rule.source}) + "\n")
+        else:
+            book = f" [{rule.rulebook}]" if rule.rulebook else ""
+            flag = "" if rule.enforced else " (not enforced)"
+            sys.stdout.write(f"{rule.id}{book} {rule.contract}{flag}: {rule.summary}\n")
+    sys.stdout.flush()
+    return 0
+
+
+SUBCOMMANDS["rules"] = (RULES_HELP, add_rules_arguments, run_rules)

@@ -12,6 +12,7 @@ import json
 import sys
 from typing import IO, Any, Iterable
 
+from .._fields import loads_json
 from ..config import KernelConfig
 from ..errors import CutegenError, FieldError
 from ..problem import GemmProblem
@@ -57,7 +58,7 @@ def check_lines(lines: Iterable[str], out: IO[str], reasons: bool = False) -> in
             if not line:
                 raise FieldError("input", "empty line")
             try:
-                data = json.loads(line)
+                data = loads_json(line)
             except json.JSONDecodeError as e:
                 raise FieldError("input", f"not valid JSON ({e.msg}; column {e.colno})") from None
             problem, config = parse_case(data)
@@ -70,13 +71,16 @@ def check_lines(lines: Iterable[str], out: IO[str], reasons: bool = False) -> in
 
 
 def _read(path: str) -> str:
-    if path == "-":
-        return sys.stdin.read()
     try:
+        if path == "-":
+            return sys.stdin.buffer.read().decode("utf-8")
         with open(path, encoding="utf-8") as f:
             return f.read()
     except OSError as e:
         raise CutegenError(f"cannot read {path}: {e.strerror}") from None
+    except UnicodeDecodeError as e:
+        raise CutegenError(f"{'standard input' if path == '-' else path}: not UTF-8 text "
+                           f"(byte 0x{e.object[e.start]:02x} at offset {e.start})") from None
 
 
 def explain(problem: GemmProblem, config: KernelConfig) -> str:
@@ -106,14 +110,14 @@ def run(args) -> int:
     if args.jsonl is not None:
         if args.file is not None:
             raise CutegenError("give either FILE.json or --jsonl FILE, not both")
-        lines = sys.stdin if args.jsonl == "-" else _read(args.jsonl).splitlines()
+        lines = _read(args.jsonl).splitlines()
         bad = check_lines(lines, sys.stdout, reasons=args.reasons)
         sys.stdout.flush()
         return 1 if bad else 0
     if args.file is None:
         raise CutegenError("give FILE.json or --jsonl FILE")
     try:
-        data = json.loads(_read(args.file))
+        data = loads_json(_read(args.file))
     except json.JSONDecodeError as e:
         raise FieldError("input", f"{args.file} is not valid JSON ({e.msg}; line {e.lineno})") from None
     problem, config = parse_case(data)

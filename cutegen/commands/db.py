@@ -36,15 +36,17 @@ def add_import(p) -> None:
 def run_import(args) -> int:
     from ..results.importers import load
     batches = [(f, load(f)) for f in args.files]      # read every file before writing any: a bad one writes nothing
+    new = 0
     with _open(args, seed=False) as db:
-        before = db.count()
         for f, ms in batches:
-            db.add_many(ms)
-            print(f"{f}: {len(ms)} records")
-        after = db.count()
+            # counted inside each file's transaction: db.count() before and after would also count what
+            # a concurrent importer added in between (and print negative "already present" numbers)
+            _, inserted = db.add_many_counted(ms)
+            new += inserted
+            print(f"{f}: {len(ms)} records, {inserted} new")
         if args.compact:
             db.compact()
-    print(f"{after - before} new, {sum(len(ms) for _, ms in batches) - (after - before)} already present -> {db.path}")
+    print(f"{new} new, {sum(len(ms) for _, ms in batches) - new} already present -> {db.path}")
     return 0
 
 

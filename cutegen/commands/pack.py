@@ -11,6 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from .._fields import finite_float
 from ..errors import CutegenError, FieldError
 
 HELP = "generate a kernel pack for a shapes file: selection, dispatch, plan API, CMake package, PyTorch op"
@@ -21,7 +22,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("shapes", help="shapes TOML ([[shape]] tables; M, N, K as numbers, lists or {min, max})")
     p.add_argument("-o", "--out", required=True, help="output folder; one pack per target in OUT/<target>/")
     p.add_argument("--max-kernels", type=int, default=16, help="at most this many kernels per pack (default 16)")
-    p.add_argument("--tolerance", type=float, default=0.03,
+    p.add_argument("--tolerance", type=finite_float, default=0.03,
                    help="a shape is covered within this fraction of its best known time (default 0.03)")
     p.add_argument("--target", action="append", choices=kinds(), metavar="KIND",
                    help=f"device kind, repeatable ({', '.join(kinds())}; default h100-sxm); its SM count, "
@@ -65,8 +66,23 @@ def run(args: argparse.Namespace) -> int:
     return status
 
 
+def _readable_text(path: str) -> None:
+    """A one-line error for a shapes file that cannot be read as UTF-8 text (before any search runs)."""
+    try:
+        Path(path).read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        raise CutegenError(f"{path}: no such shapes file") from None
+    except OSError as e:
+        raise CutegenError(f"{path}: cannot read the shapes file: {e.strerror}") from None
+    except UnicodeDecodeError as e:
+        raise FieldError(path, f"not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start})") from None
+
+
 def _run(args: argparse.Namespace, ex) -> int:
     from .. import packs
+    _readable_text(args.shapes)
+    if Path(args.out).exists() and not Path(args.out).is_dir():    # before the searches, not after
+        raise CutegenError(f"-o/--out: {args.out} exists and is not a directory")
     targets = list(dict.fromkeys(args.target or ["h100-sxm"]))
     db = _open_db(args.db)
     say = lambda msg: print(msg, file=sys.stderr)  # noqa: E731

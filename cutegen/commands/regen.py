@@ -43,8 +43,8 @@ def baseline_dir(root: Path, problem: GemmProblem) -> Path:
 
 def _render_searched(problem: GemmProblem):
     from .. import render as render_mod
-    from .generate import choose
-    config, cost, _ = choose(problem)
+    from .. import _api
+    config, cost, _ = _api.choose(problem)
     return render_mod.render(problem, config, "cutlass", cost=cost)
 
 
@@ -62,18 +62,32 @@ def baseline_config(problem: GemmProblem) -> dict:
 
 
 def _render_baseline(problem: GemmProblem):
-    from .. import render as render_mod
     from ..config import KernelConfig
-    return render_mod.render(problem, KernelConfig.from_dict(baseline_config(problem)), "cutlass_builder")
+    from ..core import registry
+    return registry.render(problem, KernelConfig.from_dict(baseline_config(problem)), "cutlass_builder")
 
 
 def _checked_in(directory: Path) -> bool:
-    """Whether ``directory`` is inside this repository's generated/ tree."""
-    repo_generated = Path(__file__).resolve().parents[2] / "generated"
+    """Whether ``directory`` is inside the generated/ tree of a cutegen checkout: the nearest ancestor
+    with a pyproject.toml naming the project cutegen, judged from ``directory`` itself (the --out tree).
+    Not from where the cutegen package is installed: with a wheel, a venv of another worktree or a copy
+    of the repository, the installed package's generated/ is not the tree being rendered or checked."""
+    path = Path(directory).resolve()
+    for root in path.parents:
+        if (root / "pyproject.toml").is_file() and _is_cutegen_project(root / "pyproject.toml"):
+            try:
+                path.relative_to(root / "generated")
+                return True
+            except ValueError:
+                return False
+    return False
+
+
+def _is_cutegen_project(pyproject: Path) -> bool:
+    import tomllib
     try:
-        Path(directory).resolve().relative_to(repo_generated)
-        return True
-    except ValueError:
+        return tomllib.loads(pyproject.read_text(encoding="utf-8")).get("project", {}).get("name") == "cutegen"
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, AttributeError):
         return False
 
 
@@ -108,6 +122,8 @@ def run(args: argparse.Namespace) -> int:
         return status
     from .. import executor as X
     root = Path(args.out)
+    if root.exists() and not root.is_dir():      # one line now, not one error per kernel later
+        raise CutegenError(f"--out: {root} exists and is not a directory")
     suite = select_suite(args.suite, args.only)
     changed: list[Path] = []
     failures: list[str] = []
@@ -115,7 +131,8 @@ def run(args: argparse.Namespace) -> int:
     items = [(name, (kind, problem, directory, args.from_manifests)) for name, problem in suite
              for kind, directory in (("kernel", kernel_dir(root, problem)), ("baseline", baseline_dir(root, problem)))]
     # Re-rendering from manifests reads this machine's files and searches nothing: it stays here.
-    with (X.LocalExecutor(progress=None) if args.from_manifests else X.from_args(args)) as ex:
+    local = X.LocalExecutor(progress=sys.stderr) if args.from_manifests else None
+    with local or X.from_args(args, progress=sys.stderr) as ex:
         outcomes = ex.map(render_task, [it for _, it in items], kind="cpu",
                           names=[f"{name} {it[0]}" for name, it in items])
         if ex.name != "local":

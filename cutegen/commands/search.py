@@ -65,19 +65,9 @@ def device_from_args(args):
     """(device kind or None, learned.Predictor or None). No device: the analytic model as calibrated."""
     import os
 
-    kind = args.device or os.environ.get("CUTEGEN_DEVICE") or None
-    if kind is None:
-        return None, None
-    from cutegen.results import KINDS, ResultsDB
-    from cutegen.search.learned import Predictor
+    from cutegen._api import device_predictor
 
-    db = ResultsDB(args.db)
-    ms = db.measurements()
-    if kind not in KINDS and not any(m.device_kind == kind for m in ms):
-        raise FieldError("device", f"{kind!r} is not a known device kind ({', '.join(KINDS)}) and the results "
-                         "database holds no measurement of it")
-    predictor = Predictor(kind, ms)
-    return kind, (predictor if predictor.exact or predictor.learned else None)
+    return device_predictor(args.device or os.environ.get("CUTEGEN_DEVICE") or None, args.db)
 
 
 def run(args) -> int:

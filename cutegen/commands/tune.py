@@ -14,8 +14,9 @@ import sys
 import time
 from pathlib import Path
 
+from .._fields import finite_float
 from ..errors import CutegenError, FieldError
-from .generate import add_problem_arguments, problem_from_args
+from ._problem_args import add_problem_arguments, problem_from_args
 
 HELP = "time the search's top k with cuBLAS, nvMMH's pick and the CUTLASS default on the GPU; keep the best"
 
@@ -55,13 +56,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(built here, seconds each) and compile only the finalists with nvcc")
     p.add_argument("--finalists", type=int, default=2, help="screened candidates compiled per problem [2]")
     p.add_argument("--jobs", type=int, help="parallel compiles (default: from cores and memory)")
-    p.add_argument("--build-deadline", type=float, default=0.0, metavar="SECONDS",
+    p.add_argument("--build-deadline", type=finite_float, default=0.0, metavar="SECONDS",
                    help="start no compile batch this many seconds after tune started; the rest is reported "
                         "not built (0: none)")
     p.add_argument("--warmup", type=int, default=10, help="untimed calls per contender [10]")
     p.add_argument("--iters", type=int, default=50, help="timed calls per contender, at least 50 [50]")
-    p.add_argument("--timeout", type=float, default=240.0, help="seconds per problem's timing before it is a hang")
-    p.add_argument("--deadline", type=float, default=0.0, metavar="SECONDS",
+    p.add_argument("--timeout", type=finite_float, default=240.0, help="seconds per problem's timing before it is a hang")
+    p.add_argument("--deadline", type=finite_float, default=0.0, metavar="SECONDS",
                    help="start timing no problem this many seconds after tune started; the rest are reported "
                         "skipped (0: none)")
     p.add_argument("--quiet", action="store_true", help="no progress display")
@@ -95,75 +96,22 @@ def _local_device_kind() -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..tuning import Plan, Tuner, make_plan, records_document, records_lines
-    from ..tuning.progress import Display
+    from ..progress import Display
+    from ..tuning import records_document, records_lines
 
     t0 = time.monotonic()
+    for opt, value in (("-o/--output", args.output), ("--workdir", None if args.from_plan else args.workdir)):
+        if value and Path(value).exists() and not Path(value).is_dir():   # found now, not after the GPU work
+            raise CutegenError(f"{opt}: {value} exists and is not a directory")
     if args.iters < 50:
         raise FieldError("--iters", f"{args.iters} is below 50")
     with Display(quiet=args.quiet) as display:
-        if args.from_plan:
-            if args.suite or args.m is not None or args.problem:
-                raise FieldError("--from-plan", "the plan names its problems; give no problem or suite")
-            plan_dir = Path(args.from_plan)
-            plan = Plan.load(plan_dir)
-            single = plan.single
-        else:
-            problems, single = _problems(args)
-            plan_dir = Path(args.workdir)
-            kind = args.device_kind or _local_device_kind() or "h100-sxm"
-            screen = None
-            if args.screen == "dsl":
-                if args.finalists < 1:
-                    raise FieldError("--finalists", f"expected at least 1, got {args.finalists}")
-                from ..tuning.plan import dsl_screen
-                screen = dsl_screen()
-            search = None
-            if args.device_kind:   # rank as `cutegen search --device KIND` does (learned, where measured)
-                from ..tuning.plan import device_search
-                search = device_search(args.device_kind, args.db)
-            plan = make_plan(problems, plan_dir, top_k=args.top_k, device_kind=kind, with_nvmmh=not args.no_nvmmh,
-                             search=search,
-                             with_default=not args.no_default, single=single, screen=screen,
-                             finalists=args.finalists, say=display.log)
-            if args.plan_only:
-                display.log(f"plan written to {plan_dir / 'plan.json'}: "
-                            f"{sum(len(p.candidates) for p in plan.problems)} kernels for {len(plan.problems)} problems")
-                return 0
-        out = Path(args.output) if args.output else \
-            (Path("tuned/sm90a") / plan.problems[0].problem.name if single else Path("tuned/sm90a"))
-        try:
-            from ..results import ResultsDB
-        except ImportError:
-            raise CutegenError("the results database (cutegen.results, issue 11 part 1) is not installed") from None
-        from ..tuning.gpu import Builder, RunnerTimer, RunnerValidator, runner_gpu
-        ex = _executor_module()
-        executor = ex.from_args(args) if ex is not None and getattr(args, "executor", "local") != "local" else None
-        if executor is not None:
-            # Each problem's timing and validation is one GPU task on the cluster (resource GPU=1);
-            # the records, the cache and the kernel directories are written here only.
-            from ..tuning.remote import RemoteGPU
-            timer = RemoteGPU(executor, runner_gpu, {"warmup": args.warmup, "iters": args.iters,
-                                                     "timeout": args.timeout})
-            validator = None
-        else:
-            timer = RunnerTimer(warmup=args.warmup, iters=args.iters, timeout=args.timeout)
-            validator = RunnerValidator(say=display.log)
-        versions = _versions()
-        try:
-            tuner = Tuner(plan, plan_dir, out, db=ResultsDB(args.db), builder=Builder(
-                args.jobs, executor, say=display.build_line,
-                deadline=t0 + args.build_deadline if args.build_deadline > 0 else None),
-                          timer=timer, validator=validator, device_kind=args.device_kind, force=args.force,
-                          single=single, display=display, versions=versions,
-                          deadline=t0 + args.deadline if args.deadline > 0 else None)
-            outcomes = tuner.run()
-        finally:
-            timer.close()
-            if validator is not None:
-                validator.close()
-            if executor is not None:
-                executor.close()
+        plan, plan_dir = plan_from_args(args, display)
+        if args.plan_only:
+            display.log(f"plan written to {plan_dir / 'plan.json'}: "
+                        f"{sum(len(p.candidates) for p in plan.problems)} kernels for {len(plan.problems)} problems")
+            return 0
+        outcomes, tuner, executor, versions = measure_plan(args, plan, plan_dir, display, t0)
     from .._atomic import atomic_write
     if executor is not None:
         print(executor.summary.text(), file=sys.stderr)   # what ran where, what was retried, what failed
@@ -177,6 +125,81 @@ def run(args: argparse.Namespace) -> int:
         print(f"wrote {args.summary}")
     print(format_table(outcomes))
     return 0 if all(o.chosen for o in outcomes) else 1
+
+
+def plan_from_args(args: argparse.Namespace, display, problems: list | None = None):
+    """The tuning plan (``--from-plan``'s, or searched and rendered now) and its folder.
+
+    ``problems`` (``[(name, GemmProblem)]``, from the Python API) replaces the problem flags and ``--suite``."""
+    from ..tuning import Plan, make_plan
+    if args.from_plan:
+        if args.suite or args.m is not None or args.problem or problems:
+            raise FieldError("--from-plan", "the plan names its problems; give no problem or suite")
+        plan_dir = Path(args.from_plan)
+        return Plan.load(plan_dir), plan_dir
+    if problems is not None:
+        single = len(problems) == 1 and not args.suite
+    else:
+        problems, single = _problems(args)
+    plan_dir = Path(args.workdir)
+    kind = args.device_kind or _local_device_kind() or "h100-sxm"
+    screen = None
+    if args.screen == "dsl":
+        if args.finalists < 1:
+            raise FieldError("--finalists", f"expected at least 1, got {args.finalists}")
+        from ..tuning.plan import dsl_screen
+        screen = dsl_screen()
+    search = None
+    if args.device_kind:   # rank as `cutegen search --device KIND` does (learned, where measured)
+        from ..tuning.plan import device_search
+        search = device_search(args.device_kind, args.db)
+    plan = make_plan(problems, plan_dir, top_k=args.top_k, device_kind=kind, with_nvmmh=not args.no_nvmmh,
+                     search=search, with_default=not args.no_default, single=single, screen=screen,
+                     finalists=args.finalists, say=display.log)
+    return plan, plan_dir
+
+
+def measure_plan(args: argparse.Namespace, plan, plan_dir: Path, display, t0: float):
+    """Build, time, validate and record the plan's candidates; writes each winner's kernel directory.
+
+    Returns ``(outcomes, tuner, executor or None, versions)``; the executor is closed."""
+    from ..tuning import Tuner
+    single = plan.single
+    out = Path(args.output) if args.output else \
+        (Path("tuned/sm90a") / plan.problems[0].problem.name if single else Path("tuned/sm90a"))
+    try:
+        from ..results import ResultsDB
+    except ImportError:
+        raise CutegenError("the results database (cutegen.results, issue 11 part 1) is not installed") from None
+    from ..tuning.gpu import Builder, RunnerTimer, RunnerValidator, runner_gpu
+    ex = _executor_module()
+    executor = ex.from_args(args) if ex is not None and getattr(args, "executor", "local") != "local" else None
+    if executor is not None:
+        # Each problem's timing and validation is one GPU task on the cluster (resource GPU=1);
+        # the records, the cache and the kernel directories are written here only.
+        from ..tuning.remote import RemoteGPU
+        timer = RemoteGPU(executor, runner_gpu, {"warmup": args.warmup, "iters": args.iters,
+                                                 "timeout": args.timeout})
+        validator = None
+    else:
+        timer = RunnerTimer(warmup=args.warmup, iters=args.iters, timeout=args.timeout)
+        validator = RunnerValidator(say=display.log)
+    versions = _versions()
+    try:
+        tuner = Tuner(plan, plan_dir, out, db=ResultsDB(args.db), builder=Builder(
+            args.jobs, executor, say=display.build_line,
+            deadline=t0 + args.build_deadline if args.build_deadline > 0 else None),
+                      timer=timer, validator=validator, device_kind=args.device_kind, force=args.force,
+                      single=single, display=display, versions=versions,
+                      deadline=t0 + args.deadline if args.deadline > 0 else None)
+        outcomes = tuner.run()
+    finally:
+        timer.close()
+        if validator is not None:
+            validator.close()
+        if executor is not None:
+            executor.close()
+    return outcomes, tuner, executor, versions
 
 
 def _versions() -> dict:

@@ -23,7 +23,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from .._fields import finite_float
 from .. import runner as R
+from ..core import registry
 from ..errors import CutegenError
 
 HELP = "validate built kernels on the GPU (random inputs vs float32 reference, ragged shapes, watchdog)"
@@ -39,9 +41,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-probes", action="store_true", help="skip the refusal probes")
     p.add_argument("--no-manifest-shape", action="store_true",
                    help="do not run each kernel at its own (possibly large) problem size")
-    p.add_argument("--timeout", type=float, default=60.0,
+    p.add_argument("--timeout", type=finite_float, default=60.0,
                    help="seconds one launch (with its reference) may take before it counts as a hang [60]")
-    p.add_argument("--startup-timeout", type=float, default=180.0,
+    p.add_argument("--startup-timeout", type=finite_float, default=180.0,
                    help="seconds a worker child may take to import torch and create its CUDA context [180]")
     p.add_argument("--workers", type=int, default=1,
                    help="kernels validated at once, each in its own child process on the one GPU [1]")
@@ -53,10 +55,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sanitize-only", action="store_true", help="run only compute-sanitizer")
     p.add_argument("--sanitize-tools", default=",".join(SANITIZER_TOOLS),
                    help="comma-separated compute-sanitizer tools [memcheck,racecheck,synccheck]")
-    p.add_argument("--sanitize-timeout", type=float, default=240.0, help="seconds per sanitizer tool [240]")
+    p.add_argument("--sanitize-timeout", type=finite_float, default=240.0, help="seconds per sanitizer tool [240]")
     p.add_argument("--sanitize-parallel", action="store_true",
                    help="run the sanitizer tools at the same time (each its own process on the one GPU)")
-    p.add_argument("--deadline", type=float, default=0.0,
+    p.add_argument("--deadline", type=finite_float, default=0.0,
                    help="stop starting new kernels after this many seconds (0: no limit); the rest are reported skipped")
     p.add_argument("--json", metavar="FILE", help="write the full report as JSON")
     p.add_argument("-q", "--quiet", action="store_true", help="print only failures and the summary")
@@ -66,15 +68,19 @@ def run(args: argparse.Namespace) -> int:
     if args.workers < 1:
         raise CutegenError(f"--workers: {args.workers} is below 1")
     kernels, unusable = R.discover_kernels(args.kernels)
+    if args.json and Path(args.json).is_dir():      # found now, not after the GPU work
+        raise CutegenError(f"--json: {args.json} is a directory (a file name was expected)")
     shapes = [R.parse_shape(s) for s in args.shapes]
     tools = [t.strip() for t in args.sanitize_tools.split(",") if t.strip()]
     for t in tools:
         if t not in SANITIZER_TOOLS + ("initcheck",):
             raise CutegenError(f"--sanitize-tools: unknown tool {t!r} (memcheck, racecheck, synccheck, initcheck)")
-    if not kernels:
-        for path, why in unusable:
-            print(f"cutegen validate: {path}: {why}", file=sys.stderr)
-        raise CutegenError("no kernel to validate")
+    if not kernels:   # one line: the reason (one input) or the count and the first reason (several)
+        if len(unusable) == 1:
+            raise CutegenError(f"no kernel to validate: {unusable[0][1]}")
+        first = f": {unusable[0][1]}" + (f" (and {len(unusable) - 1} more)" if len(unusable) > 1 else "") \
+            if unusable else ""
+        raise CutegenError(f"no kernel to validate{first}")
     say = (lambda *a, **k: None) if args.quiet else print
     report = {"schema": "cutegen-validate/1", "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
               "unusable": [{"path": p, "reason": w} for p, w in unusable], "kernels": [], "device": None}
@@ -89,8 +95,12 @@ def run(args: argparse.Namespace) -> int:
                                for k in kernels]
     report["summary"] = summarize(report)
     if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(report, indent=1, default=R.json_default) + "\n")
+        from .._atomic import atomic_write
+        try:
+            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(args.json, (json.dumps(report, indent=1, default=R.json_default) + "\n").encode())
+        except OSError as e:
+            raise CutegenError(f"--json: cannot write {args.json}: {e.strerror}") from None
     print_summary(report)
     return 0 if report["summary"]["ok"] else 1
 
@@ -110,6 +120,8 @@ def validate_kernels(kernels, shapes, args, say, t_start) -> list[dict]:
     for item in enumerate(kernels):
         todo.put(item)
     results: list[dict | None] = [None] * len(kernels)
+    from ..progress import Steps
+    steps = Steps("validate", len(kernels), quiet=getattr(args, "quiet", False))  # a bar, or a line per kernel
 
     def drain():
         worker = _new_worker(args)
@@ -122,21 +134,24 @@ def validate_kernels(kernels, shapes, args, say, t_start) -> list[dict]:
                 if args.deadline and time.monotonic() - t_start > args.deadline:
                     results[i] = _kernel_record(info, [], "skipped", f"deadline of {args.deadline:g} s reached")
                     say(f"SKIP  {info.label}: deadline reached")
+                    steps.step(f"{info.label}: skipped")
                     continue
                 if args.fresh_child:
                     worker.close()
                     worker = _new_worker(args)
                 results[i] = validate_one(worker, info, shapes, args, say)
+                steps.step(f"{info.label}: {results[i]['verdict']}")
                 if worker.init_reply is not None and worker.init_reply.ok:
                     _LAST_DEVICE["info"] = worker.init_reply.value
         finally:
             worker.close()
 
     threads = [threading.Thread(target=drain, daemon=True) for _ in range(max(1, min(args.workers, len(kernels))))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    with steps:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
     return [r for r in results if r is not None]
 
 
@@ -147,11 +162,12 @@ def _kernel_record(info: R.KernelInfo, cases: list, verdict: str, reason: str = 
 def validate_one(worker: R.Worker, info: R.KernelInfo, shapes, args, say) -> dict:
     """Every case and probe of one kernel; stops at the first hang or crash of the kernel."""
     problem, config = info.problem, info.config
-    plan = R.validation_cases(problem, config, shapes, include_manifest=not args.no_manifest_shape,
-                              launch_plan=info.manifest.get("launch_plan"))
+    # the cases, probes and tolerance come from the kernel's operation (cutegen/ops/<op>)
+    plan = registry.validation_cases(problem, config, shapes, include_manifest=not args.no_manifest_shape,
+                                     launch_plan=info.manifest.get("launch_plan"))
     if not args.no_probes:
-        plan += R.refusal_probes(problem, config)
-    tol = R.tolerance(problem)
+        plan += registry.refusal_probes(problem, config)
+    tol = registry.tolerance(problem)
     cases = []
     verdict, reason = "pass", ""
     for case in plan:
@@ -204,6 +220,15 @@ def sanitizer_case(info: R.KernelInfo) -> R.Case:
     tm, tn, tk = info.config.tile_shape
     u = R.dim_units(info.problem)
     beta = 0.5 if info.problem.dtype_c != "void" else 0.0
+    slices = getattr(info.config, "split_k_slices", 1)
+    if slices > 1:
+        # split-K with a separate reduction (cutegen/split_k_reduce.py): K is slices x a ragged slice, and the
+        # slices' batches give every SM of a 132-SM part about three tiles (ping-pong's second warpgroup runs)
+        n_tiles = 4
+        m_tiles = max(2, -(-3 * 132 // (n_tiles * slices)))
+        return R.Case("sanitize_slices", R.ragged_extent(tm, u["m"], m_tiles - 1),
+                      R.ragged_extent(tn, u["n"], n_tiles - 1), slices * R.ragged_extent(tk, u["k"], 2), 1, 1.0, beta,
+                      seed=21)
     if info.config.mainloop_schedule == "pingpong":
         # ping-pong's second math warpgroup runs only when a persistent CTA takes several tiles: give
         # every SM of a 132-SM part three (ragged in M, N, K; one batch), or the sanitizer never sees it

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Sequence
@@ -25,7 +24,7 @@ from typing import Any, Sequence
 from ..errors import CutegenError
 from .local import Executor, _names
 from .outcome import TaskOutcome
-from .progress import Progress
+from ..progress import Progress
 from .tasks import compile_kernel, identity, run_task
 
 GPU_RESOURCE = "GPU"
@@ -274,7 +273,8 @@ def store_artifact(builder, artifact: dict) -> Path:
     entry = builder.entry(artifact["key"])
     if not (entry / "kernel.so").is_file():
         entry.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=entry.parent, prefix=".incoming-") as tmp:
+        from .._atomic import scratch_directory
+        with scratch_directory(".incoming-", root=entry.parent) as tmp:
             lib = Path(tmp, "kernel.so")
             lib.write_bytes(data)
             builder._store(entry, lib, artifact["record"])

@@ -4,7 +4,7 @@ from __future__ import annotations
 import sys
 from typing import Any, Callable, Iterable, Sequence
 
-from .outcome import RunSummary, TaskOutcome
+from .outcome import KINDS, RunSummary, TaskOutcome
 from .tasks import run_task
 
 
@@ -69,15 +69,21 @@ class LocalExecutor(Executor):
         return results
 
     def map(self, fn, items, *, kind="cpu", names=None, details=None):
+        from ..progress import Steps
         outcomes = []
-        for i, (item, name) in enumerate(zip(items, _names(items, names))):
-            detail = details[i] if details else None
-            try:
-                info = run_task(fn, item)
-                outcomes.append(TaskOutcome(name, kind, "done", info["value"], "", info["worker"], info["host"],
-                                            info["pid"], info["gpu"] if kind == "gpu" else None,
-                                            info["started"], info["finished"], detail=detail))
-            except Exception as e:  # noqa: BLE001 - the outcome carries it; the run goes on
-                outcomes.append(TaskOutcome(name, kind, "failed", None, f"{type(e).__name__}: {e}", detail=detail))
+        # One step per task: a bar with an estimate on a terminal, a line per task in a log.
+        with Steps(KINDS.get(kind, kind), len(items), stream=self.progress) as steps:
+            for i, (item, name) in enumerate(zip(items, _names(items, names))):
+                detail = details[i] if details else None
+                try:
+                    info = run_task(fn, item)
+                    outcomes.append(TaskOutcome(name, kind, "done", info["value"], "", info["worker"], info["host"],
+                                                info["pid"], info["gpu"] if kind == "gpu" else None,
+                                                info["started"], info["finished"], detail=detail))
+                    steps.step(name)
+                except Exception as e:  # noqa: BLE001 - the outcome carries it; the run goes on
+                    outcomes.append(TaskOutcome(name, kind, "failed", None, f"{type(e).__name__}: {e}",
+                                                detail=detail))
+                    steps.step(f"{name}: FAILED")
         self.summary.add(outcomes)
         return outcomes

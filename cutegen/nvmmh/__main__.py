@@ -41,7 +41,11 @@ def main(argv=None) -> int:
                 entry["directory"] = str(Path(args.out) / problem.name)
             report.append(entry)
         if args.report:
-            Path(args.report).write_text(json.dumps(report, indent=1) + "\n")
+            from .._atomic import atomic_write
+            try:
+                atomic_write(args.report, (json.dumps(report, indent=1) + "\n").encode())
+            except OSError as e:
+                raise CutegenError(f"--report: cannot write {args.report}: {e.strerror}") from None
     except CutegenError as e:
         print(f"cutegen.nvmmh: error: {e}", file=sys.stderr)
         return 2

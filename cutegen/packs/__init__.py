@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .._atomic import atomic_write
+from .._atomic import atomic_directory, leftovers
 from ..errors import FieldError
 
 
@@ -94,16 +94,22 @@ def _owned(rel: Path) -> bool:
 
 
 def write(root: Path, files: dict[str, str], prune: bool = True) -> list[str]:
-    """Write the pack atomically file by file, delete stale generated files (``prune``); returns what changed."""
+    """Write the pack whole (``atomic_directory``: into a copy of the folder, swapped in at once, under a
+    lock against another writer), delete stale generated files (``prune``); returns what changed."""
     changed = differences(root, files, prune)
-    for rel in changed:
-        path = root / rel
-        if rel in files:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write(path, files[rel].encode())
-        else:
-            path.unlink()
-    for d in sorted((p for p in root.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
-        if _owned(d.relative_to(root)) and not any(d.iterdir()):
-            d.rmdir()
+    if not changed and not leftovers(root):
+        return []
+    # what the pack does not own (a build folder) is hard-linked, not copied: the pack never writes it
+    with atomic_directory(root, link=lambda rel: not _owned(rel)) as new:
+        changed = differences(new, files, prune)
+        for rel in changed:
+            path = new / rel
+            if rel in files:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(files[rel].encode())
+            else:
+                path.unlink()
+        for d in sorted((p for p in new.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
+            if _owned(d.relative_to(new)) and not any(d.iterdir()):
+                d.rmdir()
     return changed

@@ -13,7 +13,8 @@ import sqlite3
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from ..config import KernelConfig
+from ..core import registry
+from ..core.op import config_hash, config_json
 from ..errors import CutegenError
 from ..problem import GemmProblem
 from .measurement import Measurement, problem_key
@@ -42,13 +43,14 @@ def default_path() -> Path:
 
 def _row(conn: sqlite3.Connection, m: Measurement) -> tuple:
     """The measurement's row, inserting its problem and configuration first where they are new."""
-    p = m.problem
-    key = problem_key(p)
+    key = problem_key(m.problem)
+    cols = registry.db_columns(m.problem)       # the problem's operation fills the searchable columns
     conn.execute("INSERT OR IGNORE INTO problems (key, kernel_class, m, n, k, batch) VALUES (?, ?, ?, ?, ?, ?)",
-                 (key, p.kernel_class_name, p.m, p.n, p.k, p.batch))
+                 (key, cols["kernel_class"], cols["m"], cols["n"], cols["k"], cols["batch"]))
     pid = conn.execute("SELECT id FROM problems WHERE key = ?", (key,)).fetchone()[0]
-    conn.execute("INSERT OR IGNORE INTO configs (hash, json) VALUES (?, ?)", (m.config.hash, m.config.to_json()))
-    cid = conn.execute("SELECT id FROM configs WHERE hash = ?", (m.config.hash,)).fetchone()[0]
+    chash = config_hash(m.config)
+    conn.execute("INSERT OR IGNORE INTO configs (hash, json) VALUES (?, ?)", (chash, config_json(m.config)))
+    cid = conn.execute("SELECT id FROM configs WHERE hash = ?", (chash,)).fetchone()[0]
     return (m.record_key, pid, cid, m.kernel_hash, m.backend, m.device_name, m.device_kind, m.sm_count,
             m.sm_clock_mhz, m.driver, m.cuda, m.cutlass, m.cutegen, m.timing_method,
             json.dumps(list(m.times_us), separators=(",", ":")), m.median_us, int(m.validated), m.max_rel_error,
@@ -57,9 +59,10 @@ def _row(conn: sqlite3.Connection, m: Measurement) -> tuple:
 
 
 def _measurement(r: sqlite3.Row) -> Measurement:
+    problem = registry.problem_from_dict(json.loads(r["problem_json"]))     # no "op" in the key: GEMM
     return Measurement(
-        problem=GemmProblem.from_dict(json.loads(r["problem_json"])),
-        config=KernelConfig.from_dict(json.loads(r["config_json"])),
+        problem=problem,
+        config=registry.config_from_dict(registry.operation_of(problem), json.loads(r["config_json"])),
         kernel_hash=r["kernel_hash"], backend=r["backend"], device_name=r["device_name"],
         device_kind=r["device_kind"], sm_count=r["sm_count"], sm_clock_mhz=r["sm_clock_mhz"], driver=r["driver"],
         cuda=r["cuda"], cutlass=r["cutlass"], cutegen=r["cutegen"], timing_method=r["timing_method"],
@@ -164,7 +167,13 @@ class ResultsDB:
 
     def add_many(self, ms: Iterable[Measurement]) -> list[int]:
         """Store measurements in one transaction: all of them land or none does. Idempotent."""
+        return self.add_many_counted(ms)[0]
+
+    def add_many_counted(self, ms: Iterable[Measurement]) -> tuple[list[int], int]:
+        """``add_many``, and how many of the measurements were new: counted inside the transaction (the
+        rows its inserts changed), so a concurrent writer cannot make the count wrong."""
         ms = list(ms)
+        inserted = 0
         if self.readonly:
             raise CutegenError(f"results database {self.path} was opened read-only")
         conn = self._open()
@@ -178,7 +187,7 @@ class ResultsDB:
         try:
             for m in ms:
                 row = _row(conn, m)
-                conn.execute(sql, row)
+                inserted += conn.execute(sql, row).rowcount
                 ids.append(conn.execute("SELECT id FROM measurements WHERE record_key = ?", (row[0],)).fetchone()[0])
             conn.execute("COMMIT")
         except sqlite3.Error as e:
@@ -187,7 +196,7 @@ class ResultsDB:
         except BaseException:
             conn.execute("ROLLBACK")
             raise
-        return ids
+        return ids, inserted
 
     def compact(self) -> None:
         """Make the file self-contained and small (rollback journal, vacuumed): how the seed is committed.

@@ -19,6 +19,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from .._fields import loads_json
 from ..config import KernelConfig
 from ..errors import CutegenError
 from ..manifest import kernel_hash
@@ -164,7 +165,7 @@ def _from_jsonl(path: Path, text: str) -> list[Measurement]:
     for i, line in enumerate(text.splitlines(), 1):
         if line.strip():
             try:
-                d = json.loads(line)
+                d = loads_json(line)
             except json.JSONDecodeError as e:
                 raise CutegenError(f"{path}:{i}: not JSON: {e.msg}") from None
             if isinstance(d, dict) and "outcome" in d and "kernel" in d:
@@ -177,22 +178,37 @@ def _from_jsonl(path: Path, text: str) -> list[Measurement]:
 
 
 def load(path: str | Path) -> list[Measurement]:
-    """Every measurement in one result file; CutegenError names a file whose format is not known."""
+    """Every measurement in one result file; CutegenError names a file whose format is not known, or the
+    file, and the field where it can, of one that is malformed (never a KeyError or TypeError)."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as e:
         raise CutegenError(f"{path}: cannot read: {e.strerror}") from None
+    except UnicodeDecodeError as e:
+        raise CutegenError(f"{path}: not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start})") from None
+    try:
+        return _load_text(path, text)
+    except CutegenError as e:                  # already names the field (FieldError is a ValueError too)
+        raise CutegenError(f"{path}: {e}" if str(path) not in str(e) else str(e)) from None
+    except KeyError as e:
+        raise CutegenError(f"{path}: malformed result file: a record lacks the field {e.args[0]!r}") from None
+    except (TypeError, AttributeError, ValueError, IndexError, OverflowError) as e:
+        # a field of the wrong type (a string where a table is, a list where a number is, ...)
+        raise CutegenError(f"{path}: malformed result file: {type(e).__name__}: {e}") from None
+
+
+def _load_text(path: Path, text: str) -> list[Measurement]:
     if path.suffix == ".jsonl":
         return _from_jsonl(path, text)
     try:
-        d = json.loads(text)
+        d = loads_json(text)
     except json.JSONDecodeError as e:
         raise CutegenError(f"{path}: not JSON: {e.msg} (line {e.lineno})") from None
     if isinstance(d, list) and d and isinstance(d[0], dict) and "candidates" in d[0]:
         return _from_calibration(path, d)
     if isinstance(d, dict):
-        schema = d.get("schema", "")
+        schema = str(d.get("schema", ""))
         if schema.startswith("cutegen-bench/"):
             return _from_bench(path, d)
         if schema.startswith("cutegen-validate/"):

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import KernelConfig
+from ..core import registry
 from ..errors import FieldError
 from ..problem import GemmProblem
 
@@ -16,8 +17,11 @@ def canonical(obj: Any) -> str:
 
 
 def problem_key(problem: GemmProblem) -> str:
-    """Exact identity of a problem (sizes, scalars and all): the key measurements are looked up by."""
-    return canonical(problem.to_dict())
+    """Exact identity of a problem (sizes, scalars and all): the key measurements are looked up by.
+
+    The problem's operation makes it (``cutegen.core.registry.problem_key``; GEMM: canonical JSON of
+    ``to_dict()``, the key every stored GEMM record has)."""
+    return registry.problem_key(problem)
 
 
 @dataclass(frozen=True)
@@ -48,10 +52,14 @@ class Measurement:
     launch_plan: dict | None = None
 
     def __post_init__(self):
-        if not isinstance(self.problem, GemmProblem):
-            raise FieldError("problem", f"expected a GemmProblem, got {type(self.problem).__name__}")
-        if not isinstance(self.config, KernelConfig):
-            raise FieldError("config", f"expected a KernelConfig, got {type(self.config).__name__}")
+        # any registered operation's problem and config (GEMM: GemmProblem and KernelConfig)
+        try:
+            op = registry.operation_of(self.problem)
+        except FieldError:
+            raise FieldError("problem", f"expected the problem of an operation (e.g. a GemmProblem), "
+                                        f"got {type(self.problem).__name__}") from None
+        if not isinstance(self.config, op.config_type):
+            raise FieldError("config", f"expected a {op.config_type.__name__} ({op.name}), got {type(self.config).__name__}")
         object.__setattr__(self, "times_us", tuple(float(t) for t in self.times_us))
         if not (isinstance(self.median_us, (int, float)) and self.median_us > 0):
             raise FieldError("median_us", f"expected a positive time in microseconds, got {self.median_us!r}")
@@ -116,7 +124,7 @@ class Measurement:
         if unknown:
             raise FieldError(f"{where}.{sorted(unknown)[0]}", "unknown field")
         d = dict(data)
-        d["problem"] = GemmProblem.from_dict(d.get("problem"), f"{where}.problem")
-        d["config"] = KernelConfig.from_dict(d.get("config"), f"{where}.config")
+        d["problem"] = registry.problem_from_dict(d.get("problem"), f"{where}.problem")
+        d["config"] = registry.config_from_dict(registry.operation_of(d["problem"]), d.get("config"), f"{where}.config")
         d["times_us"] = tuple(d.get("times_us") or ())
         return cls(**d)

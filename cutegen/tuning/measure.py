@@ -15,14 +15,17 @@ real ones), so the whole flow runs on a CPU with fakes in the tests. Per problem
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
+import os
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .._atomic import atomic_write
+from .._atomic import atomic_directory
 from ..errors import CutegenError
 from ..problem import GemmProblem
 from .plan import Candidate, Plan, ProblemPlan, config_label
@@ -103,7 +106,7 @@ class Tuner:
         ``measurement`` and ``kind_of`` default to ``cutegen.results.Measurement`` and
         ``cutegen.results.device_kind``. ``deadline`` (a
         ``time.monotonic()`` value): no problem starts timing after it; the rest are reported skipped."""
-        from .progress import Display
+        from ..progress import Display
         self.plan, self.plan_dir, self.out = plan, Path(plan_dir), Path(out)
         self.db, self.builder, self.timer, self.validator = db, builder, timer, validator
         self.force, self.single = force, single
@@ -220,9 +223,11 @@ class Tuner:
                       "config": best.config.to_dict(), "config_name": config_label(best.config),
                       "median_us": best.median_us, "measured_at": best.measured_at, "device_name": best.device_name}
         d = self.out_dir(pp)
-        d.mkdir(parents=True, exist_ok=True)
-        atomic_write(d / "kernel.cu", files["kernel.cu"].encode())
-        self._write_manifest(d, json.loads(files["manifest.json"]), out)
+        with atomic_directory(d) as new:           # the tuned directory appears whole
+            (new / "kernel.cu").write_bytes(files["kernel.cu"].encode())
+            with contextlib.suppress(FileNotFoundError):
+                (new / "kernel.so").unlink()      # another kernel's library: the build below makes this one's
+            self._write_manifest(new, json.loads(files["manifest.json"]), out)
         built = self.builder([d])
         ok, msg = built.get(str(d), (False, "not built"))
         if not ok:
@@ -388,11 +393,14 @@ class Tuner:
             return out
         src = self.plan_dir / by_name[out.chosen["name"]].directory
         d = self.out_dir(pp)
-        d.mkdir(parents=True, exist_ok=True)
-        for f in ("kernel.cu", "kernel.so"):
-            if (src / f).exists():
-                atomic_write(d / f, (src / f).read_bytes(), mode=0o755 if f.endswith(".so") else 0o644)
-        self._write_manifest(d, json.loads((src / "manifest.json").read_text()), out)
+        with atomic_directory(d) as new:           # the tuned directory appears whole
+            for f in ("kernel.cu", "kernel.so"):
+                with contextlib.suppress(FileNotFoundError):
+                    (new / f).unlink()
+                if (src / f).exists():
+                    shutil.copyfile(src / f, new / f)
+                    os.chmod(new / f, 0o755 if f.endswith(".so") else 0o644)
+            self._write_manifest(new, json.loads((src / "manifest.json").read_text()), out)
         out.directory = str(d)
         self.display.best_so_far(pp.name, f"{out.chosen['name']} {out.chosen['config_name']}",
                                  out.chosen["median_us"], out.cublas_us)
@@ -426,7 +434,7 @@ class Tuner:
             **{k: o[k] for k in ("speedup_vs_first_pick", "speedup_vs_cublas", "speedup_vs_nvmmh",
                                  "speedup_vs_cutlass_default")},
             "notes": out.notes}
-        atomic_write(d / "manifest.json", dumps(manifest).encode())
+        (d / "manifest.json").write_bytes(dumps(manifest).encode())   # d: a private atomic_directory
 
 
 def records_lines(records: list) -> str:

@@ -16,9 +16,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .._atomic import atomic_write
+from .._fields import loads_json
+from .._atomic import atomic_write, output_lock
+from .._fields import as_int
 from ..config import KernelConfig
 from ..errors import CutegenError, FieldError
+from ..paths import check_name, confined
 from ..problem import GemmProblem
 
 PLAN_SCHEMA = "cutegen-tune-plan/1"
@@ -104,15 +107,35 @@ class Plan:
     def load(cls, directory: str | Path) -> "Plan":
         path = Path(directory) / "plan.json"
         try:
-            d = json.loads(path.read_text())
+            d = loads_json(path.read_text())
         except FileNotFoundError:
             raise CutegenError(f"{path}: no tuning plan there (make one with `cutegen tune --plan-only`)") from None
         except json.JSONDecodeError as e:
             raise FieldError(str(path), f"not valid JSON: {e}") from None
-        if d.get("schema") != PLAN_SCHEMA:
-            raise FieldError(f"{path}.schema", f"expected {PLAN_SCHEMA!r}, got {d.get('schema')!r}")
-        return cls(int(d["top_k"]), str(d["device_kind"]), [ProblemPlan.from_dict(p) for p in d["problems"]],
-                   bool(d.get("single")), int(d.get("finalists") or 0), str(d.get("ranking") or "prior"))
+        except (OSError, UnicodeDecodeError) as e:
+            raise CutegenError(f"{path}: cannot read: {getattr(e, 'strerror', None) or e}") from None
+        if not isinstance(d, dict) or d.get("schema") != PLAN_SCHEMA:
+            got = d.get("schema") if isinstance(d, dict) else type(d).__name__
+            raise FieldError(f"{path}.schema", f"expected {PLAN_SCHEMA!r}, got {got!r}")
+        try:
+            plan = cls(as_int("top_k", d["top_k"], lo=1, hi=100), str(d["device_kind"]),
+                       [ProblemPlan.from_dict(p) for p in d["problems"]],
+                       bool(d.get("single")), as_int("finalists", d.get("finalists") or 0, lo=0),
+                       str(d.get("ranking") or "prior"))
+        except KeyError as e:
+            raise FieldError(str(path), f"missing field {e.args[0]!r}") from None
+        except (TypeError, AttributeError, ValueError) as e:
+            raise FieldError(str(path), f"malformed plan: {e}") from None
+        # every name and directory in the plan becomes a path: each stays inside the plan directory
+        for i, pp in enumerate(plan.problems):
+            check_name(pp.name, f"{path}.problems[{i}].name")
+            for j, c in enumerate(pp.candidates):
+                where = f"{path}.problems[{i}].candidates[{j}]"
+                check_name(c.name, f"{where}.name")
+                confined(directory, c.directory, f"{where}.directory")
+                if c.dsl_directory is not None:
+                    confined(directory, c.dsl_directory, f"{where}.dsl_directory")
+        return plan
 
 
 def _default_search(problem: GemmProblem, k: int) -> list[tuple]:
@@ -235,24 +258,29 @@ def make_plan(problems: list[tuple[str, GemmProblem]], workdir: str | Path, *, t
     """The plan for ``problems`` written under ``workdir`` (plan.json + one directory per candidate)."""
     if not 1 <= top_k <= 100:
         raise FieldError("--top-k", f"expected 1 to 100, got {top_k}")
-    names = [n for n, _ in problems]
+    names = [check_name(n, "problem name") for n, _ in problems]   # each names a directory under workdir
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
         raise FieldError("suite", f"problem names must be unique: {', '.join(dup)}")
     workdir = Path(workdir)
+    if workdir.exists() and not workdir.is_dir():
+        raise CutegenError(f"{workdir}: exists and is not a directory (the tuning work directory)")
     workdir.mkdir(parents=True, exist_ok=True)
     if single and len(problems) != 1:
         raise FieldError("single", f"a single-problem plan with {len(problems)} problems")
     plan = Plan(top_k, device_kind, [], single, finalists if screen is not None else 0,
                 getattr(search, "ranking", "prior" if search is None else "given"))
-    for name, problem in problems:
-        pp = plan_problem(name, problem, workdir, top_k=top_k, device_kind=device_kind, search=search,
-                          nvmmh=nvmmh, with_nvmmh=with_nvmmh, with_default=with_default, screen=screen)
-        say(f"planned {name}: {', '.join(c.name + ' ' + config_label(c.config) for c in pp.candidates)}")
-        if any(c.dsl_directory for c in pp.candidates):
-            say(f"  DSL twins (screened): {', '.join(c.name for c in pp.candidates if c.dsl_directory)}")
-        for note in pp.notes:
-            say(f"  {note}")
-        plan.problems.append(pp)
-    plan.write(workdir)
+    # one planner per work directory at a time: two would interleave candidate directories under one
+    # plan.json (each candidate directory and plan.json are written whole; plan.json last)
+    with output_lock(workdir):
+        for name, problem in problems:
+            pp = plan_problem(name, problem, workdir, top_k=top_k, device_kind=device_kind, search=search,
+                              nvmmh=nvmmh, with_nvmmh=with_nvmmh, with_default=with_default, screen=screen)
+            say(f"planned {name}: {', '.join(c.name + ' ' + config_label(c.config) for c in pp.candidates)}")
+            if any(c.dsl_directory for c in pp.candidates):
+                say(f"  DSL twins (screened): {', '.join(c.name for c in pp.candidates if c.dsl_directory)}")
+            for note in pp.notes:
+                say(f"  {note}")
+            plan.problems.append(pp)
+        plan.write(workdir)
     return plan

@@ -3,6 +3,7 @@ extension; see README.md here):
 
     python examples/pack/torch_consumer.py out/packs/llm/h200 /path/to/libcutegen_pack_torch.so
 """
+# example-test: gpu (needs torch, a Hopper GPU and the built extension; tests/test_readme.py does not run it)
 import importlib.util
 import os
 import sys

@@ -14,6 +14,7 @@ model's own linear shapes are what run: for Qwen2 the q/k/v and gate/up projecti
 so some of their (N, K) are not in a shapes file of fused projections and go to the pack's class default
 (the JSON lists the kernel each layer shape got).
 """
+# example-test: gpu (needs torch with CUDA, a Hopper GPU, transformers and a built pack; bench/gpu_pack.sh runs it)
 from __future__ import annotations
 
 import argparse
