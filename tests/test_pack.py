@@ -613,3 +613,21 @@ def test_measured_segments_put_boundaries_where_measured_curves_cross(tmp_path):
     # results of another pack are refused, naming the file and field
     with pytest.raises(FieldError, match="results.json:pack"):
         render.apply_measured(select.given(pts, t, configs), str(results), "other")
+
+
+def test_kernels_whose_abi_does_extra_work_are_not_packable():
+    """A staged kernel copies operands in its C ABI, a split-K kernel with a separate reduction launches the
+    reduction there; the pack's plan entry points do neither, so neither may enter a pack (the database's
+    measured candidates included); a plain kernel may."""
+    from pathlib import Path
+    from cutegen.config import KernelConfig
+    repo = Path(__file__).resolve().parent.parent
+    plain = KernelConfig.from_dict(json.loads((repo / DISPATCH_KERNELS[2] / "manifest.json").read_text())["config"])
+    assert select.plan_ready(plain)
+    assert not select.plan_ready(plain.replace(stage_a=True))
+    assert not select.plan_ready(plain.replace(split_k_slices=2))
+    t = targets.target("h100-sxm")
+    pts = [shapes.Shape("p", select.GemmProblem.from_dict({"dtype": "bf16", "layout": "tn", "m": 128, "n": 4096,
+                                                             "k": 4096}), 1.0)]
+    with pytest.raises(CutegenError, match="reduces split-K slices in its C ABI"):
+        select.given(pts, t, [plain.replace(split_k_slices=2)])

@@ -165,6 +165,14 @@ class Pricer:
         return self.times(problem, [config])[0]
 
 
+def plan_ready(config: KernelConfig) -> bool:
+    """Whether a pack's plan entry points (templates/cutegen_plan.inc.j2) run ``config`` as its C ABI would:
+    not a staged (or transposing) kernel, whose ABI copies operands first, and not a split-K kernel with a
+    separate reduction, whose ABI launches the reduction after it; the plan entry points do neither."""
+    staged = getattr(config, "stage_a", False) or getattr(config, "stage_b", False)
+    return not staged and getattr(config, "split_k_slices", 1) == 1
+
+
 def _measured(db: Any, target: Target, problem: GemmProblem) -> dict[str, KernelConfig]:
     """config JSON -> config of every validated benchmark of this exact problem on the target: they join
     the candidates, so a kernel the database timed is considered even when the search ranks it lower."""
@@ -172,9 +180,7 @@ def _measured(db: Any, target: Target, problem: GemmProblem) -> dict[str, Kernel
         return {}
     out: dict[str, KernelConfig] = {}
     for m in db.measurements(device_kind=target.kind, problem=problem):
-        # not a staged (or transposing) kernel: the pack's entry points make none of the ABI's copies
-        staged = getattr(m.config, "stage_a", False) or getattr(m.config, "stage_b", False)
-        if m.validated and m.backend == "cutlass" and m.is_benchmark and not staged:
+        if m.validated and m.backend == "cutlass" and m.is_benchmark and plan_ready(m.config):
             out.setdefault(m.config.to_json(), m.config)
     return out
 
@@ -366,6 +372,10 @@ def given(shapes: list[Shape], target: Target, configs: list[KernelConfig], *, t
     Each configuration serves the class of the first shape it can run; one no shape can run is an error."""
     if not configs:
         raise CutegenError("a pack of given kernels needs at least one configuration")
+    for cfg in configs:
+        if not plan_ready(cfg):
+            raise CutegenError(f"configuration {cfg.short_name()} stages operands or reduces split-K slices in its "
+                               "C ABI; a pack's plan entry points do neither, so it cannot be packed")
     times = times or {}
     pricer = Pricer(target.rates)
     table: dict[int, dict[str, tuple[float, str]]] = {}
