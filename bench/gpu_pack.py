@@ -1,6 +1,6 @@
 """GPU half of bench/gpu_pack.sh: validate and time a built kernel pack's PyTorch op against torch.matmul.
 
-    python3 bench/gpu_pack.py PACK_DIR EXTENSION.so OUT_JSON [--budget-s 240]
+    python3 bench/gpu_pack.py PACK_DIR EXTENSION.so OUT_JSON [--budget-s 240] [--off-sample 3,24,...]
 
 Needs only torch (no cutegen import: the GPU machine has no egglog). Phases, each checked against the
 budget so the run ends in time:
@@ -8,7 +8,11 @@ budget so the run ends in time:
      points, N/K outside the set, unaligned N and K, a padded and an unaligned leading dimension,
      a misaligned base pointer) against a float32 reference on random inputs;
   2. time each set shape end to end through the op and through torch.matmul (CUDA events, same
-     inputs, interleaved; median of 20 after 5 warm-up calls);
+     inputs, interleaved; median of 20 after 5 warm-up calls), and with --off-sample every listed M
+     (fixed before the pack was made, none a sample point) at every (N, K) of the set: validated first,
+     then timed the same way; each timed row names the kernel that served it (or the fallback), and
+     (budget permitting) the time of every kernel of the pack at that shape (cutegen::gemm_kernel, past the
+     dispatcher): the best kernel per shape against cuBLAS, and where none comes within 3% of it;
   3. capture the op in a CUDA graph for M = 1, 16, 128, replay on new inputs, validate;
   4. host cost per call for M = 1, 16, 128 (N = K = 4096): 200 back-to-back calls then one
      synchronize, through the op, through the bare plan API (cutegen::host_cost) and torch.matmul;
@@ -46,8 +50,8 @@ def operands(m, n, k, *, lda=None, offset=0, gen=None):
     return a, w.t()
 
 
-def rel_err(out, a, b):
-    ref = a.float() @ b.float()
+def rel_err(out, a, b, ref=None):
+    ref = a.float() @ b.float() if ref is None else ref
     return float((out.float() - ref).abs().max() / ref.abs().max().clamp_min(1e-6))
 
 
@@ -70,6 +74,7 @@ def main():
     left = lambda: budget - (time.time() - t_start)  # noqa: E731
     meta = json.load(open(os.path.join(pack_dir, "pack.json")))
     ops = load_op(pack_dir, so)
+    names = list(ops.kernel_names())
     gen = torch.Generator(device="cuda").manual_seed(0)
     res = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "pack": meta["name"],
            "target": meta["target"]["kind"], "kernels": len(meta["kernels"]), "validate": [], "time": [],
@@ -103,16 +108,43 @@ def main():
                                 "path": "torch.matmul fallback" if ops.pack_fallbacks() > before else "pack"})
     res["fallbacks"] = ops.pack_fallbacks() - fb0
 
-    print("phase 2: time", flush=True)
-    for m, n, k, label in set_shapes:
+    off = [int(x) for x in sys.argv[sys.argv.index("--off-sample") + 1].split(",")] if "--off-sample" in sys.argv else []
+    nks = sorted({(n, k) for _, n, k, _ in set_shapes})
+    samples = {(m, n, k) for m, n, k, _ in set_shapes}
+    off_shapes = [(m, n, k, f"off-sample m{m}n{n}k{k}") for n, k in nks for m in off if (m, n, k) not in samples]
+    print(f"phase 2: time {len(set_shapes)} set shapes and {len(off_shapes)} off-sample shapes", flush=True)
+    for m, n, k, label in set_shapes + off_shapes:
         if left() < budget * 0.2:
             res["skipped"].append(f"time {label}")
             continue
         a, b = operands(m, n, k, gen=gen)
+        ref = a.float() @ b.float()
+        before = ops.pack_fallbacks()
+        out = ops.gemm(a, b)
+        err = rel_err(out, a, b, ref)
         t_op = time_us(lambda: ops.gemm(a, b))
         t_mm = time_us(lambda: torch.matmul(a, b))
-        res["time"].append({"shape": label, "m": m, "n": n, "k": k, "op_us": t_op, "matmul_us": t_mm,
-                            "speedup": t_mm / t_op})
+        row = {"shape": label, "m": m, "n": n, "k": k, "op_us": t_op, "matmul_us": t_mm,
+               "speedup": t_mm / t_op, "sampled": (m, n, k) in samples, "rel_err": err,
+               "ok": err <= TOL, "kernel": ops.explain(a, b).split(":")[0],
+               "path": "torch.matmul fallback" if ops.pack_fallbacks() > before else "pack"}
+        # every kernel of the pack at this shape, through the same op past the dispatcher (what a measured
+        # selection would choose from, issue 22): validated once, then timed like the op
+        if left() > budget * 0.35:
+            row["per_kernel_us"] = {}
+            for i, kname in enumerate(names):
+                try:
+                    kout = ops.gemm_kernel(a, b, i)
+                except RuntimeError:
+                    continue                         # the kernel cannot run this shape (its own checks)
+                kerr = rel_err(kout, a, b, ref)
+                row["per_kernel_us"][kname] = time_us(lambda: ops.gemm_kernel(a, b, i)) if kerr <= TOL else None
+                if kerr > TOL:
+                    row.setdefault("per_kernel_bad", {})[kname] = kerr
+            timed = {kn: t for kn, t in row["per_kernel_us"].items() if t is not None}
+            if timed:
+                row["best_kernel"], row["best_kernel_us"] = min(timed.items(), key=lambda x: x[1])
+        res["time"].append(row)
 
     print("phase 3: CUDA graph", flush=True)
     for m in (1, 16, 128):
@@ -168,7 +200,30 @@ def main():
     res["min_speedup"] = min(sp) if sp else None
     with open(out_json, "w") as f:
         json.dump(res, f, indent=1)
-    bad = [v for v in res["validate"] + res["graph"] if not v["ok"]]
+    for what, rows in (("sampled", [t for t in res["time"] if t["sampled"]]),
+                       ("off-sample", [t for t in res["time"] if not t["sampled"]])):
+        ratios = [t["speedup"] for t in rows]
+        res[f"{what}_summary"] = {
+            "shapes": len(ratios),
+            "geomean": math.exp(sum(map(math.log, ratios)) / len(ratios)) if ratios else None,
+            "min": min(ratios) if ratios else None, "under_0.9": sum(1 for r in ratios if r < 0.9),
+            "under_0.97": sum(1 for r in ratios if r < 0.97), "under_0.75": sum(1 for r in ratios if r < 0.75)}
+    # what measuring every kernel shows: the best kernel of the pack per shape against cuBLAS (a measured
+    # selection's ceiling with these kernels), and the shapes where no kernel comes within 3% of cuBLAS
+    # (where a vendor tactic would route to cuBLASLt)
+    measured = [t for t in res["time"] if t.get("best_kernel_us")]
+    if measured:
+        best = [t["matmul_us"] / t["best_kernel_us"] for t in measured]
+        res["best_kernel_summary"] = {
+            "shapes": len(measured), "geomean_vs_matmul": math.exp(sum(map(math.log, best)) / len(best)),
+            "min_vs_matmul": min(best), "chosen_is_best": sum(1 for t in measured if t["kernel"] == t["best_kernel"]),
+            "no_kernel_within_3pct_of_matmul": sum(1 for r in best if r < 0.97),
+            # an estimate: the best kernel where it is within 3% of cuBLAS, else cuBLAS at its own time
+            "estimate_best_or_vendor_geomean": math.exp(sum(math.log(r if r >= 0.97 else 1.0) for r in best)
+                                                        / len(best))}
+    with open(out_json, "w") as f:
+        json.dump(res, f, indent=1)
+    bad = [v for v in res["validate"] + res["graph"] + res["time"] if not v["ok"]]
     print(f"\nvalidated {len(res['validate']) - len([v for v in res['validate'] if not v['ok']])}/"
           f"{len(res['validate'])} shapes (fallbacks to torch.matmul: {res['fallbacks']}); graph "
           f"{sum(g['ok'] for g in res['graph'])}/{len(res['graph'])}; torch.compile {res['compile']}")
@@ -181,6 +236,8 @@ def main():
               f"{h['matmul_host_us']:7.2f} | {h['matmul_total_us']:7.2f}")
     print(f"\nend to end through the op vs torch.matmul: {len(sp)} shapes, geomean {res['geomean_speedup']}, "
           f"min {res['min_speedup']}; under 0.9x: {sum(1 for s in sp if s < 0.9)}")
+    for what in ("sampled", "off-sample", "best_kernel"):
+        print(f"  {what}: {res.get(what + '_summary')}")
     worst = sorted(res["time"], key=lambda t: t["speedup"])[:8]
     for t in worst:
         print(f"  {t['shape']}: op {t['op_us']:.1f} us, matmul {t['matmul_us']:.1f} us, {t['speedup']:.3f}x")

@@ -12,6 +12,7 @@ or beta == 0. ``bias`` is a per-row vector of M elements of D's type, or NULL.
 from __future__ import annotations
 
 import ctypes
+import re
 
 C_DECLARATIONS = r"""
 extern "C" int cutegen_gemm(
@@ -40,6 +41,11 @@ extern "C" int cutegen_gemm_plan(
 extern "C" size_t cutegen_workspace_size_plan(int64_t M, int64_t N, int64_t K, int64_t batch,
                                               int decomposition, int splits, int reduction);
 """
+
+# Every extern "C" name a kernel library may export (the plan pair only in stream-K kernels). A pack
+# links many kernels into one library, so its plan.cu renames each of these before it includes the
+# kernel (templates/cutegen_plan.inc.j2); a name missing here would collide at link time.
+EXPORTED_SYMBOLS = tuple(re.findall(r'extern "C" [\w\s*]*?\b(cutegen_\w+)\(', C_DECLARATIONS))
 
 # Status codes returned by cutegen_gemm.
 STATUS = {

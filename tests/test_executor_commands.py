@@ -67,10 +67,13 @@ def test_pack_through_dask_is_byte_identical_to_local(cluster, tmp_path, capsys)
     local, remote = _tree(tmp_path / "local"), _tree(tmp_path / "dask")
     assert sorted(local) == sorted(remote) and len([p for p in local if p.endswith("kernel.cu")]) >= 4
     assert [p for p in local if local[p] != remote[p]] == []
-    # every search ran on a worker: per target, one per sampled shape and one per class's fallback
+    # every search ran on a worker: per target, one per (class, N, K) and M range the pack searches (issue 22:
+    # not one per sampled shape) and one per class's fallback
+    from cutegen.packs import check_size, shapes as pack_shapes, targets
     packs = [json.loads(local["h200/pack.json"])]
     assert {r["source"] for r in packs[0]["coverage"]["rows"]} & {"measured", "learned"}   # the database counted
-    searches = sum(p["coverage"]["shapes"] + len(p["classes"]) for p in packs)
+    points = pack_shapes.expand(pack_shapes.load(shapes), targets.target("h200").sms)
+    searches = check_size(str(shapes), points) + len(packs[0]["classes"])
     assert f"executor dask: {searches} task(s)" in err and f"CPU task: {searches} done, 0 failed" in err
     assert "ran on tcp://127.0.0.1:" in err and "executor" not in local_err
 

@@ -237,29 +237,6 @@ def test_results_database_drives_the_selection_where_it_has_data(tmp_path):
     assert {src for _, src in plain.times[0].values()} == {"predicted"}
 
 
-def test_committed_llm_packs_match_their_manifests_and_dispatch():
-    """bench/packs/llm (examples/pack/llm.toml): each kernel re-renders byte for byte from its manifest
-    (the full `cutegen pack --check` searches 165 shapes per target, minutes here), and the dispatch table
-    holds every shape of the coverage table with the kernel it names."""
-    from pathlib import Path
-    from cutegen.render import render_manifest
-    root = Path(__file__).resolve().parent.parent / "bench" / "packs" / "llm"
-    kinds = sorted(p.name for p in root.iterdir() if p.is_dir())
-    assert kinds == ["h100-sxm", "h200"]
-    for kind in kinds:
-        meta = json.loads((root / kind / "pack.json").read_text())
-        assert meta["target"]["kind"] == kind and len(meta["kernels"]) <= 16 + 1   # + the unaligned fallback
-        for k in meta["kernels"]:
-            d = root / kind / "kernels" / k["dir"]
-            rk = render_manifest(d / "manifest.json")
-            assert rk.kernel_hash == k["hash"] and not rk.differences(d), d
-        src = (root / kind / "src" / "dispatch.cpp").read_text()
-        names = [k["name"] for k in meta["kernels"]]
-        for r in meta["coverage"]["rows"]:
-            j = names.index(r["kernel"])
-            assert f"{{{r['m']}, {r['n']}, {r['k']}, 1, 0, {j}, \"exact shape {r['shape']} " in src
-
-
 def test_epilogue_classes_render_their_plan_entry_points(tmp_path):
     """A bias + ReLU class and a void-C class: the plan sets the bias pointer, and never a C pointer
     for void C; the header lists both classes and the torch op maps dtypes through them."""
@@ -276,11 +253,9 @@ def test_epilogue_classes_render_their_plan_entry_points(tmp_path):
     assert "#define CUTEGEN_PACK_CLASS_1 1" in header and "CUTEGEN_PACK_CLASS_2" not in header
 
 
-def test_generated_dispatcher_agrees_with_the_coverage_table(tmp_path):
-    """The C++ dispatcher of the committed h100-sxm language-model pack, compiled with g++ against stub kernels
-    (no nvcc, seconds): every one of its 165 exact shapes goes to the kernel the coverage table names (the
-    C++ hash and probing agree with cutegen/packs/dispatch.py), M between the samples goes to a rule, unknown
-    N and K to the class default, and an unaligned leading dimension to no kernel."""
+def _dispatcher(tmp_path, files: dict[str, str], main_src: str | None = None):
+    """The pack's freshly rendered src/dispatch.cpp, compiled with g++ against stub kernels (no nvcc, seconds):
+    returns ``query([(M, N, K, lda or 0), ...]) -> [(kernel index, explanation), ...]`` for class 0."""
     import shutil
     import subprocess
     from pathlib import Path
@@ -291,8 +266,11 @@ def test_generated_dispatcher_agrees_with_the_coverage_table(tmp_path):
     cuda_inc = Path(nvcc).resolve().parent.parent / "include"
     if not (cuda_inc / "cuda_runtime.h").is_file():
         cuda_inc = Path("/usr/local/cuda/include")
-    pack = Path(__file__).resolve().parent.parent / "bench" / "packs" / "llm" / "h100-sxm"
-    meta = json.loads((pack / "pack.json").read_text())
+    pack = tmp_path / "pack"
+    for rel in ("src/dispatch.cpp", "include/cutegen_pack.h"):
+        (pack / rel).parent.mkdir(parents=True, exist_ok=True)
+        (pack / rel).write_text(files[rel])
+    meta = json.loads(files["pack.json"])
     stubs = ['#include "cutegen_pack.h"']
     for k in meta["kernels"]:
         h = k["hash"]
@@ -303,7 +281,7 @@ def test_generated_dispatcher_agrees_with_the_coverage_table(tmp_path):
             f'extern "C" int cutegen_{h}_plan_run(void*, const void*, const void*, const void*, void*, const void*, '
             f'void*, size_t, cudaStream_t) {{ return 0; }}\n'
             f'extern "C" const char* cutegen_{h}_plan_error(void) {{ return ""; }}')
-    stubs.append("""#include <cstdio>
+    stubs.append(main_src or """#include <cstdio>
 int main() {
   long long m, n, k, lda;
   while (std::scanf("%lld %lld %lld %lld", &m, &n, &k, &lda) == 4) {
@@ -316,26 +294,105 @@ int main() {
     exe = tmp_path / "dispatch"
     subprocess.run([gxx, "-std=c++17", "-O1", "-Wall", "-Werror", "-I", str(pack / "include"), "-I", str(cuda_inc),
                     str(pack / "src" / "dispatch.cpp"), str(tmp_path / "stubs.cpp"), "-o", str(exe)], check=True)
+
+    def query(qs):
+        stdin = "".join(f"{m} {n} {k} {lda}\n" for m, n, k, lda in qs)
+        out = subprocess.run([str(exe)], input=stdin, capture_output=True, text=True, check=True).stdout.splitlines()
+        assert len(out) == len(qs)
+        return [(int(line.split("|", 1)[0]), line.split("|", 1)[1]) for line in out]
+    return query
+
+
+# Four kernels generated/llm carries for N = K = 4096 (M = 1, 16, 128, 2048): small-M swap-AB tiles to a
+# 128x256 tile, so the cheapest kernel changes several times along M.
+DISPATCH_KERNELS = ["generated/llm/sm90a/bf16_tn_m1n4096k4096_cbf16dbf16", "generated/llm/sm90a/bf16_tn_m16n4096k4096_cbf16dbf16",
+                    "generated/llm/sm90a/bf16_tn_m128n4096k4096_cbf16dbf16", "generated/llm/sm90a/bf16_tn_m2048n4096k4096_cbf16dbf16"]
+DISPATCH_SHAPES = ('[[shape]]\nname="qkv"\ndtype="bf16"\nlayout="tn"\nm=[1, 16, 128, 2048, 8192]\nn=6144\nk=4096\n'
+                   '[[shape]]\nname="o"\ndtype="bf16"\nlayout="tn"\nm=[1, 16, 128, 2048, 8192]\nn=4096\nk=4096\n')
+
+
+def _oracle_bucket(m: int) -> int:
+    return min(m.bit_length() - 1, 30)          # floor(log2 M): [2^b, 2^(b+1) - 1], the last bucket open
+
+
+def _oracle_choice(configs, problems, rates) -> int:
+    """The dispatch rule, written out from its definition (cutegen/packs/dispatch.py docstring), not called:
+    the kernel with the lowest sum over problems of predicted time / the best predicted time; ties to the
+    lower index."""
+    score = []
+    for j, cfg in enumerate(configs):
+        total = 0.0
+        for p in problems:
+            ts = [select.predicted_time(p, c, rates) for c in configs]
+            best = min(t for t in ts if t is not None)
+            total += ts[j] / best if ts[j] is not None else 1e9
+        score.append((total, j))
+    return min(score)[1]
+
+
+def test_fresh_dispatcher_sends_each_off_table_shape_to_the_kernel_the_rule_defines(tmp_path):
+    """A freshly rendered dispatcher (not a committed one), compiled with g++: every exact shape goes to the
+    fastest kernel; every M between the samples (both ends and the middle of each power-of-two bucket) of a
+    known N, K, and every M of an unknown N, K, goes to the kernel the rule's definition picks, computed here
+    from predicted times; an unaligned leading dimension goes to the fallback, or to no kernel without one."""
+    from pathlib import Path
+    from cutegen.config import KernelConfig
+    from cutegen.packs import render
+    repo = Path(__file__).resolve().parent.parent
+    configs = [KernelConfig.from_dict(json.loads((repo / d / "manifest.json").read_text())["config"])
+               for d in DISPATCH_KERNELS]
+    t = targets.target("h100-sxm")
+    pts = shapes.expand(shapes.load(_write(tmp_path, DISPATCH_SHAPES)), t.sms)
+    sel = select.given(pts, t, configs)
+    files = render.pack_files(sel, {}, "cutegen_pack", "d.toml")
+    names = [k["name"] for k in json.loads(files["pack.json"])["kernels"]]
+    query = _dispatcher(tmp_path, files)
+    proto = pts[0].problem
+    cases = []        # (M, N, K, lda, expected kernel, words of the explanation)
+    for s in pts:     # the exact shapes: the fastest predicted kernel
+        p = s.problem
+        ts = [select.predicted_time(p, c, t.rates) for c in configs]
+        cases.append((p.m, p.n, p.k, 0, min((x, j) for j, x in enumerate(ts) if x is not None)[1], "exact shape"))
+    samples = {(s.problem.m, s.problem.n, s.problem.k) for s in pts}
+    ms = sorted({m for b in range(15) for m in ((1 << b), (1 << b) + (1 << b) // 2, (1 << (b + 1)) - 1)}
+                | {3, 100, 777, 3000, 12345, 100000, 2**31 - 1})
+    def bucket_problems(n, k, m):
+        b = _oracle_bucket(m)
+        lo, hi = 1 << b, min((1 << (b + 1)) - 1, 2**31 - 1)
+        return [proto.replace(m=x, n=n, k=k) for x in sorted({lo, min(hi, lo + lo // 2), hi})]
+    for n, k in ((6144, 4096), (4096, 4096)):
+        for m in ms:
+            if (m, n, k) not in samples:
+                cases.append((m, n, k, 0, _oracle_choice(configs, bucket_problems(n, k, m), t.rates),
+                              f"rule: N={n} K={k} are in the pack's set"))
+    for m in ms:     # N, K outside the set: summed over the set's (N, K) at this M bucket
+        probs = [q for n, k in ((6144, 4096), (4096, 4096)) for q in bucket_problems(n, k, m)]
+        cases.append((m, 5120, 4096, 0, _oracle_choice(configs, probs, t.rates), "class default: N=5120 K=4096"))
+    cases.append((8, 4096, 4096, 4097, -1, "not covered: lda = 4097 is not a multiple of 8 elements"))
+    got = query([c[:4] for c in cases])
+    wrong = [(c[:3], c[4], g[0], g[1]) for c, g in zip(cases, got) if g[0] != c[4] or c[5] not in g[1]]
+    assert not wrong, f"{len(wrong)} of {len(cases)} shapes dispatched otherwise than the rule: {wrong[:6]}"
+    for (m, n, k, _, j, _), (_, why) in zip(cases, got):
+        if j >= 0:
+            assert why.startswith(names[j] + ": ")
+    # the test has teeth: along M the chosen kernel changes at bucket edges, so a bucket off by one, or a
+    # rule that picks another kernel than the definition's, sends some shape elsewhere
+    rule = [c for c in cases if c[5].startswith("rule: N=4096")]
+    changes = sum(1 for a, b in zip(rule, rule[1:]) if a[4] != b[4])
+    assert changes >= 2 and len({c[4] for c in cases if c[4] >= 0}) >= 3
+
+
+def test_fresh_dispatcher_routes_unaligned_operands_to_the_fallback(tmp_path):
+    f = _write(tmp_path, TINY)
+    files = packs.make_pack(f, "h100-sxm", max_kernels=1, tolerance=0.03)
+    meta = json.loads(files["pack.json"])
     names = [k["name"] for k in meta["kernels"]]
-    rows = meta["coverage"]["rows"]
-    queries = [(r["m"], r["n"], r["k"], 0) for r in rows]
-    samples = {(r["m"], r["n"], r["k"]) for r in rows}
-    off = [(m, 6144, 4096, 0) for m in (3, 5, 100, 777, 3000, 12345) if (m, 6144, 4096) not in samples]
-    queries += off + [(100, 5000, 4096, 0), (8, 4095, 4096, 0), (8, 4096, 4096, 4097)]
-    stdin = "".join(f"{m} {n} {k} {lda}\n" for m, n, k, lda in queries)
-    out = subprocess.run([str(exe)], input=stdin, capture_output=True, text=True, check=True).stdout.splitlines()
-    assert len(out) == len(queries)
-    for r, line in zip(rows, out):
-        idx, why = line.split("|", 1)
-        assert int(idx) == names.index(r["kernel"]) and why.startswith(f"{r['kernel']}: exact shape {r['shape']} ")
-    for line in out[len(rows):len(rows) + len(off)]:
-        idx, why = line.split("|", 1)
-        assert 0 <= int(idx) < len(names) and ": rule: N=6144 K=4096 are in the pack's set" in why
-    assert ": class default: N=5000 K=4096" in out[-3] and int(out[-3].split("|")[0]) >= 0
-    fallback = next(i for i, k in enumerate(meta["kernels"]) if k["name"].endswith("_fallback"))
-    assert out[-2].startswith(f"{fallback}|{names[fallback]}: fallback for unaligned operands (N (D's contiguous "
-                              "extent) = 4095 is not a multiple of 8 elements)")
-    assert out[-1].startswith(f"{fallback}|{names[fallback]}: fallback for unaligned operands (lda = 4097")
+    fallback = names.index(meta["classes"][0]["fallback"])
+    out = _dispatcher(tmp_path, files)([(8, 4095, 4096, 0), (8, 4096, 4096, 4097), (8, 4096, 4096, 4104)])
+    assert out[0] == (fallback, f"{names[fallback]}: fallback for unaligned operands (N (D's contiguous extent) = "
+                                "4095 is not a multiple of 8 elements): the class's smallest-alignment kernel")
+    assert out[1][0] == fallback and "(lda = 4097 is not a multiple of 8 elements)" in out[1][1]
+    assert out[2][0] == 0 and "rule: N=4096 K=4096" in out[2][1]          # lda 4104 = 8 * 513: aligned
 
 
 def test_swap_ab_kernels_are_priced_on_the_transposed_problem_and_planned_swapped(tmp_path):
@@ -351,3 +408,226 @@ def test_swap_ab_kernels_are_priced_on_the_transposed_problem_and_planned_swappe
         files = packs.make_pack(f, "h100-sxm", max_kernels=1, tolerance=0.0)
         plan = next(t for p, t in files.items() if p.endswith("plan.cu"))
         assert "std::swap(A, B);" in plan and "std::swap(lda, ldb);" in plan
+
+
+def test_every_exported_name_of_a_kernel_is_renamed_in_its_pack(tmp_path):
+    """Issue 22: stream-K kernels export the launch-plan pair (cutegen_gemm_plan, cutegen_workspace_size_plan)
+    besides the four-function ABI; a pack links many kernels into one library, so its plan.cu must rename
+    every extern "C" name the included kernel.cu defines, or two stream-K kernels collide at link time.
+    The names are read from the rendered kernel, not from the list plan.cu is rendered with."""
+    import re
+    from pathlib import Path
+    from cutegen.abi import EXPORTED_SYMBOLS
+    from cutegen.config import KernelConfig
+    repo = Path(__file__).resolve().parent.parent
+    cfg = lambda rel: KernelConfig.from_dict(json.loads((repo / rel / "manifest.json").read_text())["config"])  # noqa: E731
+    stream_k = cfg("generated/sm90a/bf16_tn_m128n8192k8192_cbf16dbf16")
+    persistent = cfg("generated/llm/sm90a/bf16_tn_m1n6144k4096_cbf16dbf16")
+    assert stream_k.tile_scheduler == "stream_k" and persistent.tile_scheduler != "stream_k"
+    f = _write(tmp_path, '[[shape]]\nname="p"\ndtype="bf16"\nlayout="tn"\nm=[1, 128]\nn=8192\nk=8192\n')
+    t = targets.target("h100-sxm")
+    sel = select.given(shapes.expand(shapes.load(f), t.sms), t, [stream_k, persistent])
+    from cutegen.packs import render
+    files = render.pack_files(sel, {}, "cutegen_pack", "p.toml")
+    exports_seen = {}
+    for kdir in sorted({p.split("/")[1] for p in files if p.startswith("kernels/")}):
+        kernel = files[f"kernels/{kdir}/kernel.cu"]
+        plan = files[f"kernels/{kdir}/plan.cu"]
+        h = kdir.split("_", 1)[1]
+        exported = re.findall(r"^CUTEGEN_EXPORT [\w\s*]*?\b(cutegen_\w+)\(", kernel, re.M)
+        exports_seen[kdir] = exported
+        assert set(exported) <= set(EXPORTED_SYMBOLS)
+        for name in exported:
+            assert f"#define {name} cutegen_{h}_{name[len('cutegen_'):]}\n" in plan, (kdir, name)
+            assert plan.index(f"#define {name} ") < plan.index('#include "kernel.cu"') < plan.index(f"#undef {name}\n")
+    counts = sorted(len(v) for v in exports_seen.values())
+    assert counts == [4, 6]          # the persistent kernel: the four functions; the stream-K one: + the plan pair
+
+
+# --- bounded work (issue 22) ---------------------------------------------------------------------------
+def test_shape_count_cap_is_a_one_line_error_on_both_sides_of_the_bound(tmp_path, capsys):
+    """PACK-SHAPES-MAX: MAX_SHAPES sample points pass, one more is refused naming the file, the entry and
+    the rule; a list of 100,000 M values (issue 22: minutes of silent search) is refused at once."""
+    import time
+    from cutegen.errors import FieldError as FE
+    f = _write(tmp_path, TINY)
+    base = shapes.expand(shapes.load(f), 132)[0]
+    at = [shapes.Shape("proj", base.problem.replace(m=m), 1.0) for m in range(1, packs.MAX_SHAPES + 1)]
+    assert packs.check_size(f, at) > 0                                  # 4096 points: accepted
+    over = at + [shapes.Shape("proj", base.problem.replace(m=packs.MAX_SHAPES + 1), 1.0)]
+    with pytest.raises(FE, match="PACK-SHAPES-MAX: the shapes file expands to 4097 sample points") as e:
+        packs.check_size(f, over)
+    assert e.value.field == "shapes.toml:proj"
+    big = _write(tmp_path, '[[shape]]\nname="many"\ndtype="bf16"\nlayout="tn"\nm=[' +
+                 ", ".join(str(m) for m in range(1, 100001)) + ']\nn=4096\nk=4096\n', "big.toml")
+    t0 = time.monotonic()
+    capsys.readouterr()
+    assert main(["pack", big, "-o", str(tmp_path / "o")]) != 0
+    assert time.monotonic() - t0 < 30
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "big.toml:many" in err[0] and "PACK-SHAPES-MAX" in err[0] and "100000" in err[0]
+
+
+def test_one_search_per_m_bucket_whatever_the_number_of_m_values(tmp_path, monkeypatch):
+    """Searches run per (class, N, K) and M bucket (SEARCH_BUCKET_BITS), not per M value: 200 M values in
+    [256, 1023] of one (N, K) are one search; every one of them is still priced and gets a row."""
+    calls = []
+    real = select.search_task
+    monkeypatch.setattr(select, "search_task", lambda item: calls.append(item[0].m) or real(item))
+    f = _write(tmp_path, '[[shape]]\nname="p"\ndtype="bf16"\nlayout="tn"\nm=[' +
+               ", ".join(str(m) for m in range(256, 1024, 4)) + ']\nn=4096\nk=4096\n')
+    pts = shapes.expand(shapes.load(f), 132)
+    assert len(pts) == 192
+    sel = select.select(pts, targets.target("h100-sxm"), max_kernels=2, tolerance=0.03)
+    assert calls == [256]                       # bucket [256, 1023] of 4^4..4^5: its first sampled M
+    assert len(sel.rows) == 192 and all(r.kernel is not None for r in sel.rows)
+
+
+def test_search_progress_bar_shows_count_and_time_left(capsys):
+    done = select.run_searches(lambda x: x * 2, [1, 2, 3], ["a", "b", "c"], progress="search h200")
+    assert done == [2, 4, 6]
+    err = capsys.readouterr().err
+    assert "search h200" in err and "3/3" in err and "left" in err
+    select.run_searches(lambda x: x, [1], ["a"])            # no description: nothing shown
+    assert capsys.readouterr().err == ""
+
+
+# --- committed packs are current (issue 22) ------------------------------------------------------------
+def test_summary_only_writes_and_checks_the_record_alone(tmp_path, capsys):
+    f = _write(tmp_path, TINY)
+    out = tmp_path / "out"
+    base = ["pack", f, "-o", str(out), "--max-kernels", "1", "--summary-only"]
+    assert main(base) == 0
+    assert sorted(p.name for p in (out / "h100-sxm").iterdir()) == ["COVERAGE.md", "pack.json"]
+    assert main(base + ["--check"]) == 0
+    (out / "h100-sxm" / "user-notes.txt").write_text("kept")
+    assert main(base + ["--check"]) == 0                  # files outside the record are not its business
+    text = (out / "h100-sxm" / "pack.json").read_text()
+    (out / "h100-sxm" / "pack.json").write_text(text.replace('"tolerance": 0.03', '"tolerance": 0.05'))
+    capsys.readouterr()
+    assert main(base + ["--check"]) == 1
+    assert "pack.json" in capsys.readouterr().out
+
+
+def test_committed_packs_are_what_the_code_selects_today():
+    """bench/packs/<set>/<kind>/ commits each pack's record (pack.json, COVERAGE.md; the sources are
+    regenerated by `bash bench/gpu_pack.sh --plan`): `cutegen pack --summary-only --check` must find nothing
+    to change. When it fails, regenerate with the command in bench/packs/README.md and commit the record."""
+    from pathlib import Path
+    repo = Path(__file__).resolve().parent.parent
+    root = repo / "bench" / "packs"
+    sets = sorted(p.name for p in root.iterdir() if p.is_dir())
+    assert sets == ["llm", "qwen2.5"]
+    for s in sets:
+        kinds = sorted(p.name for p in (root / s).iterdir() if p.is_dir())
+        assert kinds == ["h200"]
+        for kind in kinds:
+            assert sorted(p.name for p in (root / s / kind).iterdir()) == ["COVERAGE.md", "pack.json"]
+            name = json.loads((root / s / kind / "pack.json").read_text())["name"]
+            assert main(["pack", str(repo / "examples" / "pack" / f"{s}.toml"), "-o", str(root / s), "--target", kind,
+                         "--name", name, "--summary-only", "--check"]) == 0, f"bench/packs/{s}/{kind} is out of date"
+
+
+def test_second_family_off_sample_m_values_are_not_sample_points():
+    """examples/pack/qwen2.5.toml lists off-sample M values fixed before tuning (bench/gpu_pack.sh times them):
+    none may be a sample point of either committed shapes file, on any target's SM count."""
+    import re
+    from pathlib import Path
+    repo = Path(__file__).resolve().parent.parent
+    text = (repo / "examples" / "pack" / "qwen2.5.toml").read_text()
+    off = [int(x) for x in re.search(r"never sampled.*?:\s*([\d,\s]+)\.", text, re.S).group(1).replace("\n", " ")
+           .replace("#", " ").split(",")]
+    script = (repo / "bench" / "gpu_pack.sh").read_text()
+    assert sorted(off) == sorted(int(x) for x in re.search(r"OFF_SAMPLE:-([\d,]+)", script).group(1).split(","))
+    assert len(off) >= 10
+    for f in ("qwen2.5.toml", "llm.toml"):
+        for kind in ("h100-sxm", "h200", "h100-pcie"):
+            ms = {s.problem.m for s in shapes.expand(shapes.load(repo / "examples" / "pack" / f), targets.target(kind).sms)}
+            assert not ms & set(off), (f, kind, sorted(ms & set(off)))
+
+
+def test_plan_on_a_given_kernel_bypasses_the_dispatcher(tmp_path):
+    """cutegen_pack_plan_kernel (what bench/gpu_pack.py times every kernel with): any kernel index of the pack
+    plans on that kernel whatever the dispatcher would pick; an index outside the pack is status 5."""
+    f = _write(tmp_path, TINY)
+    files = packs.make_pack(f, "h100-sxm", max_kernels=2, tolerance=0.0)
+    names = [k["name"] for k in json.loads(files["pack.json"])["kernels"]]
+    assert len(names) >= 2
+    prog = """#include <cstdio>
+int main() {
+  cutegen_pack_shape s = cutegen_pack_shape_packed(0, 16, 4096, 4096, 1);
+  for (int k = -1; k <= cutegen_pack_kernel_count(); ++k) {
+    cutegen_pack_plan_t plan = nullptr;
+    int st = cutegen_pack_plan_kernel(k, &s, &plan);
+    std::printf("%d|%d|%s|%d\\n", k, st, plan ? cutegen_pack_plan_kernel_name(plan) : cutegen_pack_last_error(),
+                cutegen_pack_kernel_class(k));
+    cutegen_pack_plan_destroy(plan);
+  }
+}"""
+    _dispatcher(tmp_path, files, prog)
+    import subprocess
+    out = subprocess.run([str(tmp_path / "dispatch")], capture_output=True, text=True, check=True).stdout.splitlines()
+    assert out[0].startswith("-1|5|kernel -1 is not one of this pack's") and out[0].endswith("|-1")
+    for k, name in enumerate(names):
+        assert out[k + 1] == f"{k}|0|{name}|0"
+    assert out[-1].startswith(f"{len(names)}|5|kernel {len(names)} is not one of")
+
+
+def test_measured_segments_put_boundaries_where_measured_curves_cross(tmp_path):
+    """--measured (bench/gpu_pack.py's results of this pack): on N = K = 4096 the measured winner is k01 at
+    M = 16, k02 at 128, k03 at 2048; the boundaries are where the curves cross, linear in log2 M: k01 10 -> 30 us
+    and k02 14 -> 20 us cross at 2^(4 + 3 * 4/14) = 28.97 (M 28 -> k01, 29 -> k02); k02 20 -> 200 us and k03
+    25 -> 150 us at 2^(7 + 4 * 5/55) = 164.7 (M 164 -> k02, 165 -> k03). No power of two. N = 6144 has no
+    measurements and keeps its predicted buckets; the measured set shape reports torch.matmul's time (a set shape
+    that was not measured keeps its exact-table entry, so M = 2, not 1, probes the first segment)."""
+    from pathlib import Path
+    from cutegen.config import KernelConfig
+    from cutegen.packs import render
+    repo = Path(__file__).resolve().parent.parent
+    configs = [KernelConfig.from_dict(json.loads((repo / d / "manifest.json").read_text())["config"])
+               for d in DISPATCH_KERNELS]
+    t = targets.target("h100-sxm")
+    pts = shapes.expand(shapes.load(_write(tmp_path, DISPATCH_SHAPES)), t.sms)
+    names = [k["name"] for k in json.loads(render.pack_files(select.given(pts, t, configs), {}, "p", "d.toml")
+                                           ["pack.json"])["kernels"]]
+    times = {16: [50, 10, 14, 40], 128: [90, 30, 20, 25], 2048: [900, 400, 200, 150]}
+    res = {"pack": "p", "time": [{"m": m, "n": 4096, "k": 4096, "matmul_us": 22.0 if m == 128 else 100.0,
+                                  "per_kernel_us": dict(zip(names, ts))} for m, ts in times.items()]}
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps(res))
+    sel = select.given(pts, t, configs)
+    points = render.apply_measured(sel, str(results), "p")
+    files = render.pack_files(sel, {}, "p", "d.toml", measured=points)
+    query = _dispatcher(tmp_path, files)
+    got = query([(m, 4096, 4096, 0) for m in (2, 28, 29, 100, 164, 165, 5000)] + [(100, 6144, 4096, 0)])
+    assert [g[0] for g in got[:7]] == [1, 1, 2, 2, 2, 3, 3]
+    assert "measured segment: N=4096 K=4096, M in [29, 164]" in got[3][1]
+    assert "measured segment: N=4096 K=4096, M in [165, 2^31-1]" in got[5][1]
+    assert got[7][1].startswith(names[got[7][0]] + ": rule: N=6144 K=4096")
+    # the set shape M = 128 was measured: its row and its exact-table entry are the measured winner
+    row = next(r for r in json.loads(files["pack.json"])["coverage"]["rows"] if (r["m"], r["n"]) == (128, 4096))
+    assert (row["kernel"], row["source"], row["time_us"], row["cublas_us"], row["cublas_ratio"]) == \
+        (names[2], "measured", 20.0, 22.0, 1.1)
+    assert query([(128, 4096, 4096, 0)])[0][0] == 2
+    assert "| torch.matmul (us) | its time / the pack's |" in files["COVERAGE.md"]
+    # results of another pack are refused, naming the file and field
+    with pytest.raises(FieldError, match="results.json:pack"):
+        render.apply_measured(select.given(pts, t, configs), str(results), "other")
+
+
+def test_kernels_whose_abi_does_extra_work_are_not_packable():
+    """A staged kernel copies operands in its C ABI, a split-K kernel with a separate reduction launches the
+    reduction there; the pack's plan entry points do neither, so neither may enter a pack (the database's
+    measured candidates included); a plain kernel may."""
+    from pathlib import Path
+    from cutegen.config import KernelConfig
+    repo = Path(__file__).resolve().parent.parent
+    plain = KernelConfig.from_dict(json.loads((repo / DISPATCH_KERNELS[2] / "manifest.json").read_text())["config"])
+    assert select.plan_ready(plain)
+    assert not select.plan_ready(plain.replace(stage_a=True))
+    assert not select.plan_ready(plain.replace(split_k_slices=2))
+    t = targets.target("h100-sxm")
+    pts = [shapes.Shape("p", select.GemmProblem.from_dict({"dtype": "bf16", "layout": "tn", "m": 128, "n": 4096,
+                                                             "k": 4096}), 1.0)]
+    with pytest.raises(CutegenError, match="reduces split-K slices in its C ABI"):
+        select.given(pts, t, [plain.replace(split_k_slices=2)])

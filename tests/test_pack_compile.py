@@ -1,12 +1,16 @@
-"""A one-kernel pack built with CMake and nvcc on this CPU machine, consumed both ways (add_subdirectory,
-then the installed package through find_package), and its dispatcher run by a C++ program: the C++
-decisions must be the ones the pack's Python side recorded. Two kernel compiles (the chosen kernel and
-the class's cp.async fallback; about 1-2 minutes each, in parallel with -j 2)."""
+"""A pack built with CMake and nvcc on this CPU machine, then linked every way a library links it: the
+static library into a C++ program (add_subdirectory, and the installed package through find_package) and
+into the PyTorch extension. Linking needs no GPU.
+
+The pack is freshly rendered from a selection that holds what broke linking before (issue 22): two
+stream-K kernels (each exports the launch-plan pair cutegen_gemm_plan / cutegen_workspace_size_plan),
+two swap-AB kernels, and the class's fallback for unaligned operands. Packs hold no staged kernels (the
+plan entry points make none of the ABI's restride copies), so that fallback is the search's smallest-
+alignment cp.async kernel. Three kernel compiles (1-3 minutes each here, one nvcc at a time)."""
 from __future__ import annotations
 
+import collections
 import json
-import os
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -14,48 +18,105 @@ import pytest
 
 from cutegen import packs
 from cutegen.build import DEFAULT_LOCK, cutlass_include_dirs, find_nvcc
+from cutegen.config import KernelConfig
+from cutegen.packs import render, select, shapes, targets
 
-CONSUMER = Path(__file__).resolve().parent.parent / "examples" / "pack" / "consumer"
-TINY = '[[shape]]\nname = "proj"\ndtype = "bf16"\nlayout = "tn"\nm = [1, 16, 128]\nn = 4096\nk = 4096\n'
+REPO = Path(__file__).resolve().parent.parent
+CONSUMER = REPO / "examples" / "pack" / "consumer"
+# Two stream-K configurations that generated/ already carries (validated there): a swap-AB one for small M
+# and a 128x128 one; the shapes put each on the M it serves.
+STREAM_K_SWAP_AB = REPO / "generated/llm/sm90a/bf16_tn_m16n8192k28672_cbf16dbf16/manifest.json"
+STREAM_K = REPO / "generated/sm90a/bf16_tn_m128n8192k8192_cbf16dbf16/manifest.json"
+SHAPES = ('[[shape]]\nname = "proj"\ndtype = "bf16"\nlayout = "tn"\nm = [16, 128]\nn = 8192\n'
+          'k = [8192, 28672]\n')
 
 pytestmark = pytest.mark.compile
 
 
-def _cmake(*args, cwd=None, timeout=1200):
+def _cmake(*args, cwd=None, timeout=2400):
     proc = subprocess.run(["cmake", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, f"cmake {' '.join(args)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     return proc.stdout
 
 
-@pytest.mark.skipif(shutil.which("cmake") is None or find_nvcc() is None, reason="needs cmake and nvcc")
-def test_pack_builds_with_cmake_and_links_both_ways(tmp_path):
-    shapes = tmp_path / "tiny.toml"
-    shapes.write_text(TINY)
+def _config(manifest: Path) -> KernelConfig:
+    return KernelConfig.from_dict(json.loads(manifest.read_text())["config"])
+
+
+def _cuda_include() -> str:
+    """The toolkit's include folder (nvcc may be a wrapper outside the toolkit, as on this machine)."""
+    import os
+    homes = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), str(Path(find_nvcc()).resolve().parent.parent),
+             "/usr/local/cuda"]
+    found = [h for h in homes if h and (Path(h) / "include" / "cuda_runtime_api.h").is_file()]
+    assert found, f"no CUDA toolkit headers (cuda_runtime_api.h) under {homes}"
+    return str(Path(found[0]) / "include")
+
+
+def _defined_globals(archive: Path) -> collections.Counter:
+    """Strong external symbols each member of the archive defines (weak and COMDAT ones may repeat)."""
+    out = subprocess.run(["nm", "-g", "--defined-only", str(archive)], capture_output=True, text=True,
+                         check=True).stdout
+    count = collections.Counter()
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[1] in "TDBR":
+            count[parts[2]] += 1
+    return count
+
+
+def test_pack_with_stream_k_swap_ab_and_fallback_links_everywhere(tmp_path):
+    shapes_file = tmp_path / "proj.toml"
+    shapes_file.write_text(SHAPES)
+    target = targets.target("h100-sxm")
+    points = shapes.expand(shapes.load(shapes_file), target.sms)
+    sel = select.given(points, target, [_config(STREAM_K_SWAP_AB), _config(STREAM_K)])
+    fallbacks = render.add_fallbacks(sel)
     pack = tmp_path / "pack"
-    packs.write(pack, packs.make_pack(str(shapes), "h100-sxm", max_kernels=1, tolerance=0.03))
+    packs.write(pack, render.pack_files(sel, fallbacks, "cutegen_pack", shapes_file.name))
     meta = json.loads((pack / "pack.json").read_text())
-    kernel = meta["kernels"][0]["name"]
+    cfgs = [k["config"] for k in meta["kernels"]]
+    # what this test is about: the selection really holds these forms
+    assert [c["tile_scheduler"] for c in cfgs].count("stream_k") == 2
+    assert sum(1 for c in cfgs if c.get("swap_ab")) >= 1
+    fb = meta["classes"][0]["fallback"]
+    assert fb == meta["kernels"][2]["name"] and fb.endswith("_fallback")
+    assert cfgs[2].get("mainloop_load") == "cp_async" and not cfgs[2].get("stage_a") and not cfgs[2].get("stage_b")
+    assert meta["kernels"][2]["problem"]["alignment_a"] == 1
+    names = [k["name"] for k in meta["kernels"]]
+    hashes = [k["hash"] for k in meta["kernels"]]
+
     root = str(Path(cutlass_include_dirs()[0]).parent)
-    nvcc = find_nvcc()
-    common = [f"-DCUTEGEN_CUTLASS_INCLUDE={root}", f"-DCMAKE_CUDA_COMPILER={nvcc}", "-DCMAKE_BUILD_TYPE=Release",
+    common = [f"-DCUTEGEN_CUTLASS_INCLUDE={root}", f"-DCMAKE_CUDA_COMPILER={find_nvcc()}",
+              "-DCMAKE_BUILD_TYPE=Release",
               # the machine-wide nvcc lock (CONVENTIONS.md): one heavy compile at a time
               f"-DCMAKE_CUDA_COMPILER_LAUNCHER=flock;{DEFAULT_LOCK}"]
-    # 1. add_subdirectory: the pack is built as part of the consumer
+    # 1. add_subdirectory: the pack is built as part of the consumer, which links the dispatch symbols
     b1 = tmp_path / "b1"
     _cmake("-S", str(CONSUMER), "-B", str(b1), f"-DPACK_DIR={pack}", *common)
     _cmake("--build", str(b1), "-j", "2")
-    args = ["1", "4096", "4096", "0", "100", "4096", "4096", "0", "100", "5000", "4096", "0",
-            "8", "4095", "4096", "0", "8", "4096", "4096", "4097"]
+    lib = next(b1.rglob("libcutegen_pack.a"))
+
+    # every strong symbol is defined once in the archive, and every extern "C" name of a kernel carries
+    # its kernel's hash (the plan pair of both stream-K kernels included)
+    defined = _defined_globals(lib)
+    twice = sorted(s for s, n in defined.items() if n > 1)
+    assert not twice, f"symbols defined more than once in the pack library: {twice[:10]}"
+    exported = sorted(s for s in defined if s.startswith("cutegen_") and not s.startswith("cutegen_pack_"))
+    assert all(any(s.startswith(f"cutegen_{h}_") for h in hashes) for s in exported), exported
+    for h in hashes[:2]:
+        assert {f"cutegen_{h}_gemm_plan", f"cutegen_{h}_workspace_size_plan", f"cutegen_{h}_plan_create"} <= set(defined)
+    assert "cutegen_gemm_plan" not in defined and "cutegen_gemm" not in defined
+
+    args = ["16", "8192", "8192", "0", "128", "8192", "28672", "0", "16", "8192", "8192", "8193"]
     out = subprocess.run([str(b1 / "pack_consumer"), *args], capture_output=True, text=True, timeout=60).stdout
     lines = out.splitlines()
-    fallback = meta["kernels"][1]["name"]
-    assert lines[0].startswith("pack cutegen_pack for h100-sxm: 2 kernels, 1 classes")
-    assert lines[1].startswith(f"1 4096 4096 -> 0 | {kernel}: exact shape proj m1n4096k4096")
-    assert lines[2].startswith(f"100 4096 4096 -> 0 | {kernel}: rule: N=4096 K=4096 are in the pack's set; for M in [64, 127]")
-    assert lines[3].startswith(f"100 5000 4096 -> 0 | {kernel}: class default")
-    assert lines[4].startswith(f"8 4095 4096 -> 1 | {fallback}: fallback for unaligned operands (N (D's contiguous")
-    assert lines[5].startswith(f"8 4096 4096 -> 1 | {fallback}: fallback for unaligned operands (lda = 4097")
-    # 2. install the pack from that build, then a second consumer finds it with find_package (links only)
+    assert lines[0].startswith("pack cutegen_pack for h100-sxm: 3 kernels, 1 classes"), out
+    assert lines[1].startswith(f"16 8192 8192 -> 0 | {names[0]}: exact shape proj m16n8192k8192"), out
+    assert lines[2].startswith(f"128 8192 28672 -> 1 | {names[1]}: exact shape proj m128n8192k28672"), out
+    assert lines[3].startswith(f"16 8192 8192 -> 2 | {names[2]}: fallback for unaligned operands (lda = 8193"), out
+
+    # 2. install the pack from that build; a second consumer finds it with find_package (links only)
     prefix = tmp_path / "prefix"
     _cmake("--install", str(b1), "--prefix", str(prefix))
     assert (prefix / "include" / "cutegen_pack.h").is_file()
@@ -65,3 +126,29 @@ def test_pack_builds_with_cmake_and_links_both_ways(tmp_path):
     _cmake("--build", str(b2), "-j", "2")
     out2 = subprocess.run([str(b2 / "pack_consumer"), *args], capture_output=True, text=True, timeout=60).stdout
     assert out2 == out
+
+    # 3. the PyTorch extension, compiled and linked as bench/gpu_pack.sh links it. The test extra's torch
+    # is the CPU build (2.13.0+cpu): it ships the c10/cuda headers but not the one header a CUDA build
+    # generates, c10/cuda/impl/cuda_cmake_macros.h, whose whole content in a CUDA wheel is the one
+    # #define written below; and it has no libc10_cuda / libtorch_cuda, so those (and cudart) stay
+    # undefined in the shared object, resolved when a CUDA torch loads it. The pack's objects are linked
+    # in here, so a symbol two kernels define fails this link as it did in issue 22.
+    import torch
+    import torch.utils.cpp_extension as ce
+    shim = tmp_path / "cuda_build_headers"
+    (shim / "c10" / "cuda" / "impl").mkdir(parents=True)
+    (shim / "c10" / "cuda" / "impl" / "cuda_cmake_macros.h").write_text("#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n")
+    so = tmp_path / "libcutegen_pack_torch.so"
+    cmd = ["g++", "-std=c++17", "-O1", "-fPIC", "-shared", f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"]
+    cmd += [f"-isystem{p}" for p in ce.include_paths()] + [f"-isystem{shim}"]
+    cmd += ["-I", _cuda_include(), "-I", str(pack / "include")]
+    cmd += [str(pack / "torch" / "cutegen_pack_torch.cpp"), "-o", str(so), str(lib)]
+    cmd += [f"-L{p}" for p in ce.library_paths()] + ["-lc10", "-ltorch", "-ltorch_cpu"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    undefined = subprocess.run(["nm", "-D", "--undefined-only", str(so)], capture_output=True, text=True,
+                               check=True).stdout
+    assert "cutegen_" not in undefined                 # every pack symbol resolved inside the extension
+    dynamic = subprocess.run(["nm", "-D", "--defined-only", str(so)], capture_output=True, text=True,
+                             check=True).stdout
+    assert "cutegen_pack_plan" in dynamic and f"cutegen_{hashes[0]}_gemm_plan" in dynamic

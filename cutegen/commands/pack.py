@@ -37,6 +37,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prior", action="store_true",
                    help="select by the analytic prior's predictions alone, whatever the database holds")
     p.add_argument("--check", action="store_true", help="write nothing; exit 1 naming every file that would change")
+    p.add_argument("--measured", metavar="RESULTS_JSON",
+                   help="bench/gpu_pack.py's results for this very pack (one target): measured shapes run on their "
+                        "measured-fastest kernel, and each (N, K) with measurements dispatches M by measured segments "
+                        "whose boundaries are where two kernels' measured curves cross; COVERAGE.md adds "
+                        "torch.matmul's time. No GPU: the measurements are read from the file")
+    p.add_argument("--summary-only", action="store_true",
+                   help="write (or with --check compare) only pack.json and COVERAGE.md, the record of what was "
+                        "selected and why; the sources are regenerated from the shapes file by the same command "
+                        "without this flag. Other files in OUT/<target>/ are left alone")
     from .. import executor
     executor.add_arguments(p)  # dask: the per-shape searches run on the cluster's workers
 
@@ -97,17 +106,20 @@ def _run(args: argparse.Namespace, ex) -> int:
             say(rk.describe())
             used = ranking.open_db() if rk.method != "prior" else None
         files = packs.make_pack(args.shapes, kind, max_kernels=args.max_kernels, tolerance=args.tolerance,
-                                name=args.name, db=used, say=say, executor=ex)
+                                name=args.name, db=used, say=say, executor=ex, progress=True, measured=args.measured)
         root = Path(args.out) / kind
+        prune = not args.summary_only
+        if args.summary_only:
+            files = packs.summary(files)
         if args.check:
-            stale = packs.differences(root, files)
+            stale = packs.differences(root, files, prune)
             stale_total += len(stale)
             for rel in stale:
                 print(f"would change: {root / rel}")
             if not stale:
                 print(f"{root}: up to date ({len(files)} files)")
             continue
-        changed = packs.write(root, files)
+        changed = packs.write(root, files, prune)
         print(f"{root}: {len(files)} files, {len(changed)} changed")
         print((root / "COVERAGE.md").read_text().split("\n| shape")[0].strip())
     return 1 if stale_total else 0

@@ -15,28 +15,72 @@ from .._atomic import atomic_directory, leftovers
 from ..errors import FieldError
 
 
+# PACK-SHAPES-MAX: every sample point is priced with every candidate of its class and has a row in the
+# dispatcher's exact table, so a shapes file that expands to more points than this is refused (a long list
+# of M values is what a {min, max} range, sampled at powers of two and wave boundaries, is for).
+MAX_SHAPES = 4096
+SEARCH_WARN_S = 300     # say so when the searches alone are estimated to take longer than this
+SEARCH_S_ESTIMATE = 1.0  # seconds per search on one core (issue 22: 0.3-1.5 s on the 2-core dev machine)
+
+
 def make_pack(shapes_file: str, target_kind: str, *, max_kernels: int = 16, tolerance: float = 0.03,
-              name: str = "cutegen_pack", db=None, say=lambda msg: None, executor=None) -> dict[str, str]:
+              name: str = "cutegen_pack", db=None, say=lambda msg: None, executor=None,
+              progress: bool = False, measured: str | None = None) -> dict[str, str]:
     """Every file of the pack for one target: {path relative to the pack's folder: text}. ``executor`` (a
-    ``cutegen.executor.Executor``; None: this process) runs the searches, per shape and per class's
-    fallback; the files are the same wherever they ran."""
+    ``cutegen.executor.Executor``; None: this process) runs the searches, per (N, K) and M bucket and per
+    class's fallback; the files are the same wherever they ran. ``progress``: progress bars on stderr."""
     from . import render, select, shapes, targets
     if not render.pack_name_ok(name):
         raise FieldError("--name", f"{name!r} is not a C/CMake identifier (letters, digits, _; 64 at most)")
     t = targets.target(target_kind)
     entries = shapes.load(shapes_file)
     points = shapes.expand(entries, t.sms)
+    check_size(shapes_file, points, say)
     say(f"{t.kind}: {len(points)} shapes from {len(entries)} entries of {shapes_file}")
-    sel = select.select(points, t, max_kernels=max_kernels, tolerance=tolerance, db=db, say=say, executor=executor)
+    sel = select.select(points, t, max_kernels=max_kernels, tolerance=tolerance, db=db, say=say, executor=executor,
+                        progress=progress)
     fallbacks = render.add_fallbacks(sel, say=say, executor=executor)
-    return render.pack_files(sel, fallbacks, name, Path(shapes_file).name)
+    points = render.apply_measured(sel, measured, name) if measured else None
+    return render.pack_files(sel, fallbacks, name, Path(shapes_file).name, measured=points)
 
 
-def differences(root: Path, files: dict[str, str]) -> list[str]:
-    """Paths that would change: missing, different bytes, or stale (present but no longer generated)."""
+def check_size(shapes_file: str, points: list, say=lambda msg: None) -> int:
+    """PACK-SHAPES-MAX: refuse a shapes file that expands to more than MAX_SHAPES points, naming the entry
+    with the most; returns the number of searches (one per class, N, K, batch and M bucket) and says the
+    estimated search time when it is long."""
+    from collections import Counter
+    from .select import class_key
+    if len(points) > MAX_SHAPES:
+        worst, n = Counter(p.entry for p in points).most_common(1)[0]
+        raise FieldError(f"{Path(shapes_file).name}:{worst}",
+                         f"PACK-SHAPES-MAX: the shapes file expands to {len(points)} sample points ({n} from "
+                         f"{worst!r}); a pack takes at most {MAX_SHAPES} (each is priced with every candidate and "
+                         "has a row in the dispatch table): give M as a {min, max} range, which is sampled where "
+                         "the best kernel can change, or list fewer values")
+    from .select import SEARCH_BUCKET_BITS
+    searches = len({(class_key(p.problem), p.problem.n, p.problem.k, p.problem.batch,
+                     (p.problem.m.bit_length() - 1) // SEARCH_BUCKET_BITS) for p in points})
+    if searches * SEARCH_S_ESTIMATE > SEARCH_WARN_S:
+        say(f"warning: {searches} searches (one per dtype/layout class, N, K and range of M from 4^b to 4^(b+1)), about "
+            f"{searches * SEARCH_S_ESTIMATE / 60:.0f} minutes on one core; --executor dask spreads them")
+    return searches
+
+
+# The record of a pack: what it selected and why (the sources are a pure function of it and the tool's
+# version). A repository can commit these alone and regenerate the rest (``cutegen pack --summary-only``).
+SUMMARY_FILES = ("pack.json", "COVERAGE.md")
+
+
+def summary(files: dict[str, str]) -> dict[str, str]:
+    return {p: files[p] for p in SUMMARY_FILES}
+
+
+def differences(root: Path, files: dict[str, str], prune: bool = True) -> list[str]:
+    """Paths that would change: missing, different bytes, or (``prune``) stale: present but no longer
+    generated."""
     out = [p for p, text in sorted(files.items())
            if not (root / p).is_file() or (root / p).read_bytes() != text.encode()]
-    if root.is_dir():
+    if prune and root.is_dir():
         out += sorted(str(p.relative_to(root)) for p in root.rglob("*")
                       if p.is_file() and str(p.relative_to(root)) not in files and _owned(p.relative_to(root)))
     return out
@@ -49,15 +93,15 @@ def _owned(rel: Path) -> bool:
         "CMakeLists.txt", "COVERAGE.md", "pack.json")
 
 
-def write(root: Path, files: dict[str, str]) -> list[str]:
+def write(root: Path, files: dict[str, str], prune: bool = True) -> list[str]:
     """Write the pack whole (``atomic_directory``: into a copy of the folder, swapped in at once, under a
-    lock against another writer), delete stale generated files; returns what changed."""
-    changed = differences(root, files)
+    lock against another writer), delete stale generated files (``prune``); returns what changed."""
+    changed = differences(root, files, prune)
     if not changed and not leftovers(root):
         return []
     # what the pack does not own (a build folder) is hard-linked, not copied: the pack never writes it
     with atomic_directory(root, link=lambda rel: not _owned(rel)) as new:
-        changed = differences(new, files)
+        changed = differences(new, files, prune)
         for rel in changed:
             path = new / rel
             if rel in files:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from ..dtypes import DTYPES
 from ..errors import FieldError
 from ..problem import GemmProblem
-from .select import Selection, class_key, predicted_time
+from .select import Pricer, Selection, class_key
 
 BUCKETS = 31
 MASK = (1 << 64) - 1
@@ -67,18 +67,45 @@ class Fallback:
 
 def _pick(kernels: list[int], sel: Selection, problems: list[GemmProblem]) -> int:
     """Kernel with the lowest sum over problems of predicted time / the best predicted time
-    (a kernel that cannot run a problem scores 1e9 there); ties go to the earlier kernel."""
+    (a kernel that cannot run a problem scores 1e9 there); ties go to the earlier kernel.
+
+    The rules are judged lazily: a legal pair costs what its estimate says (the configuration's own stages,
+    ``Pricer.estimates``), so the kernels are taken in order of their totals as if every pair were legal,
+    and the first whose pairs are all legal is the answer (the sums are the same floats, added in the same
+    order). Only when no kernel runs every problem are all pairs judged."""
+    pricer = sel.pricer or Pricer(sel.target.rates)
+    cfgs = [sel.kernels[j].config for j in kernels]
+    ests = [pricer.estimates(p, cfgs) for p in problems]
+    bests = []
+    for p, est in zip(problems, ests):
+        first = next((i for _, i in sorted((t, i) for i, t in enumerate(est)) if pricer.legal(p, cfgs[i])), None)
+        bests.append(None if first is None else pricer.time(p, cfgs[first]))
+    if all(b is not None and b > 0 for b in bests):
+        optimistic = []
+        for i in range(len(kernels)):
+            total = 0.0
+            for est, best in zip(ests, bests):
+                total += est[i] / best
+            optimistic.append((total, kernels[i], i))
+        for _, j, i in sorted(optimistic):
+            if all(pricer.legal(p, cfgs[i]) for p in problems):
+                if all(pricer.time(p, cfgs[i]) == est[i] for p, est in zip(problems, ests)):
+                    return j
+                break           # the rules resolved other stages than the estimate's: judge everything
     totals = [0.0] * len(kernels)
     for p in problems:
-        ts = [predicted_time(p, sel.kernels[j].config, sel.target.rates) for j in kernels]
+        ts = pricer.times(p, cfgs)
         best = min((t for t in ts if t is not None), default=None)
         for i, t in enumerate(ts):
             totals[i] += (t / best) if (t is not None and best) else 1e9
     return min(zip(totals, kernels))[1]
 
 
-def tables(sel: Selection, fallbacks: dict[str, Fallback], kernel_names: list[str]) -> dict:
-    """The template context of the dispatcher (templates/pack_dispatch.cpp.j2)."""
+def tables(sel: Selection, fallbacks: dict[str, Fallback], kernel_names: list[str], measured=None) -> dict:
+    """The template context of the dispatcher (templates/pack_dispatch.cpp.j2). ``measured``: (N, K) ->
+    ``measured.Point`` list (``--measured``): an (N, K) with measurements dispatches M by the measured
+    segments (``measured.segments``) instead of the predicted buckets."""
+    from .measured import segments as measured_segments
     from .select import Row  # noqa: F401  (documentation: rows are select.Row)
     cls_index = {c: i for i, c in enumerate(sel.classes)}
     by_class: dict[int, list[int]] = {}
@@ -101,11 +128,18 @@ def tables(sel: Selection, fallbacks: dict[str, Fallback], kernel_names: list[st
     exact_items.sort(key=lambda x: x[0])
     exact, exact_probes = hash_table(exact_items, {"M": 0, "N": 0, "K": 0, "batch": 0, "cls": -1, "kernel": -1,
                                                    "why": ""})
-    nk_rows, nk_items = [], []
+    nk_rows, nk_items, seg_rows, segs = [], [], [], []
     for (c, n, k), p in sorted(nk_keys.items()):
         row = [_pick(by_class[c], sel, [p.replace(m=m) for m in bucket_points(b)]) for b in range(BUCKETS)]
         nk_items.append(((c, 0, n, k, 0), {"N": n, "K": k, "cls": c, "row": len(nk_rows)}))
         nk_rows.append(row)
+        from .measured import Point
+        mine = set(by_class[c])
+        pts = [Point(q.m, {j: t for j, t in q.times.items() if j in mine}, q.matmul_us)
+               for q in (measured or {}).get((n, k), [])]
+        found = measured_segments([q for q in pts if q.times])
+        seg_rows.append((len(segs), len(found)))
+        segs += [{"lo": g.lo, "kernel": g.kernel, "why": g.why} for g in found]
     classes = []
     for c, key in enumerate(sel.classes):
         ps = [p for (cc, _, _), p in sorted(nk_keys.items()) if cc == c]
@@ -118,7 +152,9 @@ def tables(sel: Selection, fallbacks: dict[str, Fallback], kernel_names: list[st
         classes.append(class_context(p, by_bucket, fb))
     nk, nk_probes = hash_table(nk_items, {"N": 0, "K": 0, "cls": -1, "row": -1})
     return {"exact": exact, "exact_probes": exact_probes, "exact_count": len(exact_items),
-            "nk": nk, "nk_probes": nk_probes, "nk_rows": nk_rows or [[-1] * BUCKETS], "classes": classes}
+            "nk": nk, "nk_probes": nk_probes, "nk_rows": nk_rows or [[-1] * BUCKETS], "classes": classes,
+            "seg_rows": seg_rows or [(0, 0)], "segments": segs or [{"lo": 0, "kernel": -1, "why": ""}],
+            "measured": bool(segs)}
 
 
 def class_context(p: GemmProblem, by_bucket: list[int], fb: Fallback) -> dict:
@@ -157,7 +193,9 @@ def find_fallback(p: GemmProblem, device: str | None = None, say=lambda msg: Non
             tried.append(f"{a} element(s): {e}")
             a *= 2
             continue
-        result = search(q, 1, device=device)
+        # staging=False: the plan entry points (templates/cutegen_plan.inc.j2) make none of the ABI's
+        # restride copies, so a staged kernel in a pack would refuse the very strides it is there for
+        result = search(q, 1, device=device, staging=False)
         if result.ranked:
             return (a, a, a), result.ranked[0].config, q
         rules = sorted(result.pruned_by_rule, key=lambda r: -result.pruned_by_rule[r])[:3]

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 from .. import __version__
+from ..abi import EXPORTED_SYMBOLS
 from ..search import cost as costmod
 from ..swap_ab import kernel_problem
 from .dispatch import Fallback, find_fallback, tables
@@ -59,6 +61,9 @@ def coverage(sel: Selection) -> dict:
                      "time_us": None if r.time_us is None else round(r.time_us, 3),
                      "best_us": None if r.best_us is None else round(r.best_us, 3),
                      "loss": None if r.loss is None else round(r.loss, 5), "source": r.source, "note": r.note})
+        if r.cublas_us is not None:
+            rows[-1]["cublas_us"] = round(r.cublas_us, 3)
+            rows[-1]["cublas_ratio"] = round(r.cublas_us / r.time_us, 4)
     losses = [r.loss for r in sel.rows if r.loss is not None]
     within = sum(1 for x in losses if x <= sel.tolerance + 1e-9)
     wsum = sum(r.shape.weight for r in sel.rows if r.loss is not None)
@@ -83,18 +88,51 @@ def coverage_markdown(sel: Selection, cov: dict, notes: list[str]) -> str:
              f"weighted mean loss {cov['weighted_mean_loss']:.2%}. Times are the cost model's predictions for "
              f"{sel.target.note} unless the source column says measured.", ""]
     lines += [f"- {n}" for n in notes]
-    lines += ["", "| shape | weight | kernel | time (us) | source | best (us) | loss |", "|---|---|---|---|---|---|---|"]
+    measured = any("cublas_us" in r for r in cov["rows"])
+    extra = " torch.matmul (us) | its time / the pack's |" if measured else ""
+    lines += ["", "| shape | weight | kernel | time (us) | source | best (us) | loss |" + extra,
+              "|---|---|---|---|---|---|---|" + ("---|---|" if measured else "")]
     for r in cov["rows"]:
         t = "-" if r["time_us"] is None else f"{r['time_us']:.2f}"
         b = "-" if r["best_us"] is None else f"{r['best_us']:.2f}"
         loss = "-" if r["loss"] is None else f"{r['loss']:+.1%}"
+        tail = ""
+        if measured:
+            tail = (f" {r['cublas_us']:.2f} | {r['cublas_ratio']:.3f}x |" if "cublas_us" in r else " - | - |")
         lines.append(f"| {r['shape']} | {r['weight']:.4g} | {r['kernel'] or 'NOT COVERED: ' + r['note']} | {t} | "
-                     f"{r['source']} | {b} | {loss} |")
+                     f"{r['source']} | {b} | {loss} |" + tail)
     return "\n".join(lines) + "\n"
 
 
+def apply_measured(sel: Selection, path: str, name: str) -> dict:
+    """``--measured PATH`` (bench/gpu_pack.py's results for this pack): every measured shape of the set runs on
+    its measured-fastest kernel, with its measured time and torch.matmul's; returns (N, K) -> points for the
+    dispatch tables (cutegen/packs/measured.py)."""
+    from .measured import load
+    names = [kernel_name(sel, j) for j in range(len(sel.kernels))]
+    points = load(path, name, names)
+    by_shape = {(nk[0], nk[1], p.m): p for nk, pts in points.items() for p in pts}
+    used = 0
+    for r in sel.rows:
+        q = r.shape.problem
+        p = by_shape.get((q.n, q.k, q.m))
+        if p is None or r.kernel is None:
+            continue
+        mine = {j: t for j, t in p.times.items() if sel.kernels[j].cls in (sel.kernels[r.kernel].cls,
+                                                                          "fallback:" + sel.kernels[r.kernel].cls)}
+        if not mine:
+            continue
+        j, t = min(mine.items(), key=lambda kv: (kv[1], kv[0]))
+        r.kernel, r.time_us, r.best_us, r.source, r.cublas_us = j, t, t, "measured", p.matmul_us
+        used += 1
+    sel.notes.append(f"measured ({Path(path).name}): {used} of {len(sel.rows)} shapes of the set run on their "
+                     f"measured-fastest kernel; {sum(len(v) for v in points.values())} measured M values of "
+                     f"{len(points)} (N, K) set the M segments between them (boundaries where measured curves cross)")
+    return points
+
+
 def pack_files(sel: Selection, fallbacks: dict[str, Fallback], name: str, shapes_file: str,
-               render_kernel=None) -> dict[str, str]:
+               render_kernel=None, measured: dict | None = None) -> dict[str, str]:
     from .. import render as render_mod
     render_kernel = render_kernel or render_mod.render
     env = render_mod._environment()
@@ -113,7 +151,7 @@ def pack_files(sel: Selection, fallbacks: dict[str, Fallback], name: str, shapes
         files[f"kernels/{kdir}/plan.cu"] = env.get_template("cutegen_plan.inc.j2").render(
             kernel_hash=rk.kernel_hash, name=kernel_name(sel, j), c_is_void=ctx["c_is_void"],
             has_bias=ctx["has_bias"], bias_element=ctx["bias_element"], swap_ab=ctx["swap_ab"],
-            stream_k=ctx["stream_k"])
+            stream_k=ctx["stream_k"], abi_exports=EXPORTED_SYMBOLS)
         base = k.cls[len("fallback:"):] if k.cls.startswith("fallback:") else k.cls
         kernels_ctx.append({"hash": rk.kernel_hash, "name": kernel_name(sel, j), "dir": kdir,
                             "cls": cls_index[base]})
@@ -121,7 +159,7 @@ def pack_files(sel: Selection, fallbacks: dict[str, Fallback], name: str, shapes
     for cls, fb in fallbacks.items():
         if fb.kernel is None:
             notes.append(f"class {cls_index[cls]}: {fb.uncovered}")
-    disp = tables(sel, fallbacks, [k["name"] for k in kernels_ctx])
+    disp = tables(sel, fallbacks, [k["name"] for k in kernels_ctx], measured)
     ctx = {"pack_name": name, "target": sel.target.kind, "kernels": kernels_ctx, "version": _cmake_version(),
            **disp}
     files["src/dispatch.cpp"] = env.get_template("pack_dispatch.cpp.j2").render(**ctx)

@@ -1,7 +1,7 @@
 """A Python library consuming a cutegen pack through its PyTorch op (needs a Hopper GPU and the built
 extension; see README.md here):
 
-    python examples/pack/torch_consumer.py bench/packs/llm/h100-sxm /path/to/libcutegen_pack_torch.so
+    python examples/pack/torch_consumer.py out/packs/llm/h200 /path/to/libcutegen_pack_torch.so
 """
 # example-test: gpu (needs torch, a Hopper GPU and the built extension; tests/test_readme.py does not run it)
 import importlib.util

@@ -1,0 +1,53 @@
+"""Plot a pack's GPU results (bench/gpu_pack.py's JSON): time ratio to torch.matmul against M, one line per
+(N, K); sampled shapes as dots, off-sample shapes as crosses, each point labelled with the kernel index that
+served it (F: the unaligned fallback, T: torch.matmul inside the op).
+
+    python bench/plot_pack.py RESULTS.json OUT.png [--title TEXT]
+"""
+from __future__ import annotations
+
+import json
+import re
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def main(argv: list[str]) -> int:
+    src, dst = argv[:2]
+    title = argv[argv.index("--title") + 1] if "--title" in argv else None
+    res = json.load(open(src))
+    rows = res["time"]
+    nks = sorted({(r["n"], r["k"]) for r in rows})
+    fig, ax = plt.subplots(figsize=(11, 6))
+    for n, k in nks:
+        pts = sorted((r for r in rows if (r["n"], r["k"]) == (n, k)), key=lambda r: r["m"])
+        line, = ax.plot([r["m"] for r in pts], [r["speedup"] for r in pts], lw=1, label=f"N={n} K={k}")
+        for r in pts:
+            ax.plot(r["m"], r["speedup"], "o" if r.get("sampled", True) else "x", color=line.get_color(), ms=4)
+            if r.get("path") == "torch.matmul fallback":
+                tag = "T"
+            else:
+                m = re.match(r"k(\d+)_", r.get("kernel", ""))
+                tag = ("F" if "fallback" in r.get("kernel", "") else m.group(1).lstrip("0") or "0") if m else "?"
+            ax.annotate(tag, (r["m"], r["speedup"]), fontsize=5, xytext=(2, 2), textcoords="offset points")
+    ax.axhline(1.0, color="black", lw=0.8)
+    ax.axhline(0.9, color="grey", lw=0.6, ls="--")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("M (tokens)")
+    ax.set_ylabel("torch.matmul time / pack op time (> 1: the pack is faster)")
+    summ = res.get("sampled_summary") or {}
+    off = res.get("off-sample_summary") or {}
+    ax.set_title(title or f"{res['pack']} on {res['device']}: sampled geomean {summ.get('geomean') or 0:.3f}, "
+                          f"off-sample geomean {off.get('geomean') or 0:.3f} (o sampled, x off-sample; labels: kernel)")
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(dst, dpi=150)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
