@@ -96,8 +96,11 @@ def _run(args: argparse.Namespace, ex) -> int:
     say = lambda msg: print(msg, file=sys.stderr)  # noqa: E731
     stale_total = 0
     if db is None and not args.prior:
-        from ..packs import shapes as pack_shapes
-        pack_shapes.load(args.shapes)   # a bad shapes file fails here, in one line, before the ranking fits anything
+        # a bad or oversized shapes file fails here, in one line, before the ranking fits or says anything
+        from ..packs import shapes as pack_shapes, targets as pack_targets
+        for kind in targets:
+            packs.check_size(args.shapes, pack_shapes.expand(pack_shapes.load(args.shapes),
+                                                             pack_targets.target(kind).sms))
     for kind in targets:
         used = db
         if db is None and not args.prior:
