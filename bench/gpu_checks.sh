@@ -28,7 +28,6 @@ set -u -o pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$REPO"
 T0=$(date +%s)
-elapsed() { echo $(( $(date +%s) - T0 )); }
 OUT=${OUT:-$REPO/out/gpu_checks}
 mkdir -p "$OUT"
 exec > >(tee "$OUT/log.txt") 2>&1
@@ -45,27 +44,11 @@ export CUTEGEN_CUTLASS_INCLUDE=${CUTEGEN_CUTLASS_INCLUDE:-$REPO/oracles/.cutlass
 command -v nvcc > /dev/null || export PATH="$PATH:/usr/local/cuda/bin"
 command -v compute-sanitizer > /dev/null || export PATH="$PATH:/usr/local/cuda/bin"
 
-phase() { echo; echo "=== [$(elapsed) s] $*"; }
+. "$REPO/bench/gpu_lib.sh"   # elapsed, phase, run_until
 
 # The tree is not installed there: stage_package.sh mirrors pyproject's package mapping on PYTHONPATH.
 . "$REPO/bench/stage_package.sh"
 
-# Run "$@" in its own session; at $1 seconds after the script's start kill the whole group.
-run_until() {
-  local end=$1; shift
-  setsid "$@" &
-  local pid=$!
-  while kill -0 "$pid" 2> /dev/null; do
-    if [ "$(elapsed)" -ge "$end" ]; then
-      echo "gpu_checks: time budget reached at $(elapsed) s; stopping: $*"
-      kill -TERM -- "-$pid" 2> /dev/null; sleep 3; kill -KILL -- "-$pid" 2> /dev/null
-      break
-    fi
-    sleep 1
-  done
-  wait "$pid" 2> /dev/null
-  return $?
-}
 
 phase "environment"
 nvidia-smi --query-gpu=name,driver_version,compute_cap --format=csv 2>&1 | head -3

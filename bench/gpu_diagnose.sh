@@ -18,7 +18,7 @@ set -u -o pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$REPO"
 T0=$(date +%s)
-elapsed() { echo $(( $(date +%s) - T0 )); }
+. "$REPO/bench/gpu_lib.sh"   # elapsed, phase, run_until
 OUT=${OUT:-$REPO/out/gpu-diagnose}
 mkdir -p "$OUT"
 exec > >(tee "$OUT/log.txt") 2>&1
@@ -34,7 +34,6 @@ export CUTEGEN_CACHE=${CUTEGEN_CACHE:-/tmp/cutegen-cache}
 export CUTEGEN_CUTLASS_INCLUDE=${CUTEGEN_CUTLASS_INCLUDE:-$REPO/oracles/.cutlass}
 export CUTEGEN_RESULTS_DB=${CUTEGEN_RESULTS_DB:-/tmp/cutegen-diag-$T0.sqlite}
 command -v nvcc > /dev/null || export PATH="$PATH:/usr/local/cuda/bin"
-phase() { echo; echo "=== [$(elapsed) s] $*"; }
 left() { local s=$(( $1 - $(elapsed) )); [ "$s" -lt 1 ] && s=1; echo "$s"; }
 . "$REPO/bench/stage_package.sh"
 

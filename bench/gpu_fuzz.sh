@@ -35,7 +35,6 @@ PLAN_DIR=${1:?usage: bash bench/gpu_fuzz.sh <plan dir> <shard>}
 SHARD=${2:?usage: bash bench/gpu_fuzz.sh <plan dir> <shard>}
 DONE=${3:-}     # optional: results (cases-*.jsonl or a folder) of an earlier call: run only what it did not
 T0=$(date +%s)
-elapsed() { echo $(( $(date +%s) - T0 )); }
 OUT=${OUT:-$REPO/out/gpu-fuzz-$SHARD}
 mkdir -p "$OUT"
 exec > >(tee "$OUT/log.txt") 2>&1
@@ -51,27 +50,11 @@ export PYTHONUNBUFFERED=1
 export CUTEGEN_CACHE=${CUTEGEN_CACHE:-/tmp/cutegen-cache}
 export CUTEGEN_CUTLASS_INCLUDE=${CUTEGEN_CUTLASS_INCLUDE:-$REPO/oracles/.cutlass}
 command -v nvcc > /dev/null || export PATH="$PATH:/usr/local/cuda/bin"
-phase() { echo; echo "=== [$(elapsed) s] $*"; }
+. "$REPO/bench/gpu_lib.sh"   # elapsed, phase, run_until
 
 # The tree is not installed there: stage_package.sh mirrors pyproject's package mapping on PYTHONPATH.
 . "$REPO/bench/stage_package.sh"
 
-# Run "$@" in its own session; at $1 seconds after the script's start kill the whole group.
-run_until() {
-  local end=$1; shift
-  setsid "$@" &
-  local pid=$!
-  while kill -0 "$pid" 2> /dev/null; do
-    if [ "$(elapsed)" -ge "$end" ]; then
-      echo "gpu_fuzz: time budget reached at $(elapsed) s; stopping: $*"
-      kill -TERM -- "-$pid" 2> /dev/null; sleep 3; kill -KILL -- "-$pid" 2> /dev/null
-      break
-    fi
-    sleep 1
-  done
-  wait "$pid" 2> /dev/null
-  return $?
-}
 
 phase "environment"
 nvidia-smi --query-gpu=name,driver_version,compute_cap,clocks.sm,temperature.gpu --format=csv 2>&1 | head -3

@@ -21,7 +21,6 @@ set -u -o pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$REPO"
 T0=$(date +%s)
-elapsed() { echo $(( $(date +%s) - T0 )); }
 OUT=${OUT:-$REPO/out/splitk}
 mkdir -p "$OUT"
 exec > >(tee "$OUT/log.txt") 2>&1
@@ -37,7 +36,7 @@ export PYTHONUNBUFFERED=1
 export CUTEGEN_CACHE=${CUTEGEN_CACHE:-/tmp/cutegen-cache}
 export CUTEGEN_CUTLASS_INCLUDE=${CUTEGEN_CUTLASS_INCLUDE:-$REPO/oracles/.cutlass}
 command -v nvcc > /dev/null || export PATH="$PATH:/usr/local/cuda/bin"
-phase() { echo; echo "=== [$(elapsed) s] $*"; }
+. "$REPO/bench/gpu_lib.sh"   # elapsed, phase, run_until
 . "$REPO/bench/stage_package.sh"
 
 phase "environment"
@@ -45,22 +44,6 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv 
 "$PY" -c "import sys, torch; print('python', sys.version.split()[0], 'torch', torch.__version__, torch.cuda.get_device_name(0))"
 [ -f "$CUTEGEN_CUTLASS_INCLUDE/include/cutlass/version.h" ] || echo "gpu_splitk: CUTLASS headers missing (carry oracles/.cutlass)"
 
-# Kill the process group of "$@" at $1 seconds after the start.
-run_until() {
-  local end=$1; shift
-  setsid "$@" &
-  local pid=$!
-  while kill -0 "$pid" 2> /dev/null; do
-    if [ "$(elapsed)" -ge "$end" ]; then
-      echo "gpu_splitk: time budget reached at $(elapsed) s; stopping: $*"
-      kill -TERM -- "-$pid" 2> /dev/null; sleep 3; kill -KILL -- "-$pid" 2> /dev/null
-      break
-    fi
-    sleep 1
-  done
-  wait "$pid" 2> /dev/null
-  return $?
-}
 
 phase "1. build (jobs $JOBS, none past ${BUILD_END_S} s)"
 cat > "$STAGE/dirs.py" <<'EOF'

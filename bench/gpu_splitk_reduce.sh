@@ -36,7 +36,6 @@ if [ "${1:-}" = "--plan" ]; then
 fi
 
 T0=$(date +%s)
-elapsed() { echo $(( $(date +%s) - T0 )); }
 OUT=${OUT:-$REPO/out/gpu-splitk-reduce}
 mkdir -p "$OUT"
 exec > >(tee "$OUT/log.txt") 2>&1
@@ -53,7 +52,7 @@ export CUTEGEN_CACHE=${CUTEGEN_CACHE:-/tmp/cutegen-cache}
 export CUTEGEN_CUTLASS_INCLUDE=${CUTEGEN_CUTLASS_INCLUDE:-$REPO/oracles/.cutlass}
 command -v nvcc > /dev/null || export PATH="$PATH:/usr/local/cuda/bin"
 command -v compute-sanitizer > /dev/null || export PATH="$PATH:/usr/local/cuda/bin"
-phase() { echo; echo "=== [$(elapsed) s] $*"; }
+. "$REPO/bench/gpu_lib.sh"   # elapsed, phase, run_until
 . "$REPO/bench/stage_package.sh"
 
 phase "environment"
@@ -64,22 +63,6 @@ nvcc --version | tail -2
 [ -f "$PLAN/plan.json" ] || { echo "gpu_splitk_reduce: no plan at $PLAN (run 'bash bench/gpu_splitk_reduce.sh --plan' there and carry $PLAN)"; exit 2; }
 "$PY" -c "import cutegen.runner, cutegen.build, cutegen.commands.validate" || { echo "gpu_splitk_reduce: cutegen does not import"; exit 2; }
 
-# Run "$@" in its own session; at $1 seconds after the script's start kill the whole group.
-run_until() {
-  local end=$1; shift
-  setsid "$@" &
-  local pid=$!
-  while kill -0 "$pid" 2> /dev/null; do
-    if [ "$(elapsed)" -ge "$end" ]; then
-      echo "gpu_splitk_reduce: time budget reached at $(elapsed) s; stopping: $*"
-      kill -TERM -- "-$pid" 2> /dev/null; sleep 3; kill -KILL -- "-$pid" 2> /dev/null
-      break
-    fi
-    sleep 1
-  done
-  wait "$pid" 2> /dev/null
-  return $?
-}
 
 phase "1. build (jobs $JOBS, none past ${BUILD_END_S} s)"
 for root in form prev form2; do

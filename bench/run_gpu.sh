@@ -23,7 +23,6 @@ set -u -o pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$REPO"
 T0=$(date +%s)
-elapsed() { echo $(( $(date +%s) - T0 )); }
 OUT=${OUT:-$REPO/out/gpu}
 mkdir -p "$OUT"
 exec > >(tee "$OUT/log.txt") 2>&1
@@ -42,7 +41,7 @@ export CUTEGEN_CACHE=${CUTEGEN_CACHE:-/tmp/cutegen-cache}
 export CUTEGEN_CUTLASS_INCLUDE=${CUTEGEN_CUTLASS_INCLUDE:-$REPO/oracles/.cutlass}
 command -v nvcc > /dev/null || export PATH="$PATH:/usr/local/cuda/bin"
 
-phase() { echo; echo "=== [$(elapsed) s] $*"; }
+. "$REPO/bench/gpu_lib.sh"   # elapsed, phase, run_until
 
 # The tree is not installed there: mirror pyproject's package mapping (legality/, search/ and
 # templates/ live inside the cutegen package) with symbolic links, and put that on PYTHONPATH.
@@ -57,22 +56,6 @@ if [ ! -f "$CUTEGEN_CUTLASS_INCLUDE/include/cutlass/version.h" ]; then
 fi
 "$PY" -c "import cutegen.runner, cutegen.build, cutegen.commands.bench" || { echo "run_gpu: cutegen does not import"; exit 2; }
 
-# Run "$@" in its own session; at $1 seconds after the script's start kill the whole group.
-run_until() {
-  local end=$1; shift
-  setsid "$@" &
-  local pid=$!
-  while kill -0 "$pid" 2> /dev/null; do
-    if [ "$(elapsed)" -ge "$end" ]; then
-      echo "run_gpu: time budget reached at $(elapsed) s; stopping: $*"
-      kill -TERM -- "-$pid" 2> /dev/null; sleep 3; kill -KILL -- "-$pid" 2> /dev/null
-      break
-    fi
-    sleep 1
-  done
-  wait "$pid" 2> /dev/null
-  return $?
-}
 
 phase "1. build (jobs $JOBS, no compile past ${BUILD_END_S} s)"
 [ -f "$SUITE" ] || echo "run_gpu: $SUITE is missing: only kernels already under $KERNELS and $BASELINES are built"
