@@ -146,22 +146,17 @@ from .split_k_reduce import SPLIT_K_REDUCE_RULES, check_split_k_reduce  # noqa: 
 CONFIG_RULESETS: list[RuleSet] = [WGMMA_RULES, MBARRIER_RULES, RESOURCE_RULES, CUTLASS_SM90_RULES, CP_ASYNC_RULES]
 
 
+def all_rulesets() -> list[RuleSet]:
+    """Every rule set of every contract, in a stable order (tensor_map first): the one list all_rules and
+    the operation registry's GEMM entry (cutegen/ops/gemm) read, so neither can miss a new set."""
+    from .stream_k import STREAM_K_RULES   # judged on (problem, config, launch plan): check_plan
+    from .tensor_map import TENSOR_MAP_RULES
+    return [TENSOR_MAP_RULES, *CONFIG_RULESETS, SWAP_AB_RULES, STAGING_RULES, SPLIT_K_REDUCE_RULES, STREAM_K_RULES]
+
+
 def all_rules() -> list[Rule]:
     """Every rule of every contract, in a stable order (tensor_map first)."""
-    out: list[Rule] = []
-    try:
-        from .tensor_map import TENSOR_MAP_RULES
-        out.extend(TENSOR_MAP_RULES)
-    except ImportError:  # pragma: no cover - tensor_map is another engineer's module
-        pass
-    for rs in CONFIG_RULESETS:
-        out.extend(rs)
-    out.extend(SWAP_AB_RULES)
-    out.extend(STAGING_RULES)
-    out.extend(SPLIT_K_REDUCE_RULES)
-    from .stream_k import STREAM_K_RULES   # judged on (problem, config, launch plan): check_plan
-    out.extend(STREAM_K_RULES)
-    return out
+    return [r for rs in all_rulesets() for r in rs]
 
 
 def evaluate_config(ctx: ConfigContext) -> list[Violation]:
@@ -250,6 +245,6 @@ def check_config(problem: GemmProblem, config: KernelConfig) -> ConfigReport:
                         ctx.smem_bytes)
 
 
-__all__ = ["CONFIG_RULESETS", "SWAP_AB_RULES", "check_swap", "STAGING_RULES", "check_staging", "SPLIT_K_REDUCE_RULES", "check_split_k_reduce", "ConfigContext", "ConfigReport", "check_config", "evaluate_config", "first_violation",
+__all__ = ["CONFIG_RULESETS", "all_rulesets", "SWAP_AB_RULES", "check_swap", "STAGING_RULES", "check_staging", "SPLIT_K_REDUCE_RULES", "check_split_k_reduce", "ConfigContext", "ConfigReport", "check_config", "evaluate_config", "first_violation",
            "all_rules",
            "Rule", "RuleSet", "Violation"]

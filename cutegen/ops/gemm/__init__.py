@@ -49,10 +49,8 @@ def features(p: GemmProblem) -> dict[str, float]:
 
 def rule_sets() -> list:
     """Every rule set a GEMM is judged by, in ``cutegen.legality.all_rules()`` order."""
-    from ...legality import CONFIG_RULESETS, STAGING_RULES, SWAP_AB_RULES
-    from ...legality.stream_k import STREAM_K_RULES
-    from ...legality.tensor_map import TENSOR_MAP_RULES
-    return [TENSOR_MAP_RULES, *CONFIG_RULESETS, SWAP_AB_RULES, STAGING_RULES, STREAM_K_RULES]
+    from ...legality import all_rulesets
+    return all_rulesets()
 
 
 def config_rule_sets() -> list:
