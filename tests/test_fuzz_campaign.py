@@ -27,10 +27,10 @@ _spec = importlib.util.spec_from_file_location("fuzz_campaign", ROOT / "bench" /
 F = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(F)
 
-# K = 16384 over a 64x64 output: the search ranks stream-K split-K candidates among its top 12 (measured
-# on this tree: ranks 9-11); the stand-in computes each launch in about 0.1 s.
-SK = GemmProblem(64, 64, 16384, beta=0.5)
-SK_TWIN = GemmProblem(64, 64, 16384, alpha=2.0, beta=1.0, ldc=72)   # same kernel key (C still 16-byte aligned)
+# K = 16000 over a 512x512 output: the search ranks stream-K candidates in its top 12 (every rank on this
+# tree; the tinier 64x64x16384 went to split-K with a separate reduction when that form landed).
+SK = GemmProblem(512, 512, 16000, beta=0.5)
+SK_TWIN = GemmProblem(512, 512, 16000, alpha=2.0, beta=1.0, ldc=520)   # same kernel key (C still 16-byte aligned)
 PLAIN = GemmProblem(136, 200, 72, layout_a="col", layout_b="row", batch=2, beta=-0.75)
 
 
@@ -58,7 +58,7 @@ def _fake_build(directory: Path, problem: GemmProblem, wrong: bool) -> None:
 def campaign(tmp_path, monkeypatch):
     assert CC, "no C compiler (cc or gcc) on the PATH for the stand-in kernel library"
     sk_rank, sk_hash, sk_ranked = _rank_of(SK, lambda r, h: r.config.tile_scheduler == "stream_k")
-    assert sk_rank is not None, "the search no longer ranks a stream-K candidate for 64x64x16384 in its top 12"
+    assert sk_rank is not None, "the search no longer ranks a stream-K candidate for 512x512x16000 in its top 12"
     twin_rank, twin_hash, _ = _rank_of(SK_TWIN, lambda r, h: h == sk_hash)
     assert twin_rank is not None, "the twin problem does not rank the same stream-K kernel"
     problems = [{"problem": SK.to_dict(), "ranks": [sk_rank]}, {"problem": SK_TWIN.to_dict(), "ranks": [twin_rank]},

@@ -225,7 +225,10 @@ def test_accumulator_budget_without_setmaxnreg():
     cp = check_config(aligned, KernelConfig(tile_shape=(256, 192, 64), **CP))
     assert "WGMMA-ACCUMULATOR-REGISTERS" not in [v.rule_id for v in tma.warnings]
     spill = [v for v in cp.warnings if v.rule_id != "SM90-CPASYNC-SYNCCHECK"]
-    assert [v.rule_id for v in spill] == ["WGMMA-ACCUMULATOR-REGISTERS"] and "168" in str(spill[0])
+    # 192 registers: over the 168-register budget (spills) and over the 144 at which ptxas serializes a cp.async
+    # kernel's wgmma (tests/test_legality_gpu_probes.py)
+    assert sorted(v.rule_id for v in spill) == ["WGMMA-ACCUMULATOR-REGISTERS", "WGMMA-ACCUMULATOR-SERIALIZED"]
+    assert "168" in str(next(v for v in spill if v.rule_id == "WGMMA-ACCUMULATOR-REGISTERS"))
     ok = check_config(aligned, KernelConfig(tile_shape=(256, 128, 64), **CP))   # 128 < 168
     assert ok.legal and [v.rule_id for v in ok.warnings] == ["SM90-CPASYNC-SYNCCHECK"]
 
