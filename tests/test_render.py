@@ -266,8 +266,10 @@ def test_render_does_not_import_egglog_or_search(tmp_path):
 def test_cstring_escapes_quotes_and_backslashes():
     lit = render_mod._cstring('{"a":"b\\\\c"}')
     assert lit == '"{\\"a\\":\\"b\\\\\\\\c\\"}"'
-    with pytest.raises(ValueError):
-        render_mod._cstring("caf\u00e9")
+    # non-ASCII and control characters (a pack entry's name, say) become the octal escapes of their UTF-8 bytes,
+    # three digits each, so a following digit cannot join the escape
+    assert render_mod._cstring("caf\u00e9") == '"caf\\303\\251"'
+    assert render_mod._cstring("a\tb\u00e91") == '"a\\tb\\303\\2511"'
 
 
 def _sweep():
