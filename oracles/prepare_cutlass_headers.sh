@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Copy the CUTLASS 4.2 headers the configuration oracle compiles against (include/ and
-# tools/util/include/ of the installed nvidia-cutlass wheel) into oracles/.cutlass/, which the lead
+# Copy the CUTLASS 4.2 headers the configuration oracle compiles against (include/,
+# tools/util/include/ and the Hopper FMHA example's headers of the installed nvidia-cutlass wheel) into oracles/.cutlass/, which the lead
 # carries to the GPU machine. The folder is git-ignored through .git/info/exclude.
 set -eu
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -13,6 +13,11 @@ rm -rf "$DST"
 mkdir -p "$DST/tools/util"
 cp -R "$SRC/include" "$DST/include"
 cp -R "$SRC/tools/util/include" "$DST/tools/util/include"
+# The Hopper FMHA example's collectives and kernels (attention renders on them); headers only.
+mkdir -p "$DST/examples/88_hopper_fmha"
+for d in collective kernel device; do
+  cp -R "$SRC/examples/88_hopper_fmha/$d" "$DST/examples/88_hopper_fmha/$d"
+done
 GITDIR=$(cd "$REPO" && cd "$(git rev-parse --git-common-dir)" && pwd)
 EXCLUDE="$GITDIR/info/exclude"
 grep -qxF '/oracles/.cutlass/' "$EXCLUDE" 2>/dev/null || echo '/oracles/.cutlass/' >> "$EXCLUDE"
