@@ -79,7 +79,7 @@ from dataclasses import dataclass, field
 
 from .pipeline_term import (LOCAL_OPS, Arrive, Init, Load, MathBegin, MathEnd, Pipeline, Read, Role, Sync, Wait, at,
                             describe)
-from .pipeline_footprint import Footprints
+from .pipeline_stubborn import Stubborn
 from .pipeline_symmetry import Symmetries
 
 MAX_STATES = 400_000
@@ -243,7 +243,7 @@ def explore(p: Pipeline, max_states: int = MAX_STATES, reduce: bool = False, sym
     checked symmetries (``pipeline_symmetry``: CTAs and consumer warpgroups that play identical roles),
     with the traces turned back into concrete interleavings; ``reduce``: the partial-order reduction."""
     m = _Machine(p)
-    fp = Footprints(m) if reduce else None
+    fp = Stubborn(m) if reduce else None
     sym = Symmetries(m) if symmetry else None
     if sym is not None and sym.trivial:
         sym = None
