@@ -223,9 +223,9 @@ def test_cli_unfinished_exploration_is_unproven_not_a_pass(tmp_path, capsys):
 
 
 def test_cli_cluster_exploration_finishes(tmp_path, capsys):
-    """`--cluster` on a 2x1 cooperative kernel: the one-CTA exploration at its own 4 stages plus every CTA's
-    interleavings at 2 stages (symmetry and partial-order reductions), proven, in a few thousand states
-    (600,003 states and UNPROVEN before the reductions); a stage count too big for the bound is UNPROVEN."""
+    """`--cluster` on a 2x1 cooperative kernel: the one-CTA exploration and every interleaving of both CTAs, both
+    at the kernel's own 4 stages (symmetry and stubborn-set reductions), proven, in a few thousand states
+    (600,003 states and UNPROVEN before the reductions); a bound too small for it is UNPROVEN, exit 2."""
     import json as _json
 
     from cutegen.cli import main
@@ -235,9 +235,10 @@ def test_cli_cluster_exploration_finishes(tmp_path, capsys):
     assert main(["check", "pipeline", str(case), "--backend", "dsl", "--cluster", "--json"]) == 0
     doc = _json.loads(capsys.readouterr().out)
     assert doc["legal"] and doc["complete"] and doc["states"] < 20_000
-    assert {(e["stages"], tuple(e["cluster"])) for e in doc["explored"]} == {(4, (1, 1)), (2, (2, 1))}
-    assert main(["check", "pipeline", str(case), "--cluster", "--cluster-stages", "0", "--max-states", "20000"]) == 2
-    assert "UNPROVEN" in capsys.readouterr().out
+    assert {(e["stages"], tuple(e["cluster"])) for e in doc["explored"]} == {(4, (1, 1)), (4, (2, 1))}
+    assert main(["check", "pipeline", str(case), "--cluster", "--max-states", "2000"]) == 2
+    out = capsys.readouterr().out
+    assert "UNPROVEN" in out and "no deadlock" not in out
 
 
 @pytest.mark.parametrize("reduce", [False, True])
