@@ -21,6 +21,9 @@ BASES = {
     "cluster2x1c2": dict(stages=2, k_blocks=2, tiles=1, consumers=2, cluster=(2, 1), multicast_b=True,
                          arrivals_per_release=4),
     "cluster1x2": dict(stages=2, k_blocks=2, tiles=1, consumers=1, cluster=(1, 2), multicast_a=True),
+    "cluster2x1-no-tail": dict(stages=2, k_blocks=2, tiles=1, consumers=1, cluster=(2, 1), multicast_b=True,
+                               arrivals_per_release=4, producer_tail=False),
+    "pingpong-unordered": dict(stages=2, k_blocks=2, tiles=3, consumers=2, pingpong=True, ordering=False),
     "lag0": dict(stages=2, k_blocks=3, tiles=2, consumers=2, release_lag=0),
 }
 

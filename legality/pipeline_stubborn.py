@@ -14,7 +14,9 @@ conflicted with every other such move) by a dependency that knows what the moves
   no interleaving of them can complete the phase. That is decided by counting what the other actors can still
   contribute (below). A phase completes only when the pending count reaches 0 with the tx-count at 0.
 * **A CTA's liveness** is read by every arrival and landing on its barriers (PIPE-ARRIVE-AFTER-EXIT) and
-  written by the last move of each of its roles; reads commute.
+  written by the last move of each of its roles; reads commute. It changes only when the last of its roles
+  finishes: while a role of the CTA is in C, or cannot reach its end outside C, no sequence outside C ends the
+  CTA, and the last moves of its other roles commute with the arrivals on it.
 * **A CTA's ping-pong section** (MathBegin/MathEnd): any two conflict.
 
 **What the other actors can do.** For a set C of actors the *reach* of an actor u outside C over-approximates
@@ -143,6 +145,15 @@ class Stubborn:
                     k -= 1
                 wf[pc] = k
             self.wait_from.append(wf)
+        # barriers only arrivals update (no expect-tx, no TMA landing): the empty and ordering barriers
+        self.pure = [True] * nb
+        for role in m.roles:
+            for op in role.ops:
+                if isinstance(op, Arrive) and op.expect_tx:
+                    self.pure[m.bar_index[op.barrier]] = False
+                elif isinstance(op, Load):
+                    for t in op.targets:
+                        self.pure[m.bar_index[at(op.barrier, t)]] = False
         self._span_cache: dict = {}
 
     # --- reaches ---------------------------------------------------------------------------------
@@ -247,6 +258,15 @@ class Stubborn:
                     reach[a] = self._span(a[1], pcs[a[1]], ptr[a[1]])
                 else:
                     reach[a] = self.land_info[loads[a[1]]][0]
+            # a CTA can end during a sequence outside C only if every unfinished role of it is outside C and can
+            # reach its end; otherwise its liveness is constant there (arrivals and landings on it commute with
+            # the last moves of its roles)
+            ends = self.m.roles
+            exitable = 0
+            for cta, members in self.m.cta_roles.items():
+                if all(pcs[ri] >= len(ends[ri].ops) or (("r", ri) not in chosen and ptr[ri] >= len(ends[ri].ops))
+                       for ri in members):
+                    exitable |= 1 << cta
             supply = {}
 
             def supply_of(bi):
@@ -276,13 +296,27 @@ class Stubborn:
                         bit = 1 << bi
                         add.update(a for a, r in reach.items() if r[BU] & bit)
                     continue
+                ends_cta = 0              # the CTA our move may end (then the outside's arrivals on it conflict)
+                if rec[AW]:
+                    cta = rec[AW].bit_length() - 1
+                    if all(ri == i or pcs[ri] >= len(ends[ri].ops)
+                           or (("r", ri) not in chosen and ptr[ri] >= len(ends[ri].ops))
+                           for ri in self.m.cta_roles[cta]):
+                        ends_cta = rec[AW]
                 bar_conflict = 0          # barriers on which any outside read or update conflicts
+                bar_read_conflict = 0     # barriers on which outside reads (waits) conflict with our update
                 bar_update_conflict = 0   # barriers on which outside updates conflict (with our read)
                 if rec[BU]:
                     bi = rec[BU].bit_length() - 1
                     arrivals, byts = supply_of(bi)
                     _, _, pending, tx = bars[bi]
-                    if not (pending > x + arrivals or (arrivals == 0 and tx + e - y - byts > 0)):
+                    if pending > x + arrivals or (arrivals == 0 and tx + e - y - byts > 0):
+                        pass
+                    elif self.pure[bi] and tx == 0 and pending == x + arrivals:
+                        # (E) only arrivals, exactly enough: the phase completes once, at the last of them, in
+                        # every order; only a wait on the barrier can tell the orders apart
+                        bar_read_conflict |= rec[BU]
+                    else:
                         bar_conflict |= rec[BU]
                 if rec[BR]:
                     bi = rec[BR].bit_length() - 1
@@ -292,8 +326,9 @@ class Stubborn:
                     if a in add:
                         continue
                     if ((rec[RD] & (r[LD] | r[LAND])) or (rec[REL] & r[LD]) or (rec[LD] & (r[RD] | r[REL] | r[LD]))
-                            or (rec[LAND] & r[RD]) or (rec[AR] & r[AW]) or (rec[AW] & r[AR]) or (rec[SEC] & r[SEC])
-                            or (bar_conflict & (r[BR] | r[BU])) or (bar_update_conflict & r[BU])):
+                            or (rec[LAND] & r[RD]) or (rec[AR] & exitable & r[AW]) or (ends_cta & r[AR]) or (rec[SEC] & r[SEC])
+                            or (bar_conflict & (r[BR] | r[BU])) or (bar_read_conflict & r[BR])
+                            or (bar_update_conflict & r[BU])):
                         add.add(a)
             if not add:
                 return chosen
