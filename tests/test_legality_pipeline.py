@@ -236,7 +236,7 @@ def test_cli_cluster_exploration_finishes(tmp_path, capsys):
     doc = _json.loads(capsys.readouterr().out)
     assert doc["legal"] and doc["complete"] and doc["states"] < 20_000
     assert {(e["stages"], tuple(e["cluster"])) for e in doc["explored"]} == {(4, (1, 1)), (4, (2, 1))}
-    assert main(["check", "pipeline", str(case), "--cluster", "--max-states", "2000"]) == 2
+    assert main(["check", "pipeline", str(case), "--cluster", "--max-states", "200"]) == 2
     out = capsys.readouterr().out
     assert "UNPROVEN" in out and "no deadlock" not in out
 
