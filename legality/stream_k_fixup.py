@@ -20,9 +20,21 @@ in the reader (the acquire is thread 0's); a relaxed add, a missing barrier, or 
 lock reaches before every needed increment, leaves a read racing with a write: the finishing CTA can
 sum a partial that is not there yet. Release is cumulative: what a split acquired it releases again.
 
+CUTLASS's *non-deterministic* reduction (``ReductionMode::Nondeterministic``, chosen at run time by a launch
+plan's ``reduction``; the same ``fixup_helper``, lines 518-528): the first split stores its partial and signals;
+every middle split waits only until the lock is at least 1 (``wait_lt(.., 1)``: thread 0 spins with
+``ld.acquire`` while the lock is below 1, then ``__syncthreads``), adds its partial with atomic adds
+(``BlockStripedReduce::reduce``, ``cutlass::atomic_add``) and signals with its k-tile count; the final split
+waits until the lock equals the k-tiles before it (``wait_eq(K_idx)``). The middle splits therefore add in
+any order: ``nondeterministic_fixup`` explores every order of every split's steps. Atomic adds by different
+splits do not race with each other; every other pair of workspace accesses by two splits (a plain store, a
+plain read, a plain read-modify-write) that no lock release/acquire orders is a race (SK-FIXUP-RACE), as is
+an add or read before the partial it needs (the first split's store; for the final split, every other partial)
+is ordered before it.
+
 The state: program counters, the lock value, the set of splits whose partials the lock *publishes*, and
-per split what its thread 0 acquired, what all its threads have seen, and whether its last workspace
-write is gathered by a barrier. Every interleaving is explored (a handful of splits, a few ops each).
+per split what its thread 0 acquired, what all its threads have seen, whether its last workspace
+write is gathered by a barrier, and which kinds of workspace access it has made (for the race check). Every interleaving is explored (a handful of splits, a few ops each).
 """
 from __future__ import annotations
 
@@ -49,6 +61,12 @@ class WorkspaceRead:
 
 
 @dataclass(frozen=True)
+class WorkspaceAdd:
+    """Every thread adds its share of the partial into the workspace with atomic adds
+    (``BlockStripedReduce::reduce``: ``cutlass::atomic_add``)."""
+
+
+@dataclass(frozen=True)
 class CtaSync:
     """``__syncthreads`` (``Sync::sync``)."""
 
@@ -62,13 +80,14 @@ class LockAdd:
 
 @dataclass(frozen=True)
 class LockWait:
-    """Thread 0 spins until the lock equals ``value`` (``wait_eq``), reading it with ``ld.acquire`` or
-    relaxed."""
+    """Thread 0 spins until the lock equals ``value`` (``wait_eq``) or, with ``at_least``, until it is at least
+    ``value`` (``wait_lt(.., value)`` spins while it is below), reading it with ``ld.acquire`` or relaxed."""
     value: int
     acquire: bool = True
+    at_least: bool = False
 
 
-FixupOp = Union[WorkspaceWrite, WorkspaceRead, CtaSync, LockAdd, LockWait]
+FixupOp = Union[WorkspaceWrite, WorkspaceRead, WorkspaceAdd, CtaSync, LockAdd, LockWait]
 
 
 @dataclass(frozen=True)
@@ -121,6 +140,58 @@ def deterministic_fixup(k_tiles: tuple[int, ...], *, release: bool = True, acqui
     return Fixup(tuple(splits), info)
 
 
+def nondeterministic_fixup(k_tiles: tuple[int, ...], *, release: bool = True, acquire: bool = True,
+                           sync_before_signal: bool = True, sync_after_wait: bool = True, middle_waits: bool = True,
+                           final_waits: bool = True, final_waits_for: int | None = None,
+                           final_waits_at_least: bool = False, atomic_adds: bool = True,
+                           meta: dict | None = None) -> Fixup:
+    """CUTLASS's non-deterministic fix-up of one tile split into ``len(k_tiles)`` splits (every middle split adds
+    as soon as the first split's partial is there, in any order). The keywords are the mutants: a middle split
+    or the final one that does not wait on the lock; the final split waiting only until the lock is at least
+    ``final_waits_for`` (``final_waits_at_least``); plain read-modify-writes instead of atomic adds."""
+    if len(k_tiles) < 2 or any(k < 1 for k in k_tiles):
+        raise ValueError(f"a fix-up needs at least two splits of at least one k-tile each, not {k_tiles}")
+    splits = []
+    k_idx = 0
+    for i, kt in enumerate(k_tiles):
+        first, last = i == 0, i == len(k_tiles) - 1
+        ops: list = []
+        if first:
+            needs: tuple = ()
+            ops.append(WorkspaceWrite())
+        elif not last:
+            needs = ("split0",)
+            if middle_waits:
+                ops.append(LockWait(1, acquire, at_least=True))
+                if sync_after_wait:
+                    ops.append(CtaSync())
+            ops += [WorkspaceAdd()] if atomic_adds else [WorkspaceRead(), WorkspaceWrite()]
+        else:
+            needs = tuple(f"split{j}" for j in range(i))
+            if final_waits:
+                ops.append(LockWait(k_idx if final_waits_for is None else final_waits_for, acquire,
+                                    at_least=final_waits_at_least))
+                if sync_after_wait:
+                    ops.append(CtaSync())
+            ops.append(WorkspaceRead())
+        if not last:
+            ops += ([CtaSync()] if sync_before_signal else []) + [LockAdd(kt, release)]
+        splits.append(Split(f"split{i}", k_idx, kt, tuple(ops), needs))
+        k_idx += kt
+    info = dict(meta or {})
+    info.update(k_tiles=list(k_tiles), reduction="nondeterministic")
+    return Fixup(tuple(splits), info)
+
+
+# Workspace access kinds (the race check): plain write, plain read, atomic add. Two accesses by different splits
+# race unless both are reads or both atomic adds, or the earlier split's partial is ordered before the later.
+_KIND = {WorkspaceWrite: "w", WorkspaceRead: "r", WorkspaceAdd: "a"}
+
+
+def _conflicting(kind: str, others: frozenset) -> bool:
+    return any(not (kind == o and kind in "ra") for o in others)
+
+
 @dataclass(frozen=True)
 class FixupFinding:
     rule: str
@@ -139,9 +210,10 @@ def explore_fixup(f: Fixup, max_states: int = 200_000) -> FixupExploration:
     names = [s.name for s in f.splits]
     index = {n: i for i, n in enumerate(names)}
     n = len(f.splits)
-    # state: (pcs, lock, published, acquired per split, seen per split, written per split, gathered per split)
+    # state: (pcs, lock, published, acquired per split, seen per split, written per split, gathered per split,
+    # kinds of workspace access made per split)
     empty = frozenset()
-    start = (tuple([0] * n), 0, empty, (empty,) * n, (empty,) * n, (False,) * n, (True,) * n)
+    start = (tuple([0] * n), 0, empty, (empty,) * n, (empty,) * n, (False,) * n, (True,) * n, (empty,) * n)
     parent = {start: None}
     queue = deque([start])
     result = FixupExploration()
@@ -165,7 +237,7 @@ def explore_fixup(f: Fixup, max_states: int = 200_000) -> FixupExploration:
         result.states += 1
         if result.states > max_states:
             raise RuntimeError(f"the fix-up exploration passed {max_states} states")
-        pcs, lock, published, acquired, seen, written, gathered = state
+        pcs, lock, published, acquired, seen, written, gathered, accessed = state
         moved = False
         for i, s in enumerate(f.splits):
             if pcs[i] >= len(s.ops):
@@ -174,25 +246,26 @@ def explore_fixup(f: Fixup, max_states: int = 200_000) -> FixupExploration:
             step = f"{s.name}: {_describe(op)}"
             nxt = None
             if isinstance(op, LockWait):
-                if lock != op.value:
+                if (lock < op.value) if op.at_least else (lock != op.value):
                     continue
                 got = published if op.acquire else empty
                 nxt = (upd(pcs, i, pcs[i] + 1), lock, published, upd(acquired, i, acquired[i] | got), seen, written,
-                       gathered)
+                       gathered, accessed)
             elif isinstance(op, CtaSync):
                 nxt = (upd(pcs, i, pcs[i] + 1), lock, published, acquired, upd(seen, i, seen[i] | acquired[i]),
-                       written, upd(gathered, i, True))
+                       written, upd(gathered, i, True), accessed)
             elif isinstance(op, LockAdd):
                 # thread 0 releases what every thread has seen (gathered by the CTA barrier) and the split's own
                 # writes once a barrier gathered them; thread 0's own acquisitions are cumulative too
                 pub = published
                 if op.release:
                     pub = pub | seen[i] | acquired[i] | (frozenset({s.name}) if written[i] and gathered[i] else empty)
-                nxt = (upd(pcs, i, pcs[i] + 1), lock + op.value, pub, acquired, seen, written, gathered)
-            elif isinstance(op, (WorkspaceRead, WorkspaceWrite)):
+                nxt = (upd(pcs, i, pcs[i] + 1), lock + op.value, pub, acquired, seen, written, gathered, accessed)
+            elif isinstance(op, (WorkspaceRead, WorkspaceWrite, WorkspaceAdd)):
+                kind = _KIND[type(op)]
+                what = {"r": "reads", "w": "writes", "a": "adds into"}[kind]
                 missing = [d for d in s.needs if d not in seen[i]]
                 if missing:
-                    what = "reads" if isinstance(op, WorkspaceRead) else "writes"
                     done = [d for d in missing if written[index[d]]]
                     found("SK-FIXUP-RACE", f"{s.name} (K_idx {s.k_idx}) {what} the tile's workspace before the "
                           f"partial of {', '.join(missing)} is ordered before it ("
@@ -200,11 +273,21 @@ def explore_fixup(f: Fixup, max_states: int = 200_000) -> FixupExploration:
                           + "): a data race; the tile sums a partial that may not be there", state, step)
                     moved = True
                     continue
-                if isinstance(op, WorkspaceWrite):
+                racing = [f.splits[j].name for j in range(n)
+                          if j != i and f.splits[j].name not in seen[i] and _conflicting(kind, accessed[j])]
+                if racing:
+                    found("SK-FIXUP-RACE", f"{s.name} (K_idx {s.k_idx}) {what} the tile's workspace while the "
+                          f"access of {', '.join(racing)} to it is not ordered before it through the lock: a data "
+                          f"race (" + ("plain accesses" if kind != "a" else "an atomic add against a plain access")
+                          + ")", state, step)
+                    moved = True
+                    continue
+                acc = upd(accessed, i, accessed[i] | {kind})
+                if kind in "wa":
                     nxt = (upd(pcs, i, pcs[i] + 1), lock, published, acquired, seen, upd(written, i, True),
-                           upd(gathered, i, False))
+                           upd(gathered, i, False), acc)
                 else:
-                    nxt = (upd(pcs, i, pcs[i] + 1), lock, published, acquired, seen, written, gathered)
+                    nxt = (upd(pcs, i, pcs[i] + 1), lock, published, acquired, seen, written, gathered, acc)
             else:
                 raise TypeError(f"unknown fix-up op {op!r}")
             moved = True
@@ -220,11 +303,12 @@ def explore_fixup(f: Fixup, max_states: int = 200_000) -> FixupExploration:
 
 def _describe(op) -> str:
     if isinstance(op, LockWait):
-        return f"wait until lock == {op.value} ({'ld.acquire' if op.acquire else 'relaxed ld'})"
+        return (f"wait until lock {'>=' if op.at_least else '=='} {op.value} "
+                f"({'ld.acquire' if op.acquire else 'relaxed ld'})")
     if isinstance(op, LockAdd):
         return f"lock += {op.value} ({'red.release' if op.release else 'relaxed red'})"
     return {WorkspaceWrite: "write partial to workspace", WorkspaceRead: "read workspace partial",
-            CtaSync: "__syncthreads"}[type(op)]
+            WorkspaceAdd: "atomic-add partial into workspace", CtaSync: "__syncthreads"}[type(op)]
 
 
 @dataclass

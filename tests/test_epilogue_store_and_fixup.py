@@ -8,7 +8,7 @@ import pytest
 from cutegen.legality.epilogue_store import (EPILOGUE_STORE_RULES, BulkStore, BulkWait, GroupSync, SmemWrite,
                                              StoreGroup, check_store_group, tma_store_epilogue)
 from cutegen.legality.stream_k_fixup import (STREAM_K_FIXUP_RULES, FixupCheck, check_fixup, deterministic_fixup,
-                                             explore_fixup)
+                                             explore_fixup, nondeterministic_fixup)
 
 
 def store_rules(group) -> set[str]:
@@ -103,6 +103,51 @@ def test_final_split_waiting_for_too_little_or_too_much():
     assert early.findings["SK-FIXUP-RACE"].trace[-1].startswith("split2: read")
     never = explore_fixup(deterministic_fixup((2, 1, 3), final_waits_for=4))    # a value the lock never takes
     assert set(never.findings) == {"SK-FIXUP-DEADLOCK"}
+
+
+@pytest.mark.parametrize("k_tiles", [(1, 1), (2, 1, 3), (2, 1, 3, 1), (1, 1, 1, 1, 1)])
+def test_cutlass_nondeterministic_fixup_passes_in_every_order(k_tiles):
+    """ReductionMode::Nondeterministic: the middle splits wait only for the first split's partial (lock >= 1) and
+    add atomically in any order; the final split waits for lock == K_idx. Every order is explored: with two or more
+    middle splits there are more states than the deterministic chain has."""
+    f = nondeterministic_fixup(k_tiles)
+    assert fixup_rules(f) == set()
+    if len(k_tiles) > 3:
+        assert explore_fixup(f).states > explore_fixup(deterministic_fixup(k_tiles)).states
+
+
+@pytest.mark.parametrize("change,found,blamed", [
+    (dict(final_waits=False), {"SK-FIXUP-RACE"}, "split3 (K_idx 6) reads"),         # the reader does not wait
+    (dict(middle_waits=False), {"SK-FIXUP-RACE"}, "split1 (K_idx 2) adds into"),    # adds before the first store
+    # the final split waits only for the first split's flag (lock >= 1, the middles' wait): middles still adding
+    (dict(final_waits_at_least=True, final_waits_for=1), {"SK-FIXUP-RACE"}, "split3 (K_idx 6) reads"),
+    (dict(atomic_adds=False), {"SK-FIXUP-RACE"}, "plain accesses"),                 # reduce as plain read + write
+    (dict(release=False), {"SK-FIXUP-RACE"}, "written but not released"),
+    (dict(acquire=False), {"SK-FIXUP-RACE"}, "written but not released"),
+    (dict(sync_after_wait=False), {"SK-FIXUP-RACE"}, "split1"),
+    (dict(final_waits_for=7), {"SK-FIXUP-DEADLOCK"}, "lock == 7"),
+])
+def test_nondeterministic_fixup_mutants(change, found, blamed):
+    f = nondeterministic_fixup((2, 1, 3, 1), **change)
+    ex = explore_fixup(f)
+    assert set(ex.findings) == found
+    assert any(blamed in x.message for x in ex.findings.values()), [x.message for x in ex.findings.values()]
+    # the valid side of each boundary: the same splits, the protocol as CUTLASS has it
+    assert fixup_rules(nondeterministic_fixup((2, 1, 3, 1))) == set()
+
+
+@pytest.mark.parametrize("waits_for,first,second", [(3, "split1", "split2"), (5, "split2", "split1")])
+def test_nondeterministic_order_is_explored_both_ways(waits_for, first, second):
+    """A final split that waits for lock == 3 (2 + 1: the first split and split1) sees that value only when split1
+    adds before split2, and then reads before split2's add: a race whose trace has split1's add and not split2's.
+    Waiting for 5 (2 + 3) is the mirror image: split2 first. Each race lies in one order of the middle splits
+    only, so finding both shows both orders explored; the lock passing the awaited value is a deadlock."""
+    ex = explore_fixup(nondeterministic_fixup((2, 1, 3, 1), final_waits_for=waits_for))
+    assert set(ex.findings) == {"SK-FIXUP-RACE", "SK-FIXUP-DEADLOCK"}
+    race = ex.findings["SK-FIXUP-RACE"].trace
+    assert any(t.startswith(f"{first}: atomic-add") for t in race)
+    assert not any(t.startswith(f"{second}: atomic-add") for t in race)
+    assert f"partial of {second} is ordered" in ex.findings["SK-FIXUP-RACE"].message
 
 
 def test_fixup_rejects_a_tile_that_is_not_split():

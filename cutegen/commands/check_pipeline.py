@@ -118,7 +118,8 @@ def run(args) -> int:
                                               "fenced before every store; drained" if e["legal"] else "RULE BROKEN"))
         if companions["fixup"]:
             f = companions["fixup"]
-            print(f"stream-K fix-up (deterministic, splits of {', '.join(map(str, f['splits']))} k-tiles): "
+            print(f"stream-K fix-up (deterministic and non-deterministic reduction, every order of splits of "
+                  f"{', '.join(map(str, f['splits']))} k-tiles): "
                   f"{f['states']} states, " + ("every partial released and acquired before it is read"
                                                if f["legal"] else "RULE BROKEN"))
     if args.backend == "dsl" and not args.json:
@@ -129,9 +130,11 @@ def run(args) -> int:
     return 1 if report.conclusive else EXIT_UNPROVEN
 
 
-# The split tiles the stream-K fix-up is explored on: two splits, and three of uneven k-tile counts (a middle
-# split that waits, reads, adds and signals). The protocol does not depend on the kernel's shape.
-FIXUP_SPLITS = ((1, 1), (2, 1, 3))
+# The split tiles the stream-K fix-up is explored on: two splits, three of uneven k-tile counts (a middle split
+# that waits, reads, adds and signals), and four (two middle splits, which the non-deterministic reduction lets add
+# in either order). The protocol does not depend on the kernel's shape; a launch plan picks the reduction mode
+# (LaunchPlan.reduction), so both are explored.
+FIXUP_SPLITS = ((1, 1), (2, 1, 3), (2, 1, 3, 1))
 
 
 def _companion_checks(problem, config, backend: str) -> dict:
@@ -140,7 +143,7 @@ def _companion_checks(problem, config, backend: str) -> dict:
     from ..collective_builder import complete
     from ..legality.epilogue_store import EPILOGUE_STORE_RULES
     from ..legality.rule import Violation
-    from ..legality.stream_k_fixup import check_fixup, deterministic_fixup
+    from ..legality.stream_k_fixup import check_fixup, deterministic_fixup, nondeterministic_fixup
     from ..pipelines import epilogue_store_of
     from dataclasses import replace
     out: dict = {"violations": [], "epilogue": None, "fixup": None}
@@ -157,14 +160,18 @@ def _companion_checks(problem, config, backend: str) -> dict:
         out["epilogue"] = {"groups": len(groups), "stages_d": first.buffers, "subtiles": first.meta["subtiles"],
                            "legal": not seen}
     if complete(problem, config).tile_scheduler == "stream_k" and backend == "cutlass":
-        states, legal = 0, True
-        for splits in FIXUP_SPLITS:
-            violations, exploration = check_fixup(deterministic_fixup(splits))
-            states += exploration.states
-            for v in violations:
-                legal = False
-                out["violations"].append(v)
-        out["fixup"] = {"splits": [list(s) for s in FIXUP_SPLITS], "states": states, "legal": legal}
+        states, legal, seen_rules = 0, True, set()
+        for build in (deterministic_fixup, nondeterministic_fixup):
+            for splits in FIXUP_SPLITS:
+                violations, exploration = check_fixup(build(splits))
+                states += exploration.states
+                for v in violations:
+                    legal = False
+                    if v.rule_id not in seen_rules:
+                        seen_rules.add(v.rule_id)
+                        out["violations"].append(v)
+        out["fixup"] = {"splits": [list(s) for s in FIXUP_SPLITS], "reductions": ["deterministic", "nondeterministic"],
+                        "states": states, "legal": legal}
     return out
 
 
