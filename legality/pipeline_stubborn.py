@@ -232,15 +232,20 @@ class Stubborn:
         actors = list(outcome)
         best = None
         for start in enabled:
+            if outcome[start] is violation:
+                continue
             chosen = self._close(start, actors, outcome, pcs, bars, loads, None if best is None else len(best))
             if chosen is None:
                 continue
             picked = [a for a in chosen if outcome[a] is not None]
+            if any(outcome[a] is violation for a in picked):
+                # a move that breaks a rule has no successor: the set would cut the paths it stands for
+                continue
             if best is None or len(picked) < len(best):
                 best = picked
                 if len(best) == 1:
                     break
-        if best is None or len(best) == len(enabled) or any(outcome[a] is violation for a in best):
+        if best is None or len(best) == len(enabled):
             return None
         return set(best)
 
