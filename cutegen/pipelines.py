@@ -20,6 +20,7 @@ space is too large.
 from __future__ import annotations
 
 import functools
+import re
 
 from .collective_builder import complete
 from .config import KernelConfig
@@ -160,3 +161,55 @@ def epilogue_store_of(problem: GemmProblem, config: KernelConfig, backend: str =
         groups[f"mma0@{cta}"] = StoreGroup(g.ops, g.buffers, {f"mma{w}@{cta}": members for w in range(1, consumers)},
                                            g.meta)
     return groups
+
+
+# The rendered CUTLASS kernel pins what CUTLASS's epilogue builder chose with static_asserts (nvcc refuses the kernel
+# when the builder's types differ): the epilogue tile and StagesC/StagesD (templates/cutlass_sm90_gemm.cu.j2).
+_RENDERED_EPI_TILE = re.compile(r"size<0>\(typename CollectiveEpilogue::EpilogueTile\{\}\) == (\d+) &&\s*"
+                                r"size<1>\(typename CollectiveEpilogue::EpilogueTile\{\}\) == (\d+)")
+_RENDERED_EPI_STAGES = re.compile(r"CollectiveEpilogue::DispatchPolicy::StagesC == (\d+) &&\s*"
+                                  r"CollectiveEpilogue::DispatchPolicy::StagesD == (\d+)")
+
+
+def rendered_epilogue(source: str) -> dict | None:
+    """The epilogue tile and StagesC/StagesD a rendered CUTLASS kernel.cu asserts (None: no TMA-store epilogue)."""
+    tile = _RENDERED_EPI_TILE.search(source)
+    stages = _RENDERED_EPI_STAGES.search(source)
+    if tile is None and stages is None:
+        return None
+    if tile is None or stages is None:
+        raise ValueError("the rendered kernel asserts only part of its epilogue (tile or stage counts missing)")
+    return {"epilogue_tile": [int(tile.group(1)), int(tile.group(2))], "stages_c": int(stages.group(1)),
+            "stages_d": int(stages.group(2))}
+
+
+def epilogue_model_mismatch(problem: GemmProblem, config: KernelConfig, source: str | None = None) -> str | None:
+    """EPI-STORE-MODEL-MATCH: the CUTLASS kernel's epilogue as the verifier models it (``epilogue_store_of``: D
+    buffers, subtiles per tile) against what the kernel rendered now (``source``: a fresh rendering unless given)
+    asserts CUTLASS's builder chose. None when they agree; else the first difference."""
+    from .render import render_source
+    done = complete(problem, config)
+    groups = epilogue_store_of(problem, done, "cutlass")
+    if source is None:
+        source = render_source(problem, done, "cutlass")
+    try:
+        got = rendered_epilogue(source)
+    except ValueError as e:
+        return str(e)
+    if not groups or got is None:
+        if bool(groups) != (got is not None):
+            return ("the verifier models " + ("a TMA-store epilogue" if groups else "no TMA-store epilogue") +
+                    " but the rendered kernel " + ("asserts none" if groups else "asserts one"))
+        return None
+    group = next(iter(groups.values()))
+    tm, tn, _ = done.tile_shape
+    epi = got["epilogue_tile"]
+    subtiles = (tm // epi[0]) * (tn // epi[1])
+    if list(group.meta["epilogue_tile"]) != epi:
+        return f"epilogue tile: the verifier models {group.meta['epilogue_tile']}, the rendered kernel asserts {epi}"
+    if group.buffers != got["stages_d"]:
+        return (f"D buffers (StagesD): the verifier models {group.buffers}, the rendered kernel asserts "
+                f"{got['stages_d']}")
+    if group.meta["subtiles"] != subtiles:
+        return f"subtiles per tile: the verifier models {group.meta['subtiles']}, the rendered kernel's tile gives {subtiles}"
+    return None

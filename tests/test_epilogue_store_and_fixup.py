@@ -168,3 +168,47 @@ def test_store_groups_of_one_cta_use_their_own_buffers():
     g2 = tma_store_epilogue(stages_d=2, subtiles=4, tiles=(1,), buffer_base=2,
                             meta={"peers": {"mma0@0": own["mma0@0"]}})
     assert EPILOGUE_STORE_RULES.evaluate(g2) == []
+
+
+def test_cutlass_epilogue_model_is_read_back_from_the_rendered_kernel(monkeypatch, tmp_path, capsys):
+    """EPI-STORE-MODEL-MATCH: the D buffers, epilogue tile and subtiles the verifier checks (``epilogue_store_of``)
+    are compared with what the freshly rendered CUTLASS kernel asserts CUTLASS's epilogue builder chose (its
+    static_asserts, which nvcc checks against the builder's types). A mutated rendering (StagesD 1, another tile)
+    and a mutated model (3 D buffers) are both caught; the real pair agrees, and no TMA epilogue on either side is
+    agreement too."""
+    import json as _json
+
+    import cutegen.pipelines as pipelines
+    from cutegen.cli import main
+    from cutegen.collective_builder import complete
+    from cutegen.commands.check_config import parse_case
+    from cutegen.render import render_source
+    problem = {"m": 8192, "n": 3072, "k": 1024, "dtype": "bf16", "layout": "tn"}
+    p, c = parse_case({"problem": problem, "config": {"tile_shape": [128, 256, 64], "tile_scheduler": "stream_k"}})
+    source = render_source(p, complete(p, c))
+    assert pipelines.rendered_epilogue(source) == {"epilogue_tile": [128, 32], "stages_c": 4, "stages_d": 2}
+    assert pipelines.epilogue_model_mismatch(p, c) is None
+    one_buffer = source.replace("StagesD == 2", "StagesD == 1")
+    assert pipelines.epilogue_model_mismatch(p, c, one_buffer) == \
+        "D buffers (StagesD): the verifier models 2, the rendered kernel asserts 1"
+    other_tile = source.replace("EpilogueTile{}) == 32", "EpilogueTile{}) == 64")
+    assert "epilogue tile" in pipelines.epilogue_model_mismatch(p, c, other_tile)
+    assert "asserts only part" in pipelines.epilogue_model_mismatch(p, c, source.replace("StagesD ==", "StagesD !="))
+    nosmem = parse_case({"problem": problem, "config": {"tile_shape": [128, 128, 64], "epilogue_schedule": "no_smem"}})
+    assert pipelines.epilogue_model_mismatch(*nosmem) is None
+    assert "asserts one" in pipelines.epilogue_model_mismatch(*nosmem, source)
+
+    # the model mutated: three D buffers; `cutegen check pipeline` reports the rule and exits 1
+    real = pipelines.epilogue_store_of
+
+    def three_buffers(*a, **k):
+        from dataclasses import replace
+        return {n: replace(g, buffers=3) for n, g in real(*a, **k).items()}
+
+    monkeypatch.setattr(pipelines, "epilogue_store_of", three_buffers)
+    case = tmp_path / "sk.json"
+    case.write_text(_json.dumps({"problem": problem, "config": {"tile_shape": [128, 256, 64],
+                                                                "tile_scheduler": "stream_k"}}))
+    assert main(["check", "pipeline", str(case)]) == 1
+    out = capsys.readouterr().out
+    assert "EPI-STORE-MODEL-MATCH" in out and "the verifier models 3, the rendered kernel asserts 2" in out

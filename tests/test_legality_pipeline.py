@@ -287,7 +287,8 @@ def test_cli_checks_the_epilogue_store_and_the_stream_k_fixup(tmp_path, capsys):
         assert main(["check", "pipeline", str(path), "--json"]) == 0
         docs[name] = _json.loads(capsys.readouterr().out)
     assert docs["sk"]["stream_k_fixup"]["legal"] and docs["sk"]["stream_k_fixup"]["states"] > 5
-    assert docs["sk"]["epilogue_store"] == {"groups": 1, "stages_d": 2, "subtiles": 8, "legal": True}
+    assert docs["sk"]["epilogue_store"] == {"groups": 1, "stages_d": 2, "subtiles": 8, "legal": True,
+                                            "matches_rendered_kernel": True}
     assert docs["pp"]["stream_k_fixup"] is None and docs["pp"]["epilogue_store"]["groups"] == 2
     assert docs["nosmem"]["epilogue_store"] is None
     assert main(["check", "pipeline", str(tmp_path / "sk.json")]) == 0

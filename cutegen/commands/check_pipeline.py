@@ -155,10 +155,23 @@ def _companion_checks(problem, config, backend: str) -> dict:
             if v.rule_id not in seen:
                 seen.add(v.rule_id)
                 out["violations"].append(Violation(v.rule_id, f"{name}'s store group: {v.reason}", True, v.contract))
+    read_back = None
+    if backend == "cutlass":
+        # the model's D buffers, epilogue tile and subtiles against what the freshly rendered kernel asserts (and nvcc
+        # checks against CUTLASS's epilogue builder); the DSL's epilogue is read back by DSL-PIPELINE-MATCH
+        from ..pipelines import epilogue_model_mismatch
+        mismatch = epilogue_model_mismatch(problem, config)
+        read_back = mismatch is None
+        if mismatch is not None:
+            seen.add("EPI-STORE-MODEL-MATCH")
+            out["violations"].append(Violation("EPI-STORE-MODEL-MATCH", f"the epilogue the verifier checks is not the "
+                                               f"rendered kernel's: {mismatch}", True, "pipeline"))
     if groups:
         first = next(iter(groups.values()))
         out["epilogue"] = {"groups": len(groups), "stages_d": first.buffers, "subtiles": first.meta["subtiles"],
                            "legal": not seen}
+        if read_back is not None:
+            out["epilogue"]["matches_rendered_kernel"] = read_back
     if complete(problem, config).tile_scheduler == "stream_k" and backend == "cutlass":
         states, legal, seen_rules = 0, True, set()
         for build in (deterministic_fixup, nondeterministic_fixup):
