@@ -205,5 +205,6 @@ def coverage_section(disp: dict, kernels: list[dict]) -> str:
                   f"{'2^31-1' if g['m_last'] == 2**31 - 1 else g['m_last']} | {entry_name(g['class'])} |" for g in segs]
         if exact:
             lines += ["", "Shapes of the set that run on cuBLASLt: " + ", ".join(
-                f"m{e['m']}n{e['n']}k{e['k']}" + (f"b{e['batch']}" if e["batch"] != 1 else "") for e in exact)]
+                f"class {e['class']} m{e['m']}n{e['n']}k{e['k']}" + (f"b{e['batch']}" if e["batch"] != 1 else "")
+                for e in exact)]
     return "\n".join(lines) + ("\n" if lines else "")
