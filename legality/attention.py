@@ -131,49 +131,14 @@ class AttentionContext:
     def epilogue_plan(self) -> smem.EpiloguePlan | None:
         """The TMA epilogue the example builds per warpgroup tile (fmha_epilogue.hpp:49-57: TmaWarpSpecialized,
         EpilogueTileAuto, void C, O in the output type)."""
-        tm, n = self.tm_wg, self.dv
-        n_perf = 64 if DTYPES[self.out_dtype].bits == 8 and n % 64 == 0 else 32
-        epi = (min(64, tm), gcd(min(n_perf, n), n))
-        try:
-            return smem.epilogue_plan("void", self.out_dtype, "row", (tm, n, self.config.tile_kv), epi)
-        except ValueError:
-            return None
+        return _epilogue_plan(self.tm_wg, self.dv, self.out_dtype, self.config.tile_kv)
 
     @cached_property
     def smem_parts(self) -> dict | None:
         """sizeof of each member of the kernel's SharedStorage, and the total (None: no epilogue fits)."""
-        plan = self.epilogue_plan
-        if plan is None:
-            return None
         c = self.config
-        al = smem.round_up
-        q = al(self.tm_wg * self.d * c.stages_q * self.esize, 16)
-        kv = al(max(c.tile_kv * self.d, self.dv * c.tile_kv) * c.stages_kv * self.esize, 16)
-        mainloop = q + kv                                 # {smem_q; union{smem_k; smem_v}} (:131-137)
-        epi_t, epi_align = smem.epilogue_tensor_bytes("void", self.out_dtype, plan)
-        epi_pipe = smem.STAGE_PIPELINE_BYTES * plan.stages_c
-        b = smem.BARRIER_BYTES
-        if self.ws:
-            copies = self.mma_wgs
-            align = max(16, epi_align)
-            if c.persistent:                              # TensorStorageStruct (:72-75)
-                tensors = al(al(mainloop, epi_align) + copies * epi_t, align)
-            else:                                         # TensorStorageUnion (:76-79)
-                tensors = al(max(mainloop, copies * epi_t), align)
-            pipes = [2 * b * c.stages_kv, 2 * b * c.stages_q, 2 * b * 2,      # inner, outer, reducer
-                     b * 2 * self.mma_wgs, b, epi_pipe]                       # order barrier, load-warp barrier
-            end = tensors
-            for size in pipes:
-                end = al(end, 16) + size
-            total = al(end, align)
-        else:
-            align = max(16, epi_align)
-            tensors = al(max(mainloop, epi_t), align)    # union {mainloop; epilogue} (fmha_kernel_tma.hpp:71-74)
-            end = tensors
-            for size in (2 * b * c.stages_kv, 2 * b * c.stages_q, epi_pipe):
-                end = al(end, 16) + size
-            total = al(end, align)
-        return {"q": q, "kv": kv, "mainloop": mainloop, "epilogue": epi_t, "tensors": tensors, "total": total}
+        return _smem_parts(self.epilogue_plan, self.tm_wg, self.d, self.dv, self.esize, self.out_dtype, c.tile_kv,
+                           c.stages_q, c.stages_kv, self.ws, self.mma_wgs, bool(c.persistent))
 
     @property
     def smem_bytes(self) -> int | None:
@@ -186,34 +151,79 @@ class AttentionContext:
         """The (data type, dims, byte strides, box, swizzle) of each descriptor the kernel encodes, innermost
         first: (head dim, sequence, head, batch). FP8 V is read transposed, sequence innermost (the example's
         StrideV for 1-byte types, 88_hopper_fmha.cu:253-255: WGMMA takes 8-bit B K-major only)."""
-        p, c = self.problem, self.config
-        out = {}
-        layout = getattr(p, "layout", "bshd")
-        for name, heads, seq, dim, dt, rows in (
-                ("Q", p.heads_q, p.seqlen_q, self.d, self.dtype, self.tm_wg),
-                ("K", p.heads_kv, p.seqlen_kv, self.d, self.dtype, c.tile_kv),
-                ("V", p.heads_kv, p.seqlen_kv, self.dv, self.dtype, c.tile_kv),
-                ("O", p.heads_q, p.seqlen_q, self.dv, self.out_dtype, min(64, self.tm_wg))):
-            eb = DTYPES[dt].bits // 8
-            if layout == "bhsd":
-                strides = (dim * eb, seq * dim * eb, heads * seq * dim * eb)
-            else:
-                strides = (heads * dim * eb, dim * eb, seq * heads * dim * eb)
-            dims = (dim, seq, heads, p.batch)
-            if name == "V" and self.bits == 8:
-                # transposed copy (D, S) per (batch, head), sequence contiguous
-                dims = (seq, dim, heads, p.batch)
-                strides = (seq * eb, dim * seq * eb, heads * dim * seq * eb)
-                inner, rows = seq, dim
-                box_inner_extent = c.tile_kv
-            else:
-                box_inner_extent = dim
-            swz = smem.largest_swizzle(box_inner_extent, DTYPES[dt].bits) or "INTER"
-            width = smem.SWIZZLE_BYTES[swz] // eb
-            box = (min(width, box_inner_extent), rows, 1, 1)
-            tma_type = {"bf16": "BFLOAT16", "f16": "FLOAT16", "e4m3": "UINT8"}[dt]
-            out[name] = (tma_type, dims, strides, box, swz)
-        return out
+        return _tensor_maps(self.problem, self.tm_wg, self.config.tile_kv, self.d, self.dv, self.dtype,
+                            self.out_dtype)
+
+
+@lru_cache(maxsize=4096)
+def _epilogue_plan(tm: int, n: int, out_dtype: str, tile_kv: int) -> smem.EpiloguePlan | None:
+    n_perf = 64 if DTYPES[out_dtype].bits == 8 and n % 64 == 0 else 32
+    epi = (min(64, tm), gcd(min(n_perf, n), n))
+    try:
+        return smem.epilogue_plan("void", out_dtype, "row", (tm, n, tile_kv), epi)
+    except ValueError:
+        return None
+
+
+@lru_cache(maxsize=65536)
+def _smem_parts(plan, tm_wg: int, d: int, dv: int, esize: int, out_dtype: str, tile_kv: int, stages_q: int,
+                stages_kv: int, ws: bool, mma_wgs: int, persistent: bool) -> dict | None:
+    """The byte model of the kernels' SharedStorage (checked against nvcc: oracles/attention_smem_probe.py)."""
+    if plan is None:
+        return None
+    al = smem.round_up
+    q = al(tm_wg * d * stages_q * esize, 16)
+    kv = al(max(tile_kv * d, dv * tile_kv) * stages_kv * esize, 16)
+    mainloop = q + kv                                     # {smem_q; union{smem_k; smem_v}} (collective :131-137)
+    epi_t, epi_align = smem.epilogue_tensor_bytes("void", out_dtype, plan)
+    epi_pipe = smem.STAGE_PIPELINE_BYTES * plan.stages_c
+    b = smem.BARRIER_BYTES
+    align = max(16, epi_align)
+    if ws:
+        if persistent:                                    # TensorStorageStruct (kernel :72-75)
+            tensors = al(al(mainloop, epi_align) + mma_wgs * epi_t, align)
+        else:                                             # TensorStorageUnion (kernel :76-79)
+            tensors = al(max(mainloop, mma_wgs * epi_t), align)
+        # inner and outer pipelines, the reducer's PipelineAsync<2>, the order barrier, the load-warp barrier
+        pipes = [2 * b * stages_kv, 2 * b * stages_q, 2 * b * 2, b * 2 * mma_wgs, b, epi_pipe]
+    else:
+        tensors = al(max(mainloop, epi_t), align)         # union {mainloop; epilogue} (fmha_kernel_tma.hpp:71-74)
+        pipes = [2 * b * stages_kv, 2 * b * stages_q, epi_pipe]
+    end = tensors
+    for size in pipes:                                    # each alignas(16)
+        end = al(end, 16) + size
+    return {"q": q, "kv": kv, "mainloop": mainloop, "epilogue": epi_t, "tensors": tensors, "total": al(end, align)}
+
+
+@lru_cache(maxsize=4096)
+def _tensor_maps(p: Any, tm_wg: int, tile_kv: int, d: int, dv: int, dtype: str, out_dtype: str) -> dict:
+    """The descriptors of one (problem, rows per warpgroup, tile_kv): cached, a search asks for few."""
+    out = {}
+    bits = DTYPES[dtype].bits
+    layout = getattr(p, "layout", "bshd")
+    for name, heads, seq, dim, dt, rows in (
+            ("Q", p.heads_q, p.seqlen_q, d, dtype, tm_wg),
+            ("K", p.heads_kv, p.seqlen_kv, d, dtype, tile_kv),
+            ("V", p.heads_kv, p.seqlen_kv, dv, dtype, tile_kv),
+            ("O", p.heads_q, p.seqlen_q, dv, out_dtype, min(64, tm_wg))):
+        eb = DTYPES[dt].bits // 8
+        if layout == "bhsd":
+            strides = (dim * eb, seq * dim * eb, heads * seq * dim * eb)
+        else:
+            strides = (heads * dim * eb, dim * eb, seq * heads * dim * eb)
+        dims = (dim, seq, heads, p.batch)
+        box_inner_extent = dim
+        if name == "V" and bits == 8:
+            # a transposed copy (D, S) per (batch, head), sequence contiguous
+            dims = (seq, dim, heads, p.batch)
+            strides = (seq * eb, dim * seq * eb, heads * dim * seq * eb)
+            rows, box_inner_extent = dim, tile_kv
+        swz = smem.largest_swizzle(box_inner_extent, DTYPES[dt].bits) or "INTER"
+        width = smem.SWIZZLE_BYTES[swz] // eb
+        box = (min(width, box_inner_extent), rows, 1, 1)
+        tma_type = {"bf16": "BFLOAT16", "f16": "FLOAT16", "e4m3": "UINT8"}[dt]
+        out[name] = (tma_type, dims, strides, box, swz)
+    return out
 
 
 @lru_cache(maxsize=4096)
@@ -541,9 +551,27 @@ def check_attention(problem: Any, config: Any) -> AttentionReport:
                            ctx.registers)
 
 
+_ENFORCED_FIRST: list | None = None
+
+
+def first_pruning_violation(ctx: AttentionContext) -> Violation | None:
+    """The first rule that makes ``ctx`` unfit for the search (an enforced rule, then a warning other than the
+    notes), or None: the search's cheap judge (the rules in rule-set order, enforced ones first)."""
+    global _ENFORCED_FIRST
+    if _ENFORCED_FIRST is None:
+        rules = [r for rs in RULESETS for r in rs]
+        _ENFORCED_FIRST = [r for r in rules if r.enforced] + \
+            [r for r in rules if not r.enforced and r.id not in NOTE_ONLY]
+    for r in _ENFORCED_FIRST:
+        v = r.evaluate(ctx)
+        if v is not None:
+            return v
+    return None
+
+
 def all_attention_rules() -> list:
     return [r for rs in RULESETS for r in rs]
 
 
-__all__ = ["AttentionContext", "AttentionReport", "check_attention", "RULESETS", "NOTE_ONLY",
+__all__ = ["AttentionContext", "AttentionReport", "check_attention", "first_pruning_violation", "RULESETS", "NOTE_ONLY",
            "ATTN_WGMMA_RULES", "ATTN_TMA_RULES", "ATTN_RESOURCE_RULES", "ATTN_FMHA_RULES", "all_attention_rules"]
