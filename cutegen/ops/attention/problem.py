@@ -155,7 +155,8 @@ class AttentionProblem:
 
     def kernel_key(self) -> dict[str, Any]:
         """What a compiled kernel for this problem depends on (not its sizes, scale or strides)."""
-        return {"op": OP, **{f: getattr(self, f) for f in KERNEL_FIELDS}}
+        # grouped: a GQA/MQA kernel (K and V heads shared by groups of query heads) is another kernel
+        return {"op": OP, **{f: getattr(self, f) for f in KERNEL_FIELDS}, "grouped": self.heads_q != self.heads_kv}
 
     @property
     def kernel_class_name(self) -> str:
@@ -164,6 +165,8 @@ class AttentionProblem:
         if self.head_dim_v is not None:
             parts.append(f"dv{self.head_dim_v}")
         parts.append(self.dtype)
+        if self.heads_q != self.heads_kv:
+            parts.append("gqa")
         parts += [flag for flag in ("causal", "varlen", "lse") if getattr(self, _FLAG_FIELD[flag])]
         return "_".join(parts)
 
