@@ -60,8 +60,12 @@ EXAMPLE_HEAD_DIMS = {"bf16": (32, 64, 128, 256), "f16": (32, 64, 128, 256), "e4m
 WS_SCHEDULES = ("ws_cooperative", "ws_pingpong")
 
 
-def _ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
+HEAD_TILE_STEP = 16
+
+
+def head_tile(head_dim: int) -> int:
+    """The kernel's head mode for a head dim: rounded up to 16 elements (cutegen.ops.attention.render.head_tile)."""
+    return -(-head_dim // HEAD_TILE_STEP) * HEAD_TILE_STEP
 
 
 class AttentionContext:
@@ -75,8 +79,12 @@ class AttentionContext:
         self.bits = DTYPES[p.dtype].bits
         self.esize = self.bits // 8
         self.wgmma_k = DTYPES[p.dtype].wgmma_k
-        self.d = p.head_dim
-        self.dv = p.head_dim if getattr(p, "head_dim_v", None) is None else p.head_dim_v
+        self.head_dim = p.head_dim
+        self.head_dim_v = p.head_dim if getattr(p, "head_dim_v", None) is None else p.head_dim_v
+        # The TileShape's head mode: the head dim rounded up to a 16-element step (the renderer's head_tile;
+        # TMA zero-fills the columns past head_dim). Both GEMMs and the shared memory use it.
+        self.d = head_tile(self.head_dim)
+        self.dv = head_tile(self.head_dim_v)
         self.ws = c.schedule in WS_SCHEDULES
         self.mma_wgs = c.mma_warpgroups
         # Q K^T and P V per consumer warpgroup (TileShapeQK = BlockQO / NumMmaWarpGroups, :87-92); the tma
@@ -151,8 +159,8 @@ class AttentionContext:
         """The (data type, dims, byte strides, box, swizzle) of each descriptor the kernel encodes, innermost
         first: (head dim, sequence, head, batch). FP8 V is read transposed, sequence innermost (the example's
         StrideV for 1-byte types, 88_hopper_fmha.cu:253-255: WGMMA takes 8-bit B K-major only)."""
-        return _tensor_maps(self.problem, self.tm_wg, self.config.tile_kv, self.d, self.dv, self.dtype,
-                            self.out_dtype)
+        return _tensor_maps(self.problem, self.tm_wg, self.config.tile_kv, self.head_dim, self.head_dim_v, self.d,
+                            self.dtype, self.out_dtype)
 
 
 @lru_cache(maxsize=4096)
@@ -196,8 +204,9 @@ def _smem_parts(plan, tm_wg: int, d: int, dv: int, esize: int, out_dtype: str, t
 
 
 @lru_cache(maxsize=4096)
-def _tensor_maps(p: Any, tm_wg: int, tile_kv: int, d: int, dv: int, dtype: str, out_dtype: str) -> dict:
-    """The descriptors of one (problem, rows per warpgroup, tile_kv): cached, a search asks for few."""
+def _tensor_maps(p: Any, tm_wg: int, tile_kv: int, d: int, dv: int, tile_d: int, dtype: str, out_dtype: str) -> dict:
+    """The descriptors of one (problem, rows per warpgroup, tile_kv): cached, a search asks for few. Global dims
+    are the tensors' (head_dim), boxes the tile's (its head mode ``tile_d``, whose smem atom sets the box width)."""
     out = {}
     bits = DTYPES[dtype].bits
     layout = getattr(p, "layout", "bshd")
@@ -212,12 +221,12 @@ def _tensor_maps(p: Any, tm_wg: int, tile_kv: int, d: int, dv: int, dtype: str, 
         else:
             strides = (heads * dim * eb, dim * eb, seq * heads * dim * eb)
         dims = (dim, seq, heads, p.batch)
-        box_inner_extent = dim
+        box_inner_extent = tile_d
         if name == "V" and bits == 8:
             # a transposed copy (D, S) per (batch, head), sequence contiguous
             dims = (seq, dim, heads, p.batch)
             strides = (seq * eb, dim * seq * eb, heads * dim * seq * eb)
-            rows, box_inner_extent = dim, tile_kv
+            rows, box_inner_extent = tile_d, tile_kv
         swz = smem.largest_swizzle(box_inner_extent, DTYPES[dt].bits) or "INTER"
         width = smem.SWIZZLE_BYTES[swz] // eb
         box = (min(width, box_inner_extent), rows, 1, 1)
@@ -256,11 +265,12 @@ def _qk_tile_m(c: AttentionContext):
 
 
 @_w("ATTN-QK-WGMMA-K", rulebook="B04", source=f"{_PTX}.2 (K = 16 for f16/bf16, 32 for e4m3); ss_op_selector "
-    "static_assert(Tile_K % K == 0)",
-    summary="head_dim (the K of Q K^T) is a multiple of the WGMMA K of the input type: 16 (bf16, f16), 32 (e4m3)")
+    "static_assert(Tile_K % K == 0); the renderer's head_tile (head_dim rounded up to 16)",
+    summary="the head tile (head_dim rounded up to 16 elements: the K of Q K^T) is a multiple of the WGMMA K of the "
+            "input type: 16 (bf16, f16: always), 32 (e4m3)")
 def _qk_k(c: AttentionContext):
     if c.d % c.wgmma_k:
-        return f"head_dim={c.d} is not a multiple of the {c.dtype} WGMMA K {c.wgmma_k}"
+        return (f"head tile {c.d} (head_dim={c.head_dim}) is not a multiple of the {c.dtype} WGMMA K {c.wgmma_k}")
     return None
 
 
@@ -274,10 +284,10 @@ def _pv_k(c: AttentionContext):
 
 @_w("ATTN-PV-WGMMA-N", rulebook="B04", source=f"{_PTX}.2 (N = 8..256 step 8); {_COLL_WS}:92 (TileShapePV N = "
     "the TileShape's head dim)",
-    summary="head_dim (the N of P V) is a multiple of 8 in [8, 256]")
+    summary="the head tile (the N of P V) is a multiple of 8 in [8, 256]")
 def _pv_n(c: AttentionContext):
     if c.d % 8 or not 8 <= c.d <= 256:
-        return f"head_dim={c.d}: the P V WGMMA N must be a multiple of 8 in [8, 256]"
+        return f"head tile {c.d} (head_dim={c.head_dim}): the P V WGMMA N must be a multiple of 8 in [8, 256]"
     return None
 
 
@@ -405,9 +415,9 @@ _f = ATTN_FMHA_RULES.rule
     f"both GEMMs); {_KERN_WS}:209 (K and V stages armed with kInnerLoadBytes, K's bytes)",
     summary="head_dim_v == head_dim (the example's TileShape has one head dim; V stages are armed with K's bytes)")
 def _dv_equal(c: AttentionContext):
-    if c.dv != c.d:
-        return (f"head_dim_v={c.dv} != head_dim={c.d}: the 88 kernels have one head dim (a V stage armed with "
-                f"{c.config.tile_kv * c.d * c.esize} B would receive {c.config.tile_kv * c.dv * c.esize} B)")
+    if c.head_dim_v != c.head_dim:
+        return (f"head_dim_v={c.head_dim_v} != head_dim={c.head_dim}: the 88 kernels have one head dim (a V stage "
+                f"armed with {c.config.tile_kv * c.d * c.esize} B would receive {c.config.tile_kv * c.dv * c.esize} B)")
     return None
 
 
@@ -417,9 +427,22 @@ def _dv_equal(c: AttentionContext):
             "are legal where WGMMA (ATTN-QK-WGMMA-K), TMA and shared memory allow, but not compiled by the example")
 def _head_dim_example(c: AttentionContext):
     dims = EXAMPLE_HEAD_DIMS[c.dtype]
-    if c.d not in dims:
-        return (f"head_dim={c.d} ({c.dtype}) is not one the example instantiates ({', '.join(map(str, dims))}): "
+    if c.head_dim not in dims:
+        return (f"head_dim={c.head_dim} ({c.dtype}) is not one the example instantiates ({', '.join(map(str, dims))}): "
                 f"allowed by the hardware rules, needs its own GPU validation")
+    return None
+
+
+@_f("ATTN-CAN-IMPLEMENT", enforced=False, source=f"{_COLL_WS}:189-195 and {_COLL_TMA}:175-181 (can_implement: "
+    "D <= head tile, D % Alignment == 0, Q % Alignment == 0, Alignment = 16 B / element)",
+    summary="the example's can_implement: head_dim and seqlen_q are multiples of 16 bytes of elements (8 for bf16/f16, "
+            "16 for e4m3); cutegen's C ABI does not call can_implement, so this is a note: its GPU validation with "
+            "ragged seqlen_q decides")
+def _can_implement(c: AttentionContext):
+    align = 16 // c.esize
+    bad = [f"{n}={v}" for n, v in (("head_dim", c.head_dim), ("seqlen_q", c.problem.seqlen_q)) if v % align]
+    if bad:
+        return f"{', '.join(bad)} not a multiple of {align} ({c.dtype}): the example's can_implement refuses it"
     return None
 
 
@@ -518,9 +541,9 @@ def _cluster_causal(c: AttentionContext):
 
 # ==================================================================================== the check ======
 RULESETS: list[RuleSet] = [ATTN_WGMMA_RULES, ATTN_TMA_RULES, ATTN_RESOURCE_RULES, ATTN_FMHA_RULES]
-# Warnings that do not make a configuration unfit for the search: a head dim the example does not compile is
-# what the search is for (it is still reported).
-NOTE_ONLY = frozenset({"ATTN-HEAD-DIM-EXAMPLE"})
+# Warnings that do not make a configuration unfit for the search (both are still reported): a head dim the
+# example does not compile is what the search is for; can_implement is not called by cutegen's ABI.
+NOTE_ONLY = frozenset({"ATTN-HEAD-DIM-EXAMPLE", "ATTN-CAN-IMPLEMENT"})
 
 
 @dataclass

@@ -37,8 +37,8 @@ CASES = [
     # 2 consumer warpgroups: 128 rows = 64 each (WGMMA M) vs 96 = 48 each
     ("ATTN-QK-TILE-M", {}, {}, ({}, dict(tile_q=96))),
     ("ATTN-QK-TILE-M", {"head_dim": 64}, dict(tile_q=64, **TMA1), ({}, dict(tile_q=48, **TMA1))),
-    # head_dim is the K of Q K^T: bf16 K = 16 (80 in, 72 out); e4m3 K = 32 (96 in, 112 out)
-    ("ATTN-QK-WGMMA-K", {"head_dim": 80}, {}, ({"head_dim": 72}, {})),
+    # the head tile (head_dim rounded up to 16) is the K of Q K^T: e4m3 K = 32 (96 in; 80 and 112 out)
+    ("ATTN-QK-WGMMA-K", {"head_dim": 96, "dtype": "e4m3"}, {}, ({"head_dim": 80, "dtype": "e4m3"}, {})),
     ("ATTN-QK-WGMMA-K", {"head_dim": 96, "dtype": "e4m3"}, {}, ({"head_dim": 112, "dtype": "e4m3"}, {})),
     # tile_kv is the K of P V: e4m3 K = 32 (64 in, 48 out)
     ("ATTN-PV-WGMMA-K", {"dtype": "e4m3"}, dict(tile_kv=64), ({"dtype": "e4m3"}, dict(tile_kv=48))),
@@ -60,6 +60,9 @@ CASES = [
     # tma, 2 blocks per SM: head 64 (74,240 B: 2 x 75,264 <= 233,472) vs head 128 (147,968 B)
     ("ATTN-BLOCKS-PER-SM-SMEM", {"head_dim": 64}, dict(blocks_per_sm=2, **TMA1),
      ({"head_dim": 128}, dict(blocks_per_sm=2, tile_q=64, **TMA1))),
+    # can_implement: seqlen_q a multiple of 8 (bf16): 4096 in, 4100 out; e4m3 head_dim 16 in, 8 out
+    ("ATTN-CAN-IMPLEMENT", {"seqlen_q": 4096}, {}, ({"seqlen_q": 4100}, {})),
+    ("ATTN-CAN-IMPLEMENT", {"dtype": "e4m3", "head_dim": 16}, {}, ({"dtype": "e4m3", "head_dim": 8}, {})),
     ("ATTN-HEAD-DIM-V-EQUAL", {"head_dim_v": 128}, {}, ({"head_dim_v": 64}, {})),
     ("ATTN-HEAD-DIM-EXAMPLE", {"head_dim": 128}, {}, ({"head_dim": 96}, {})),
     ("ATTN-HEAD-DIM-EXAMPLE", {"head_dim": 128, "dtype": "e4m3"}, {}, ({"head_dim": 64, "dtype": "e4m3"}, {})),
@@ -169,6 +172,14 @@ def test_example_kernels_are_legal(dtype, table):
         for c in configs:
             r = check_attention(P(head_dim=d, dtype=dtype), c)
             assert r.legal and r.search_legal, (d, c.short_name(), [str(v) for v in r.violations + r.warnings])
+
+
+def test_head_tile_is_the_renderers():
+    """legality pads the head dim exactly as the renderer's TileShape does (bf16 72 -> 80: legal, zero-filled)."""
+    from cutegen.ops.attention.render import head_tile as rendered
+    for d in range(8, 257, 8):
+        assert A.head_tile(d) == rendered(P(head_dim=d)), d
+    assert check_attention(P(head_dim=72), C()).legal
 
 
 def test_rule_ids_are_unique_and_sourced():

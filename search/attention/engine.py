@@ -121,9 +121,11 @@ def candidates(problem) -> list[Candidate]:
     """The candidate configurations of ``problem``, legal or not, in a fixed order. Options the kernel ignores
     are not varied (cluster and blocks per SM exist only for tma); ones the rules refuse are kept where they
     show a rule at work (one consumer warpgroup in a warp-specialized kernel, two K/V stages). The ping-pong
-    kernel is there in both spellings (the e-graph makes them one)."""
+    kernel is seeded in its one spelling; the e-graph states its equality with the cooperative one."""
     out = []
-    accs = ("f32",) if problem.dtype == "bf16" else ("f32", "f16")
+    # an f16 Q K^T accumulator only for FP8 (the example's option, 88_hopper_fmha.cu:962): f16 inputs could take one
+    # too (ATTN-ACC-QK-TYPE allows it), but scores past 65504 would overflow where f32 does not
+    accs = ("f32", "f16") if problem.dtype == "e4m3" else ("f32",)
     for q in TILE_Q:
         for kv in TILE_KV:
             for acc in accs:
@@ -132,7 +134,7 @@ def candidates(problem) -> list[Candidate]:
                         for bps in (1, 2):
                             out.append(Candidate(q, kv, "tma", 1, 1, skv, False, False, cm, acc, bps))
                     out.append(Candidate(q, kv, "ws_cooperative", 1, 1, skv, False, False, 1, acc, 1))
-                    for pers, qsep in ((False, False), (True, False), (False, True), (True, True)):
+                    for pers, qsep in ((False, False), (True, False), (False, True)):
                         for sq in ((2, 4) if pers else (2,)):
                             out.append(Candidate(q, kv, "ws_cooperative", 2, sq, skv, pers, qsep, 1, acc, 1))
                     for sq in (2, 4):
@@ -221,10 +223,14 @@ def _chain(problem, config, stage_choices: list[int]) -> list[str]:
     return steps
 
 
-def search(problem, top_k: int = 5, *, explain: bool = False) -> AttentionSearchResult:
-    """The best ``top_k`` legal FMHA kernels for ``problem``, cheapest first (deterministic)."""
+def search(problem, top_k: int = 5, *, explain: bool = False, backend: str | None = "cutlass") -> AttentionSearchResult:
+    """The best ``top_k`` legal FMHA kernels for ``problem``, cheapest first (deterministic). ``backend``: the
+    renderer the kernels are for; what it refuses of a legal config (``registry.backend_refusals``, each
+    "RULE-ID: why") prunes like a rule. None: the hardware and CUTLASS rules only."""
     from cutegen.errors import FieldError
+    from cutegen.core.registry import backend_refusals as refusals
     from cutegen.legality.attention import RULESETS, AttentionContext, first_pruning_violation
+    from cutegen.legality.rule import Violation
 
     if not isinstance(top_k, int) or isinstance(top_k, bool) or not 1 <= top_k <= 100:
         raise FieldError("top_k", f"expected an integer from 1 to 100, got {top_k!r}")
@@ -238,12 +244,17 @@ def search(problem, top_k: int = 5, *, explain: bool = False) -> AttentionSearch
         ctx = AttentionContext(problem, c)
         first = first_pruning_violation(ctx)
         key = key_of(c)
+        if first is None and backend is not None:
+            refused = refusals(problem, c, backend)
+            if refused:
+                rule_id, _, why = refused[0].partition(": ")
+                first = Violation(rule_id, why, True, "render")
         if first is None:
             us, br = config_cost(problem, c, ctx.smem_bytes)
             legal[key] = (us, br, c)
             continue
         pruned[first.rule_id] = pruned.get(first.rule_id, 0) + 1
-        rejected_rows.append((*key, rule_index[first.rule_id]))
+        rejected_rows.append((*key, rule_index.get(first.rule_id, len(rule_index))))
         if explain and ctx.smem_parts is not None and ctx.mma_wgs <= 2 and c.tile_q % (64 * ctx.mma_wgs) == 0:
             us, _ = config_cost(problem, c, ctx.smem_bytes)
             cheap_illegal.append((us, key, c, first))
