@@ -268,9 +268,12 @@ class ProtocolParams:
 
 def protocol_params(problem: Any, config: Any) -> ProtocolParams:
     from cutegen.dtypes import DTYPES
+
+    from .attention import head_tile
     esize = DTYPES[problem.dtype].bits // 8
-    d = problem.head_dim
-    dv = d if getattr(problem, "head_dim_v", None) is None else problem.head_dim_v
+    # the TMA boxes cover the tile's head mode (zero-filled past head_dim): what the barriers are armed with
+    d = head_tile(problem.head_dim)
+    dv = head_tile(problem.head_dim if getattr(problem, "head_dim_v", None) is None else problem.head_dim_v)
     ws = config.schedule != "tma"
     n = config.mma_warpgroups if ws else 1
     tm = config.tile_q // n
