@@ -539,6 +539,19 @@ def _cluster_causal(c: AttentionContext):
     return None
 
 
+@_f("ATTN-CLUSTER-EXIT", source=f"{_KERN_TMA}:206-221 (no cluster sync, no producer tail after the epilogue); "
+    f"{_COLL_TMA}:365,430,503 (consumer_release signals every CTA the stage was multicast from); CUDA PG "
+    "(distributed shared memory: every access to a peer's shared memory completes before either block exits); "
+    "legality/attention_pipeline.py fmha_tma_cluster: the explorer finds PIPE-ARRIVE-AFTER-EXIT",
+    summary="cluster_m == 1: with two CTAs one CTA's last releases arrive on the other's empty barriers after that "
+            "CTA may have exited (the tma kernel has no cluster sync or producer tail at exit)")
+def _cluster_exit(c: AttentionContext):
+    if not c.ws and c.config.cluster_m > 1:
+        return (f"cluster_m={c.config.cluster_m}: a CTA's consumer_release of its last K/V stages reaches the peer "
+                f"CTA's barriers with nothing keeping the peer alive (dangling mbarrier arrive after exit)")
+    return None
+
+
 # ==================================================================================== the check ======
 RULESETS: list[RuleSet] = [ATTN_WGMMA_RULES, ATTN_TMA_RULES, ATTN_RESOURCE_RULES, ATTN_FMHA_RULES]
 # Warnings that do not make a configuration unfit for the search (both are still reported): a head dim the

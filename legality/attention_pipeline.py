@@ -245,6 +245,80 @@ def fmha_tma(*, stages_kv: int, kv_tiles: int, bytes_q: int, bytes_k: int, bytes
     return Pipeline(tuple(barriers), S + stages_q, (Role("wg@0", 0, tuple(ops)),), 1, info)
 
 
+def fmha_tma_cluster(*, stages_kv: int, kv_tiles: Sequence[int], bytes_q: int, bytes_k: int, bytes_v: int,
+                     meta: dict | None = None) -> Pipeline:
+    """The tma kernel in a cluster of ``len(kv_tiles)`` CTAs along the Q tiles (``kClusterM``): every K/V tile is
+    multicast, each CTA's producer loading its 1/n slice into every CTA (the collective's SM90_TMA_LOAD_MULTICAST
+    B operand, fmha_collective_tma.hpp:259-267), each full barrier armed with the whole tile, each consumer
+    releasing the stage to every CTA that wrote into it. CTA c runs ``kv_tiles[c]`` KV tiles: equal without a
+    mask, unequal under the causal mask (ATTN-CLUSTER-CAUSAL)."""
+    ctas = len(kv_tiles)
+    S = stages_kv
+    names = tuple(range(ctas))
+    barriers = []
+    for c in names:
+        barriers += [Barrier(at(f"full{s}", c), 1, c) for s in range(S + 1)]
+        barriers += [Barrier(at(f"empty{s}", c), ctas if s < S else 1, c) for s in range(S + 1)]
+    roles = []
+    for c in names:
+        own = tuple(b.name for b in barriers if b.cta == c)
+        ops: list = [Init(own), Sync(0)]
+        ops += [Wait(at(f"empty{S}", c), 1, 0, 0, S), Arrive(at(f"full{S}", c), 1, bytes_q, 0, 0, S),
+                Load("Q", S, f"full{S}", bytes_q, 0, (c,), ("wg",), 0, 0)]
+        total = 2 * kv_tiles[c]
+        write = 0
+
+        def load(operand):
+            nonlocal write
+            if write >= total:
+                return
+            s = write % S
+            nbytes = bytes_k if operand == "K" else bytes_v
+            ops.append(Wait(at(f"empty{s}", c), ((write // S) & 1) ^ 1, 0, write, s))
+            ops.append(Arrive(at(f"full{s}", c), 1, nbytes, 0, write, s))
+            ops.append(Load(operand, s, f"full{s}", nbytes // ctas, write, names, ("wg",), 0, write))
+            write += 1
+
+        for i in range(S):
+            load("K" if i % 2 == 0 else "V")
+        ops += [Wait(at(f"full{S}", c), 0, 0, 0, S), Read(S, 0, 0, 0)]
+        read = 0
+
+        def wait_read():
+            nonlocal read
+            s = read % S
+            ops.extend([Wait(at(f"full{s}", c), (read // S) & 1, 0, read, s), Read(s, read, 0, read)])
+            read += 1
+            return (read - 1, s)
+
+        def release(held):
+            for d in sorted(names, key=lambda d: d != c):
+                ops.append(Arrive(at(f"empty{held[1]}", d), 1, 0, 0, held[0], held[1], release=True))
+
+        k = wait_read()
+        ops += [MmaCommit(0, k[0]), MmaWait(0, 0, k[0])]
+        v = wait_read()
+        ops.append(MmaCommit(0, v[0]))
+        release(k)
+        for j in range(1, kv_tiles[c]):
+            k = wait_read()
+            ops.append(MmaCommit(0, k[0]))
+            load("K")
+            ops.append(MmaWait(0, 0, k[0]))
+            release(v)
+            v = wait_read()
+            ops.append(MmaCommit(0, v[0]))
+            release(k)
+            load("V")
+        ops.append(MmaWait(0, 0))
+        # the last V stays unreleased (the kernel exits); a peer's multicast can still land: PIPE-ARRIVE-AFTER-EXIT
+        roles.append(Role(f"wg@{c}", c, tuple(ops)))
+    info = dict(meta or {})
+    info.update(kernel="fmha_tma", stages=S + 1, stages_kv=S, stages_q=1, kv_tiles=list(kv_tiles), tiles=1,
+                k_blocks=max(kv_tiles), consumers=1, cluster=[ctas, 1])
+    return Pipeline(tuple(barriers), S + 1, tuple(roles), ctas, info)
+
+
 # --- from a configuration -----------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -296,9 +370,15 @@ def kv_trip_counts(params: ProtocolParams) -> list[tuple[int, ...]]:
 
 
 def build_terms(problem: Any, config: Any, trips: Sequence[Sequence[int]] | None = None) -> list[Pipeline]:
+    """The terms ``check_attention_pipeline`` explores: one CTA at each KV trip count (``kv_trip_counts``), and
+    for a tma kernel in a cluster both CTAs, with equal trips (no mask) or unequal ones (the causal mask)."""
     p = protocol_params(problem, config)
     meta = {"schedule": config.schedule, "config": config.to_dict(), "problem": problem.to_dict()}
     out = []
+    if p.kernel == "fmha_tma" and getattr(config, "cluster_m", 1) > 1 and trips is None:
+        kv = (1, 2) if getattr(problem, "causal", False) else (1, 1)
+        out.append(fmha_tma_cluster(stages_kv=p.stages_kv, kv_tiles=kv + (kv[-1],) * (config.cluster_m - 2),
+                                    bytes_q=p.bytes_q, bytes_k=p.bytes_kv, bytes_v=p.bytes_v, meta=meta))
     for kv in (trips or kv_trip_counts(p)):
         if p.kernel == "fmha_tma":
             out.append(fmha_tma(stages_kv=p.stages_kv, stages_q=p.stages_q, kv_tiles=kv[0], bytes_q=p.bytes_q,
@@ -314,7 +394,8 @@ def build_terms(problem: Any, config: Any, trips: Sequence[Sequence[int]] | None
 def check_terms(terms: Sequence[Pipeline], max_states: int = 200_000) -> PipelineReport:
     report = None
     for term in terms:
-        r = check_pipeline(term, bounds=Bounds(stages=None, max_states=max_states))
+        # several CTAs: with the partial-order reduction too (the symmetry reduction is always on)
+        r = check_pipeline(term, bounds=Bounds(stages=None, max_states=max_states, reduce=term.ctas > 1))
         report = r if report is None else report.merged(r)
     return report
 
@@ -324,5 +405,5 @@ def check_attention_pipeline(problem: Any, config: Any, trips=None, max_states: 
     return check_terms(build_terms(problem, config, trips), max_states)
 
 
-__all__ = ["fmha_warp_specialized", "fmha_tma", "ProtocolParams", "protocol_params", "kv_trip_counts",
+__all__ = ["fmha_warp_specialized", "fmha_tma", "fmha_tma_cluster", "ProtocolParams", "protocol_params", "kv_trip_counts",
            "build_terms", "check_terms", "check_attention_pipeline"]

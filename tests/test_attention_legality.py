@@ -81,6 +81,8 @@ CASES = [
      ({"head_dim": 64}, dict(tile_q=64, schedule="tma", mma_warpgroups=1, stages_q=1, stages_kv=5))),
     ("ATTN-TMA-STAGES-KV", {"head_dim": 64}, dict(tile_q=64, **TMA1),
      ({"head_dim": 64}, dict(tile_q=64, schedule="tma", mma_warpgroups=1, stages_q=1, stages_kv=2))),
+    ("ATTN-CLUSTER-EXIT", {"head_dim": 64}, dict(tile_q=64, cluster_m=1, **TMA1),
+     ({"head_dim": 64}, dict(tile_q=64, cluster_m=2, **TMA1))),
     ("ATTN-CLUSTER-CAUSAL", {"head_dim": 64, "causal": False}, dict(tile_q=64, cluster_m=2, **TMA1),
      ({"head_dim": 64, "causal": True}, dict(tile_q=64, cluster_m=2, **TMA1))),
 ]

@@ -4,13 +4,14 @@ protocol (a dropped release, wrong transaction bytes, a wrong arrival count, an 
 barrier parity) are caught, each by its rule."""
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import pytest
 
 from cutegen.legality.attention import check_attention
 from cutegen.legality.attention_pipeline import (build_terms, check_attention_pipeline, check_terms, fmha_tma,
-                                                 fmha_warp_specialized, protocol_params)
+                                                 fmha_tma_cluster, fmha_warp_specialized, protocol_params)
 from cutegen.legality.pipeline_term import Arrive, Barrier, MmaWait, Wait
 from cutegen.ops.attention.config import EXAMPLE_CONFIGS, AttentionConfig
 from cutegen.ops.attention.problem import AttentionProblem
@@ -144,3 +145,58 @@ def test_protocol_params_from_config():
     assert (p.bytes_q, p.bytes_kv, p.kv_consumer_arrivals) == (64 * 128 * 2, 128 * 128 * 2, 256)
     terms = build_terms(PROBLEM, AttentionConfig(persistent=True))
     assert [t.meta["kv_tiles"] for t in terms] == [[1, 2], [2, 1], [4, 1]]
+
+
+def test_cli_check_pipeline_attention(tmp_path, capsys):
+    """`cutegen check pipeline FILE.json` on an attention problem: 0 for a proven protocol, 1 for the deadlocking
+    2-stage ring (naming the rule), 2 with one line for bad input."""
+    from cutegen.cli import main
+    problem = {"op": "attention", "batch": 1, "heads_q": 2, "seqlen_q": 1024, "seqlen_kv": 1024, "head_dim": 64}
+    f = tmp_path / "a.json"
+    f.write_text(json.dumps({"problem": problem, "config": {"stages_kv": 3}}))
+    assert main(["check", "pipeline", str(f)]) == 0
+    assert "no deadlock" in capsys.readouterr().out
+    f.write_text(json.dumps({"problem": problem, "config": {"stages_kv": 2}}))
+    assert main(["check", "pipeline", str(f)]) == 1
+    out = capsys.readouterr().out
+    assert "PIPE-DEADLOCK" in out and "ATTN-WS-STAGES-KV" in out
+    f.write_text(json.dumps({"problem": problem, "config": {"stages_kv": 3}}))
+    assert main(["check", "pipeline", str(f), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["legal"] and doc["protocol"]["stages_kv"] == 3 and doc["protocol"]["bytes_kv"] == 128 * 64 * 2
+    f.write_text(json.dumps({"problem": dict(problem, head_dim=7), "config": {}}))
+    assert main(["check", "pipeline", str(f)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "problem.head_dim" in err[0]
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_tma_cluster_found_by_explorer(causal):
+    """A 2-CTA tma cluster multicasts K/V: the explorer finds a CTA's last release arriving on its peer after the
+    peer finished (ATTN-CLUSTER-EXIT) and, under the causal mask's unequal trips, loads armed by one CTA only
+    (ATTN-CLUSTER-CAUSAL)."""
+    p = AttentionProblem(1, 1, 1, 1024, 1024, 64, causal=causal)
+    c = AttentionConfig(64, 128, stages_kv=4, cluster_m=2, **TMA1)
+    r = check_attention_pipeline(p, c)
+    assert r.complete or causal
+    found = rules(r)
+    assert "PIPE-ARRIVE-AFTER-EXIT" in found
+    if causal:
+        assert {"PIPE-TX-BYTES", "PIPE-DEADLOCK"} <= found
+    legal = {v.rule_id for v in check_attention(p, c).violations}
+    assert "ATTN-CLUSTER-EXIT" in legal and ("ATTN-CLUSTER-CAUSAL" in legal) is causal
+
+
+def test_tma_cluster_term_without_exit_hazard_is_clean():
+    """The same cluster term with the hazard taken out (each CTA waits, before it exits, for its peer's last
+    releases: what a producer tail would do) passes: the finding is the exit, not the model."""
+    term = fmha_tma_cluster(stages_kv=4, kv_tiles=(1, 1), bytes_q=8192, bytes_k=16384, bytes_v=16384)
+    roles = []
+    for role in term.roles:
+        c = role.cta
+        # one KV tile: the only cross-CTA arrivals are the releases of K_0's stage 0 (V_0 is never released)
+        roles.append(replace(role, ops=role.ops + (Wait(f"empty0@{c}", 0, -1, -1, 0),)))
+    fixed = replace(term, roles=tuple(roles))
+    assert "PIPE-ARRIVE-AFTER-EXIT" in rules(check_terms([term]))
+    r = check_terms([fixed])
+    assert r.legal and r.complete, [str(v) for v in r.violations]
