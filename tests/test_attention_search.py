@@ -121,3 +121,21 @@ def test_cost_calibration_fit_and_held_out():
     assert held < 0.08, held               # 6.9% when committed (worst: D64 non-causal, 0.88x)
     for ratio in calibration.errors(calibration.HELD_OUT).values():
         assert 0.85 < ratio < 1.15
+
+
+def test_bad_input_is_one_field_error():
+    from cutegen.errors import FieldError
+    from cutegen.problem import GemmProblem
+    with pytest.raises(FieldError, match="^problem: expected an AttentionProblem"):
+        search(GemmProblem(m=128, n=128, k=128), 1)
+    with pytest.raises(FieldError, match="^top_k"):
+        search(PROBLEMS[0], 0)
+    with pytest.raises(FieldError):
+        search(PROBLEMS[0], 1, backend="dsl")          # the registry: not a backend of attention
+
+
+def test_no_legal_kernel_is_explained():
+    p = AttentionProblem(1, 8, 8, 1024, 1024, 128, head_dim_v=64)
+    r = search(p, 3, explain=True)
+    assert r.ranked == [] and r.candidates_legal == 0
+    assert "no legal kernel" in r.explain() and "ATTN-HEAD-DIM-V-EQUAL" in r.pruned_by_rule

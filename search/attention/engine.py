@@ -232,8 +232,17 @@ def search(problem, top_k: int = 5, *, explain: bool = False, backend: str | Non
     from cutegen.legality.attention import RULESETS, AttentionContext, first_pruning_violation
     from cutegen.legality.rule import Violation
 
+    from cutegen.ops.attention.problem import AttentionProblem
+
+    if not isinstance(problem, AttentionProblem):
+        raise FieldError("problem", f"expected an AttentionProblem, got {type(problem).__name__}")
     if not isinstance(top_k, int) or isinstance(top_k, bool) or not 1 <= top_k <= 100:
         raise FieldError("top_k", f"expected an integer from 1 to 100, got {top_k!r}")
+    if backend is not None:
+        from cutegen.core.registry import operation_of
+        known = operation_of(problem).backends
+        if backend not in known:
+            raise FieldError("backend", f"{backend!r} is not a backend of attention ({', '.join(known)})")
     t0 = time.perf_counter()
     rule_index = {r.id: i for i, r in enumerate(r for rs in RULESETS for r in rs)}
     cands = candidates(problem)
