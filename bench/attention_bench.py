@@ -52,15 +52,17 @@ SHAPES = {
     "decode_b8_hq32_hkv8_q16_kv8192_d128": dict(batch=8, heads_q=32, heads_kv=8, seqlen_q=16, seqlen_kv=8192,
                                                 head_dim=128, layout="bhsd"),
 }
-# Alternatives beside the search's picks (the measured data the search learns from), per head dim.
+# Alternatives beside the search's picks and the example's kernels (measured data for the search to learn
+# from), per kernel class (head dim, causal); decode-like shapes take none. The plan stays at 32 kernels:
+# two rounds of 16 nvcc jobs on the GPU machine.
 ALTERNATIVES = {
-    128: [dict(tile_q=128, tile_kv=128, schedule="ws_cooperative", stages_kv=4),
-          dict(tile_q=128, tile_kv=176, schedule="ws_cooperative", stages_kv=3),
-          dict(tile_q=128, tile_kv=64, schedule="ws_pingpong", persistent=True, loads_q_separately=True)],
-    64: [dict(tile_q=128, tile_kv=128, schedule="ws_cooperative", stages_kv=5),
-         dict(tile_q=128, tile_kv=128, schedule="ws_pingpong", persistent=True, loads_q_separately=True),
-         dict(tile_q=64, tile_kv=128, schedule="tma", mma_warpgroups=1, stages_q=1, stages_kv=3, blocks_per_sm=2)],
+    (128, False): [dict(tile_q=128, tile_kv=176, schedule="ws_cooperative", stages_kv=3),
+                   dict(tile_q=128, tile_kv=64, schedule="ws_pingpong", persistent=True, loads_q_separately=True)],
+    (128, True): [dict(tile_q=128, tile_kv=176, schedule="ws_cooperative", stages_kv=3)],
+    (64, False): [dict(tile_q=128, tile_kv=128, schedule="ws_cooperative", stages_kv=5),
+                  dict(tile_q=64, tile_kv=128, schedule="tma", mma_warpgroups=1, stages_q=1, stages_kv=3, blocks_per_sm=2)],
 }
+SEARCH_PICKS = 2          # the search's first picks of distinct (tile_q, tile_kv, schedule)
 H200_HBM_TBPS = 4.8
 
 
@@ -82,12 +84,19 @@ def plan(args) -> int:
     for name, fields in SHAPES.items():
         problem = _problem(fields)
         t0 = time.perf_counter()
-        searched = search(problem, 3)
+        searched = search(problem, 12)
         seconds = time.perf_counter() - t0
-        entries = [(f"cutegen{'' if i == 0 else f'-{i + 1}'}", r.config, r.cost) for i, r in enumerate(searched.ranked)]
+        picks, shapes_seen = [], set()
+        for r in searched.ranked:
+            form = (r.config.tile_q, r.config.tile_kv, r.config.schedule)
+            if form not in shapes_seen and len(picks) < SEARCH_PICKS:
+                shapes_seen.add(form)
+                picks.append(r)
+        entries = [(f"cutegen{'' if i == 0 else f'-{i + 1}'}", r.config, r.cost) for i, r in enumerate(picks)]
         for i, c in enumerate(EXAMPLE_CONFIGS.get(problem.head_dim, ())):
             entries.append((f"example{'' if i == 0 else f'-{i + 1}'}", c, None))
-        for i, fields_c in enumerate(ALTERNATIVES.get(problem.head_dim, ())):
+        decode = problem.seqlen_q < 64
+        for i, fields_c in enumerate(() if decode else ALTERNATIVES.get((problem.head_dim, problem.causal), ())):
             entries.append((f"alt-{i + 1}", AttentionConfig(**fields_c), None))
         listed, seen = [], set()
         for role, config, predicted in entries:
@@ -338,12 +347,14 @@ def validate(args) -> int:
     plan_dir = Path(args.plan)
     dirs = [str(plan_dir / d) for d in sorted(json.loads((plan_dir / "plan.json").read_text())["kernels"])]
     dirs = [d for d in dirs if (Path(d) / "kernel.so").is_file()]
+    index, count = (int(x) for x in args.shard.split("/"))
+    dirs = dirs[index::count]
     deadline = time.time() + args.deadline
     results, pending = {}, list(dirs)
-    first = True
+    first = args.shard.startswith("0/")
     while pending and time.time() < deadline:
         cmd = [sys.executable, __file__, "validate-worker"] + (["--compile-graph"] if first else [])
-        first = False
+        first = False   # torch.compile and the CUDA graph: on the first kernel of the first shard only
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         proc.stdin.write("".join(d + "\n" for d in pending))
         proc.stdin.close()
@@ -424,9 +435,12 @@ def time_plan(args) -> int:
     plan_dir = Path(args.plan)
     plan_doc = json.loads((plan_dir / "plan.json").read_text())
     valid = None
-    if args.validated and Path(args.validated).is_file():
-        vdoc = json.loads(Path(args.validated).read_text())
-        valid = {Path(r["kernel"]).name for r in vdoc["results"] if r.get("verdict") == "pass"}
+    if args.validated is not None:
+        valid = set()
+        for path in args.validated:
+            if Path(path).is_file():
+                vdoc = json.loads(Path(path).read_text())
+                valid |= {Path(r["kernel"]).name for r in vdoc["results"] if r.get("verdict") == "pass"}
     deadline = time.time() + args.deadline
     dev = torch.cuda.get_device_properties(0)
     doc = {"device": dev.name, "torch": torch.__version__, "cuda": torch.version.cuda,
@@ -531,12 +545,14 @@ def main(argv=None) -> int:
     p.add_argument("--json", required=True)
     p.add_argument("--timeout", type=float, default=90.0, help="seconds one kernel may take")
     p.add_argument("--deadline", type=float, default=150.0, help="seconds for all of them")
+    p.add_argument("--shard", default="0/1", metavar="I/N", help="validate every N-th built kernel from the I-th")
     p = sub.add_parser("validate-worker")
     p.add_argument("--compile-graph", action="store_true")
     p = sub.add_parser("time")
     p.add_argument("plan")
     p.add_argument("--json", required=True)
-    p.add_argument("--validated", help="validate's JSON: time only the kernels that passed")
+    p.add_argument("--validated", nargs="*", default=None,
+                   help="validate's JSON files: time only the kernels that passed in one of them")
     p.add_argument("--deadline", type=float, default=150.0)
     p = sub.add_parser("sanitize-case")
     p.add_argument("kernel")
