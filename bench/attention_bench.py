@@ -335,11 +335,25 @@ def validate_worker(args) -> int:
         if not kdir:
             continue
         print(json.dumps({"start": kdir}), flush=True)
-        rec = validate_kernel(kdir)
-        if args.compile_graph:
-            rec["op_checks"] = compile_and_graph(kdir)
-            args.compile_graph = False
+        try:
+            rec = validate_kernel(kdir)
+            if args.compile_graph:
+                rec["op_checks"] = compile_and_graph(kdir)
+                rec["ok"] = rec["ok"] and all(v["ok"] for v in rec["op_checks"].values())
+                args.compile_graph = False
+        except Exception as e:  # noqa: BLE001 - the kernel's result, not the worker's end
+            rec = {"kernel": kdir, "ok": False, "cases": [], "probes": [], "seconds": 0,
+                   "error": f"{type(e).__name__}: {e}"[:400]}
+        poisoned = False
+        try:
+            _torch().cuda.synchronize()
+        except Exception as e:  # noqa: BLE001 - a sticky CUDA error: this process cannot run another kernel
+            rec["ok"] = False
+            rec["error"] = "; ".join(x for x in (rec.get("error"), f"CUDA context lost: {e}"[:300]) if x)
+            poisoned = True
         print(json.dumps({"result": rec}), flush=True)
+        if poisoned:
+            os._exit(3)
     return 0
 
 
@@ -356,6 +370,7 @@ def validate(args) -> int:
         cmd = [sys.executable, __file__, "validate-worker"] + (["--compile-graph"] if first else [])
         first = False   # torch.compile and the CUDA graph: on the first kernel of the first shard only
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        produced = False
         proc.stdin.write("".join(d + "\n" for d in pending))
         proc.stdin.close()
         current, started = None, time.time()
@@ -377,12 +392,21 @@ def validate(args) -> int:
             line = proc.stdout.readline()
             if not line:
                 proc.wait()
+                if not produced:           # the worker cannot start (import error): no point restarting it
+                    for d in list(pending):
+                        results[d] = {"kernel": d, "ok": False, "verdict": "crash",
+                                      "error": f"worker exited with {proc.returncode} before any kernel"}
+                    pending.clear()
                 if current and current in pending:
                     results[current] = {"kernel": current, "ok": False, "verdict": "crash",
                                         "error": f"worker exited with {proc.returncode} during this kernel"}
                     pending.remove(current)
                 break
-            msg = json.loads(line)
+            try:
+                msg = json.loads(line)
+            except json.JSONDecodeError:
+                continue                   # a library's own print, not the worker's record
+            produced = True
             if "start" in msg:
                 current, started = msg["start"], time.time()
             else:
@@ -507,7 +531,7 @@ def time_plan(args) -> int:
         doc["shapes"].append(rows)
         line = "  ".join(f"{n} {r['tflops']:.0f}" for n, r in rows["contenders"].items() if r.get("tflops"))
         print(f"{shape['name']}: TFLOP/s {line}", flush=True)
-        del q, k, v
+        q = k = v = o = contenders = None       # free this shape's tensors before the next one's
         torch.cuda.empty_cache()
     Path(args.json).write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
     return 0
