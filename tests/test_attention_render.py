@@ -182,3 +182,23 @@ def test_build_finds_the_88_headers(tmp_path):
     assert len(found) == 1 and found[0].endswith("examples/88_hopper_fmha")
     (tmp_path / "include").mkdir()
     assert example_include_dirs(tmp_path / "include") == []
+
+
+def test_space_smem_estimate_prunes_on_both_sides_of_the_limit():
+    from cutegen.ops.attention.space import SMEM_BYTES, check, smem_estimate
+    inside = AttentionConfig(tile_kv=176, stages_kv=4)       # Q 2 x 64 x 128 x 2 B + K/V 4 x 176 x 128 x 2 B
+    outside = AttentionConfig(tile_kv=176, stages_kv=5)      # one K/V stage more: 45056 B more
+    assert smem_estimate(MHA, inside) == 32768 + 180224 <= SMEM_BYTES
+    assert smem_estimate(MHA, outside) == 32768 + 225280 > SMEM_BYTES
+    assert "ATTN-SPACE-SMEM-ESTIMATE" not in [v.rule_id for v in check(MHA, inside)]
+    assert "ATTN-SPACE-SMEM-ESTIMATE" in [v.rule_id for v in check(MHA, outside)]
+    # persistent kernels keep the epilogue's staging beside the mainloop's: 2 warpgroups x 64 x 32 x 2 B x 2
+    pers = PINGPONG.replace(tile_kv=176, stages_kv=4)
+    assert smem_estimate(MHA, pers) == 32768 + 180224 + 16384
+
+
+def test_cost_counts_the_causal_diagonal():
+    from cutegen.ops.attention.space import cost
+    c = AttentionConfig()
+    full, causal = cost(MHA, c), cost(MHA.replace(causal=True), c)
+    assert 0.45 < causal / full < 0.6          # about half the tiles (128-row Q tiles over 128-row KV tiles)
