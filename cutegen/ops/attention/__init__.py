@@ -5,7 +5,8 @@ rendered with a C ABI, built, validated and benched through the core's seam.
   scale, layout, varlen, log-sum-exp);
 - ``config``: ``AttentionConfig`` (the example's tile, schedule and options);
 - ``render``: the explicit CUTLASS C++ and its C ABI (templates/attention/);
-- ``space``: the candidates a search ranks until the e-graph's attention space lands.
+- ``rule_sets``/``check``: legality/attention.py; ``search``/``space``/``cost``: the e-graph search and the
+  pipeline-priced cost model of search/attention/ (``space.py`` keeps the first, explicit candidate list).
 
 Heavy modules (jinja2, torch, the legality package) are imported inside the part functions: the GPU
 machine loads this package through the runner without egglog.
@@ -54,19 +55,39 @@ def backend_refusals(p: AttentionProblem, c: AttentionConfig, backend: str) -> l
     return refusals(p, c, backend)
 
 
-def space(p: AttentionProblem):
-    from .space import space as candidates
-    return candidates(p)
+def rule_sets() -> list:
+    """Every rule set an attention kernel is judged by (legality/attention.py): WGMMA of both GEMMs, the Q/K/V/O
+    tensor maps, resources, the CUTLASS 88 kernels' own constraints."""
+    from ...legality.attention import RULESETS
+    return list(RULESETS)
+
+
+def config_rule_sets() -> list:
+    return rule_sets()
 
 
 def check(p: AttentionProblem, c: AttentionConfig) -> list:
-    from .space import check as judge
-    return judge(p, c)
+    """The attention rules (p, c) breaks: enforced violations, then warnings (``Violation.enforced`` False)."""
+    from ...legality.attention import check_attention
+    rep = check_attention(p, c)
+    return list(rep.violations) + list(rep.warnings)
+
+
+def space(p: AttentionProblem):
+    from ...search.attention.engine import space as candidates
+    return candidates(p)
 
 
 def cost(p: AttentionProblem, c: AttentionConfig) -> float:
-    from .space import cost as predicted
+    from ...search.attention.engine import cost as predicted
     return predicted(p, c)
+
+
+def search(p: AttentionProblem, top_k: int = 5, **options: Any):
+    """The e-graph search (search/attention/engine.py): ``explain=True`` for the report, ``backend`` for whose
+    refusals prune (default the explicit CUTLASS renderer)."""
+    from ...search.attention.engine import search as egraph_search
+    return egraph_search(p, top_k, **options)
 
 
 def tolerance(p: AttentionProblem) -> float:
@@ -77,7 +98,7 @@ OPERATION = register(Operation(
     name="attention", problem_type=AttentionProblem, config_type=AttentionConfig,
     summary="O = softmax(scale * Q K^T [causal]) V, forward, MHA/GQA/MQA; Hopper sm_90a (CUTLASS 88 FMHA)",
     dtypes=dtypes, extents=extents, flops=lambda p: p.flops, db_columns=db_columns, features=features,
-    check=check, space=space, cost=cost,
+    rule_sets=rule_sets, config_rule_sets=config_rule_sets, check=check, space=space, cost=cost, search=search,
     backends=BACKENDS, render=render, backend_refusals=backend_refusals, tolerance=tolerance,
     reference="float32 softmax(scale * Q K^T) V of the same inputs (bench/attention_bench.py)",
     peers=("sdpa_cudnn", "sdpa_flash", "cutlass88"),
