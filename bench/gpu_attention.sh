@@ -26,7 +26,7 @@ PLAN=${PLAN:-out/attention-plan}
 if [ "${1:-}" = "--plan" ]; then
   PY=${PYTHON:-$( [ -x "$REPO/.venv/bin/python" ] && echo "$REPO/.venv/bin/python" || echo python3 )}
   . "$REPO/bench/stage_package.sh"      # this tree's cutegen first on PYTHONPATH, whatever PY has installed
-  "$PY" -c "import jinja2, cutegen.ops.attention.render" || { echo "gpu_attention --plan: needs jinja2; set PYTHON"; exit 2; }
+  "$PY" -c "import jinja2, egglog, cutegen.ops.attention.render" || { echo "gpu_attention --plan: needs jinja2 and egglog (the e-graph search); set PYTHON"; exit 2; }
   rm -rf "$PLAN"
   "$PY" bench/attention_bench.py plan --out "$PLAN"
   rc=$?
