@@ -60,7 +60,7 @@ ALTERNATIVES = {
                    dict(tile_q=128, tile_kv=64, schedule="ws_pingpong", persistent=True, loads_q_separately=True)],
     (128, True): [dict(tile_q=128, tile_kv=176, schedule="ws_cooperative", stages_kv=3)],
     (64, False): [dict(tile_q=128, tile_kv=128, schedule="ws_cooperative", stages_kv=5),
-                  dict(tile_q=64, tile_kv=128, schedule="tma", mma_warpgroups=1, stages_q=1, stages_kv=3, blocks_per_sm=2)],
+                  dict(tile_q=64, tile_kv=128, schedule="tma", mma_warpgroups=1, stages_q=1, stages_kv=6, blocks_per_sm=2)],
 }
 SEARCH_PICKS = 2          # the search's first picks of distinct (tile_q, tile_kv, schedule)
 H200_HBM_TBPS = 4.8
@@ -73,6 +73,7 @@ def _problem(fields):
 
 # --- plan (CPU) -------------------------------------------------------------------------------------------
 def plan(args) -> int:
+    from cutegen.core import registry
     from cutegen.core.search import search
     from cutegen.ops.attention.config import EXAMPLE_CONFIGS, AttentionConfig
     from cutegen.ops.attention.render import backend_refusals, render
@@ -104,6 +105,11 @@ def plan(args) -> int:
             if refused:
                 listed.append({"role": role, "config": config.to_dict(), "refused": refused})
                 continue
+            # the operation's legality rules (legality/attention.py): an illegal alternative is listed, not built
+            broken_rules = [str(v) for v in registry.check(problem, config) if getattr(v, "enforced", True)]
+            if broken_rules:
+                listed.append({"role": role, "config": config.to_dict(), "illegal": broken_rules})
+                continue
             if config in seen:
                 continue
             seen.add(config)
@@ -121,7 +127,9 @@ def plan(args) -> int:
                                   "legal": searched.candidates_legal, "pruned_by_rule": searched.pruned_by_rule},
                        "kernels": listed})
         print(f"{name}: search {seconds * 1e3:.1f} ms, {searched.candidates_legal}/{searched.candidates_total} legal; "
-              f"{sum('dir' in k for k in listed)} kernels, {sum('refused' in k for k in listed)} refused")
+              f"{sum('dir' in k for k in listed)} kernels, {sum('refused' in k for k in listed)} refused, "
+              f"{sum('illegal' in k for k in listed)} illegal"
+              + "".join(f"\n  {k['role']} illegal: {k['illegal'][0]}" for k in listed if "illegal" in k))
     (out / "plan.json").write_text(json.dumps({"shapes": shapes, "kernels": kernels}, indent=1, sort_keys=True) + "\n")
     (out / "dirs.txt").write_text("".join(f"{out / d}\n" for d in sorted(kernels)))
     print(f"{len(kernels)} kernel directories under {out}/kernels")
