@@ -52,15 +52,17 @@ SHAPES = {
     "decode_b8_hq32_hkv8_q16_kv8192_d128": dict(batch=8, heads_q=32, heads_kv=8, seqlen_q=16, seqlen_kv=8192,
                                                 head_dim=128, layout="bhsd"),
 }
-# Alternatives beside the search's picks (the measured data the search learns from), per head dim.
+# Alternatives beside the search's picks and the example's kernels (measured data for the search to learn
+# from), per kernel class (head dim, causal); decode-like shapes take none. The plan stays at 32 kernels:
+# two rounds of 16 nvcc jobs on the GPU machine.
 ALTERNATIVES = {
-    128: [dict(tile_q=128, tile_kv=128, schedule="ws_cooperative", stages_kv=4),
-          dict(tile_q=128, tile_kv=176, schedule="ws_cooperative", stages_kv=3),
-          dict(tile_q=128, tile_kv=64, schedule="ws_pingpong", persistent=True, loads_q_separately=True)],
-    64: [dict(tile_q=128, tile_kv=128, schedule="ws_cooperative", stages_kv=5),
-         dict(tile_q=128, tile_kv=128, schedule="ws_pingpong", persistent=True, loads_q_separately=True),
-         dict(tile_q=64, tile_kv=128, schedule="tma", mma_warpgroups=1, stages_q=1, stages_kv=3, blocks_per_sm=2)],
+    (128, False): [dict(tile_q=128, tile_kv=176, schedule="ws_cooperative", stages_kv=3),
+                   dict(tile_q=128, tile_kv=64, schedule="ws_pingpong", persistent=True, loads_q_separately=True)],
+    (128, True): [dict(tile_q=128, tile_kv=176, schedule="ws_cooperative", stages_kv=3)],
+    (64, False): [dict(tile_q=128, tile_kv=128, schedule="ws_cooperative", stages_kv=5),
+                  dict(tile_q=64, tile_kv=128, schedule="tma", mma_warpgroups=1, stages_q=1, stages_kv=6, blocks_per_sm=2)],
 }
+SEARCH_PICKS = 2          # the search's first picks of distinct (tile_q, tile_kv, schedule)
 H200_HBM_TBPS = 4.8
 
 
@@ -71,6 +73,7 @@ def _problem(fields):
 
 # --- plan (CPU) -------------------------------------------------------------------------------------------
 def plan(args) -> int:
+    from cutegen.core import registry
     from cutegen.core.search import search
     from cutegen.ops.attention.config import EXAMPLE_CONFIGS, AttentionConfig
     from cutegen.ops.attention.render import backend_refusals, render
@@ -82,18 +85,30 @@ def plan(args) -> int:
     for name, fields in SHAPES.items():
         problem = _problem(fields)
         t0 = time.perf_counter()
-        searched = search(problem, 3)
+        searched = search(problem, 12)
         seconds = time.perf_counter() - t0
-        entries = [(f"cutegen{'' if i == 0 else f'-{i + 1}'}", r.config, r.cost) for i, r in enumerate(searched.ranked)]
+        picks, shapes_seen = [], set()
+        for r in searched.ranked:
+            form = (r.config.tile_q, r.config.tile_kv, r.config.schedule)
+            if form not in shapes_seen and len(picks) < SEARCH_PICKS:
+                shapes_seen.add(form)
+                picks.append(r)
+        entries = [(f"cutegen{'' if i == 0 else f'-{i + 1}'}", r.config, r.cost) for i, r in enumerate(picks)]
         for i, c in enumerate(EXAMPLE_CONFIGS.get(problem.head_dim, ())):
             entries.append((f"example{'' if i == 0 else f'-{i + 1}'}", c, None))
-        for i, fields_c in enumerate(ALTERNATIVES.get(problem.head_dim, ())):
+        decode = problem.seqlen_q < 64
+        for i, fields_c in enumerate(() if decode else ALTERNATIVES.get((problem.head_dim, problem.causal), ())):
             entries.append((f"alt-{i + 1}", AttentionConfig(**fields_c), None))
         listed, seen = [], set()
         for role, config, predicted in entries:
             refused = backend_refusals(problem, config)
             if refused:
                 listed.append({"role": role, "config": config.to_dict(), "refused": refused})
+                continue
+            # the operation's legality rules (legality/attention.py): an illegal alternative is listed, not built
+            broken_rules = [str(v) for v in registry.check(problem, config) if getattr(v, "enforced", True)]
+            if broken_rules:
+                listed.append({"role": role, "config": config.to_dict(), "illegal": broken_rules})
                 continue
             if config in seen:
                 continue
@@ -112,7 +127,9 @@ def plan(args) -> int:
                                   "legal": searched.candidates_legal, "pruned_by_rule": searched.pruned_by_rule},
                        "kernels": listed})
         print(f"{name}: search {seconds * 1e3:.1f} ms, {searched.candidates_legal}/{searched.candidates_total} legal; "
-              f"{sum('dir' in k for k in listed)} kernels, {sum('refused' in k for k in listed)} refused")
+              f"{sum('dir' in k for k in listed)} kernels, {sum('refused' in k for k in listed)} refused, "
+              f"{sum('illegal' in k for k in listed)} illegal"
+              + "".join(f"\n  {k['role']} illegal: {k['illegal'][0]}" for k in listed if "illegal" in k))
     (out / "plan.json").write_text(json.dumps({"shapes": shapes, "kernels": kernels}, indent=1, sort_keys=True) + "\n")
     (out / "dirs.txt").write_text("".join(f"{out / d}\n" for d in sorted(kernels)))
     print(f"{len(kernels)} kernel directories under {out}/kernels")
@@ -326,11 +343,25 @@ def validate_worker(args) -> int:
         if not kdir:
             continue
         print(json.dumps({"start": kdir}), flush=True)
-        rec = validate_kernel(kdir)
-        if args.compile_graph:
-            rec["op_checks"] = compile_and_graph(kdir)
-            args.compile_graph = False
+        try:
+            rec = validate_kernel(kdir)
+            if args.compile_graph:
+                rec["op_checks"] = compile_and_graph(kdir)
+                rec["ok"] = rec["ok"] and all(v["ok"] for v in rec["op_checks"].values())
+                args.compile_graph = False
+        except Exception as e:  # noqa: BLE001 - the kernel's result, not the worker's end
+            rec = {"kernel": kdir, "ok": False, "cases": [], "probes": [], "seconds": 0,
+                   "error": f"{type(e).__name__}: {e}"[:400]}
+        poisoned = False
+        try:
+            _torch().cuda.synchronize()
+        except Exception as e:  # noqa: BLE001 - a sticky CUDA error: this process cannot run another kernel
+            rec["ok"] = False
+            rec["error"] = "; ".join(x for x in (rec.get("error"), f"CUDA context lost: {e}"[:300]) if x)
+            poisoned = True
         print(json.dumps({"result": rec}), flush=True)
+        if poisoned:
+            os._exit(3)
     return 0
 
 
@@ -338,13 +369,16 @@ def validate(args) -> int:
     plan_dir = Path(args.plan)
     dirs = [str(plan_dir / d) for d in sorted(json.loads((plan_dir / "plan.json").read_text())["kernels"])]
     dirs = [d for d in dirs if (Path(d) / "kernel.so").is_file()]
+    index, count = (int(x) for x in args.shard.split("/"))
+    dirs = dirs[index::count]
     deadline = time.time() + args.deadline
     results, pending = {}, list(dirs)
-    first = True
+    first = args.shard.startswith("0/")
     while pending and time.time() < deadline:
         cmd = [sys.executable, __file__, "validate-worker"] + (["--compile-graph"] if first else [])
-        first = False
+        first = False   # torch.compile and the CUDA graph: on the first kernel of the first shard only
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        produced = False
         proc.stdin.write("".join(d + "\n" for d in pending))
         proc.stdin.close()
         current, started = None, time.time()
@@ -366,12 +400,21 @@ def validate(args) -> int:
             line = proc.stdout.readline()
             if not line:
                 proc.wait()
+                if not produced:           # the worker cannot start (import error): no point restarting it
+                    for d in list(pending):
+                        results[d] = {"kernel": d, "ok": False, "verdict": "crash",
+                                      "error": f"worker exited with {proc.returncode} before any kernel"}
+                    pending.clear()
                 if current and current in pending:
                     results[current] = {"kernel": current, "ok": False, "verdict": "crash",
                                         "error": f"worker exited with {proc.returncode} during this kernel"}
                     pending.remove(current)
                 break
-            msg = json.loads(line)
+            try:
+                msg = json.loads(line)
+            except json.JSONDecodeError:
+                continue                   # a library's own print, not the worker's record
+            produced = True
             if "start" in msg:
                 current, started = msg["start"], time.time()
             else:
@@ -424,9 +467,12 @@ def time_plan(args) -> int:
     plan_dir = Path(args.plan)
     plan_doc = json.loads((plan_dir / "plan.json").read_text())
     valid = None
-    if args.validated and Path(args.validated).is_file():
-        vdoc = json.loads(Path(args.validated).read_text())
-        valid = {Path(r["kernel"]).name for r in vdoc["results"] if r.get("verdict") == "pass"}
+    if args.validated is not None:
+        valid = set()
+        for path in args.validated:
+            if Path(path).is_file():
+                vdoc = json.loads(Path(path).read_text())
+                valid |= {Path(r["kernel"]).name for r in vdoc["results"] if r.get("verdict") == "pass"}
     deadline = time.time() + args.deadline
     dev = torch.cuda.get_device_properties(0)
     doc = {"device": dev.name, "torch": torch.__version__, "cuda": torch.version.cuda,
@@ -493,7 +539,7 @@ def time_plan(args) -> int:
         doc["shapes"].append(rows)
         line = "  ".join(f"{n} {r['tflops']:.0f}" for n, r in rows["contenders"].items() if r.get("tflops"))
         print(f"{shape['name']}: TFLOP/s {line}", flush=True)
-        del q, k, v
+        q = k = v = o = contenders = None       # free this shape's tensors before the next one's
         torch.cuda.empty_cache()
     Path(args.json).write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
     return 0
@@ -531,12 +577,14 @@ def main(argv=None) -> int:
     p.add_argument("--json", required=True)
     p.add_argument("--timeout", type=float, default=90.0, help="seconds one kernel may take")
     p.add_argument("--deadline", type=float, default=150.0, help="seconds for all of them")
+    p.add_argument("--shard", default="0/1", metavar="I/N", help="validate every N-th built kernel from the I-th")
     p = sub.add_parser("validate-worker")
     p.add_argument("--compile-graph", action="store_true")
     p = sub.add_parser("time")
     p.add_argument("plan")
     p.add_argument("--json", required=True)
-    p.add_argument("--validated", help="validate's JSON: time only the kernels that passed")
+    p.add_argument("--validated", nargs="*", default=None,
+                   help="validate's JSON files: time only the kernels that passed in one of them")
     p.add_argument("--deadline", type=float, default=150.0)
     p = sub.add_parser("sanitize-case")
     p.add_argument("kernel")

@@ -106,9 +106,13 @@ def test_flops():
 
 def test_kernel_key_leaves_sizes_out():
     a = AttentionProblem(**BASE)
-    b = AttentionProblem(**{**BASE, "seqlen_q": 17, "batch": 1, "heads_q": 8}, scale=0.3, layout="bhsd")
+    b = AttentionProblem(**{**BASE, "seqlen_q": 17, "batch": 1, "heads_q": 16}, scale=0.3, layout="bhsd")
     assert a.kernel_key() == b.kernel_key() and a.kernel_class_name == b.kernel_class_name
     assert AttentionProblem(**BASE, causal=True).kernel_key() != a.kernel_key()
+    # a GQA/MQA kernel is another kernel than an MHA one (K/V strides), whatever the group size
+    mha = AttentionProblem(**{**BASE, "heads_kv": 32})
+    assert mha.kernel_key()["grouped"] is False and a.kernel_key()["grouped"] is True
+    assert a.kernel_class_name == "attn_d128_bf16_gqa" and mha.kernel_class_name == "attn_d128_bf16"
 
 
 # --- config -----------------------------------------------------------------------------------------
@@ -149,3 +153,13 @@ def test_config_field_errors(change, field, words):
     with pytest.raises(FieldError) as e:
         AttentionConfig.from_dict({**AttentionConfig().to_dict(), **change})
     assert e.value.field == field and words in e.value.message
+
+
+def test_config_from_dict_needs_its_tile():
+    with pytest.raises(FieldError) as e:
+        AttentionConfig.from_dict({})
+    assert e.value.field == "config.tile_q" and e.value.message == "missing"
+    with pytest.raises(FieldError) as e:
+        AttentionConfig.from_dict({"tile_q": 128})
+    assert e.value.field == "config.tile_kv"
+    assert AttentionConfig.from_dict({"tile_q": 128, "tile_kv": 128}) == AttentionConfig()

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import ctypes
 
-from ...abi import CANNOT_IMPLEMENT, INIT_FAILED, LAUNCH_FAILED, OK, STATUS, WORKSPACE_TOO_SMALL  # noqa: F401
+from ...abi import CANNOT_IMPLEMENT, INIT_FAILED, LAUNCH_FAILED, OK, STATUS, WORKSPACE_TOO_SMALL  # noqa: F401  (re-exported: the same codes)
 
 C_DECLARATIONS = r"""
 extern "C" int cutegen_attention(

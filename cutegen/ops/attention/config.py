@@ -100,6 +100,9 @@ class AttentionConfig:
         if not isinstance(data, dict):
             raise FieldError(where, f"expected an object, got {type(data).__name__}")
         reject_unknown(where, data, (f.name for f in fields(cls)))
+        for required in ("tile_q", "tile_kv"):      # as GEMM's tile_shape: a stored config names its tile
+            if required not in data:
+                raise FieldError(f"{where}.{required}", "missing")
         try:
             return cls(**data)
         except FieldError as e:

@@ -26,6 +26,7 @@ ACC = {"f32": "float", "f16": "cutlass::half_t"}
 WGMMA_M = 64                      # rows of one wgmma.mma_async (every Hopper WGMMA shape is 64 x N x K)
 WGMMA_K_16BIT = 16                # K of one 16-bit WGMMA: the head mode of the tile is a multiple of it
 SOURCE_88 = "examples/88_hopper_fmha"
+SMEM_LIMIT = 232448               # bytes: sm_90's opt-in shared memory per block (CUDA guide, compute capability 9.0)
 
 # What this renderer refuses, by ID: the summary and where the limit comes from. The hardware rules
 # (WGMMA shapes, shared memory, registers, TMA) are legality/attention*'s; these are the template's.
@@ -54,8 +55,6 @@ REFUSALS = {
                               "88 fmha_collective_tma_warpspecialized.hpp:81-82 static_asserts"),
     "ATTN-RENDER-88-TILE-Q": ("tile_q / mma_warpgroups is a multiple of 64 (one WGMMA M per warpgroup)",
                               "88 TileShapeQK = tile_q / NumMmaWarpGroups; PTX ISA wgmma M = 64"),
-    "ATTN-RENDER-88-CLUSTER-GRID": ("cluster_m 2 needs tile_q 64 or more Q tiles",
-                                    "88 fmha_collective_tma.hpp kClusterM; the grid's x is rounded up to the cluster"),
 }
 
 
@@ -90,8 +89,6 @@ def backend_refusals(problem: AttentionProblem, config: AttentionConfig, backend
             refuse("ATTN-RENDER-TMA-OPTIONS", ", ".join(bad))
         if grouped:
             refuse("ATTN-RENDER-TMA-GQA", f"heads_q {p.heads_q}, heads_kv {p.heads_kv}")
-        if c.cluster_m == 2 and c.tile_q < WGMMA_M:
-            refuse("ATTN-RENDER-88-CLUSTER-GRID", f"tile_q {c.tile_q}")
     else:
         if c.cluster_m != 1:
             refuse("ATTN-RENDER-WS-CLUSTER", f"cluster_m {c.cluster_m}")
@@ -144,7 +141,7 @@ def _context(problem: AttentionProblem, config: AttentionConfig) -> dict[str, An
         "warp_specialized": c.warp_specialized, "schedule": c.schedule, "mma_warpgroups": c.mma_warpgroups,
         "stages_q": c.stages_q, "stages_kv": c.stages_kv, "persistent": c.persistent,
         "loads_q_separately": c.loads_q_separately, "cluster_m": c.cluster_m, "blocks_per_sm": c.blocks_per_sm,
-        "describe_json": _describe(problem, config, khash),
+        "describe_json": _describe(problem, config, khash), "smem_limit": SMEM_LIMIT,
     }
 
 

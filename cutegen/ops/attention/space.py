@@ -35,14 +35,15 @@ class SpaceViolation:
 
 
 def smem_estimate(problem: AttentionProblem, config: AttentionConfig) -> int:
-    """Shared-memory bytes of the 88 kernel: Q stages, K/V stages (one pipeline, K and V tiles alternate),
-    and the epilogue's O staging (beside the mainloop's when persistent, in a union otherwise)."""
+    """Shared-memory bytes of the 88 kernel: Q stages (one warpgroup's rows each), K/V stages (one buffer per
+    stage: K and V tiles alternate in it, a union in the collective's SharedStorage), and the epilogue's O
+    staging: per consumer warpgroup a 64 x 32 tile, two stages (CUTLASS's EpilogueTileAuto and StagesD for a
+    16-bit TMA store), beside the mainloop's when persistent, in a union with it otherwise."""
     eb = ELEMENT_BYTES[problem.dtype]
     d = head_tile(problem)
-    q = config.stages_q * (config.tile_q // config.mma_warpgroups if config.warp_specialized else config.tile_q) * d * eb
-    kv = config.stages_kv * config.tile_kv * d * eb
-    mainloop = q + kv
-    epilogue = config.tile_q * min(d, 64) * ELEMENT_BYTES[problem.output_dtype]
+    rows_q = config.tile_q // config.mma_warpgroups if config.warp_specialized else config.tile_q
+    mainloop = config.stages_q * rows_q * d * eb + config.stages_kv * config.tile_kv * d * eb
+    epilogue = config.mma_warpgroups * 64 * 32 * ELEMENT_BYTES[problem.output_dtype] * 2
     return mainloop + epilogue if config.persistent else max(mainloop, epilogue)
 
 
