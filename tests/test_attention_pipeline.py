@@ -153,14 +153,14 @@ def test_cli_check_pipeline_attention(tmp_path, capsys):
     from cutegen.cli import main
     problem = {"op": "attention", "batch": 1, "heads_q": 2, "seqlen_q": 1024, "seqlen_kv": 1024, "head_dim": 64}
     f = tmp_path / "a.json"
-    f.write_text(json.dumps({"problem": problem, "config": {"stages_kv": 3}}))
+    f.write_text(json.dumps({"problem": problem, "config": {"tile_q": 128, "tile_kv": 128, "stages_kv": 3}}))
     assert main(["check", "pipeline", str(f)]) == 0
     assert "no deadlock" in capsys.readouterr().out
-    f.write_text(json.dumps({"problem": problem, "config": {"stages_kv": 2}}))
+    f.write_text(json.dumps({"problem": problem, "config": {"tile_q": 128, "tile_kv": 128, "stages_kv": 2}}))
     assert main(["check", "pipeline", str(f)]) == 1
     out = capsys.readouterr().out
     assert "PIPE-DEADLOCK" in out and "ATTN-WS-STAGES-KV" in out
-    f.write_text(json.dumps({"problem": problem, "config": {"stages_kv": 3}}))
+    f.write_text(json.dumps({"problem": problem, "config": {"tile_q": 128, "tile_kv": 128, "stages_kv": 3}}))
     assert main(["check", "pipeline", str(f), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["legal"] and doc["protocol"]["stages_kv"] == 3 and doc["protocol"]["bytes_kv"] == 128 * 64 * 2
