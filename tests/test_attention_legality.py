@@ -191,3 +191,15 @@ def test_rule_ids_are_unique_and_sourced():
     assert all(r.id.startswith("ATTN-") and r.source and r.summary for r in rules)
     from cutegen.legality import all_rules
     assert not set(ids) & {r.id for r in all_rules()}      # no clash with GEMM's IDs
+
+
+def test_every_rule_is_in_the_rulebook_section():
+    book = (ROOT / "legality" / "RULEBOOK-attention.md").read_text()
+    rows = {}
+    for line in book.splitlines():
+        if line.startswith("| F"):
+            for name in line.split("|")[2].replace("`", "").split(","):
+                name = name.split("(")[0].strip()
+                rows[name if name.startswith("ATTN-") else "ATTN-TMA" + name] = line
+    missing = [r.id for r in A.all_attention_rules() if r.id not in rows]
+    assert not missing, missing
