@@ -155,3 +155,19 @@ def test_extraction_finds_the_cheapest_legal_candidate(problem):
         best = us if best is None else min(best, us)
     r = search(problem, 1)
     assert r.ranked[0].cost == pytest.approx(best, rel=1e-9)
+
+
+def test_decode_gqa_packing_is_priced():
+    """The ABI packs a decode-like grouped BHSD problem into one (group x seqlen_q)-row problem per KV head: a
+    quarter of the CTA tiles for group 4, and cheaper than the same problem in BSHD (not packed)."""
+    from cutegen.ops.attention.config import AttentionConfig
+    c = AttentionConfig(128, 128, stages_kv=4)
+    packed = AttentionProblem(16, 32, 8, 16, 8192, 128, layout="bhsd")
+    plain = AttentionProblem(16, 32, 8, 16, 8192, 128, layout="bshd")
+    us_p, br_p = config_cost(packed, c, 100000)
+    us_n, br_n = config_cost(plain, c, 100000)
+    assert br_p["packed_gqa"] and not br_n["packed_gqa"]
+    assert (br_p["cta_tiles"], br_n["cta_tiles"]) == (16 * 8, 16 * 32)
+    assert us_p < us_n
+    assert not config_cost(AttentionProblem(16, 32, 8, 16, 8192, 128, layout="bhsd", causal=True), c, 100000)[1][
+        "packed_gqa"]

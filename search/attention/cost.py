@@ -22,7 +22,8 @@ Per CTA tile (tile_q query rows of one batch and query head) the kernel runs ``t
 Tiles over SMs: a persistent kernel assigns tile t to CTA t mod grid (the example's PersistentTileScheduler,
 m-block fastest), priced exactly as the busiest SM's sum; a non-persistent grid is list-scheduled by the
 hardware (ceil(tiles / slots) waves of equal tiles; with the causal mask's unequal tiles, total / slots plus
-half a mean tile, at least the longest). Causal trip counts follow the top-left mask of the problem.
+half a mean tile, at least the longest). Causal trip counts follow the top-left mask of the problem. A decode-like
+grouped problem on BHSD tensors is priced as the C ABI runs it: one (group x seqlen_q)-row problem per KV head.
 
 Constants are physical figures but one: OVERLAP_LOSS was fitted (search/attention/calibration.py) to the
 issue's CUTLASS 88 figures on an H100 (forward fp16 TFLOP/s of the example's best kernel) on the non-causal
@@ -60,11 +61,27 @@ def instruction_n(extent: int) -> int:
     return next(n for n in (256, 192, 128, 96, 64, 32, 16, 8) if extent % n == 0)
 
 
+def packs_gqa(problem, config) -> bool:
+    """The C ABI's decode-like GQA packing (templates/attention/fmha_sm90.cu.j2, FA3's PackGQA): without a mask,
+    a warp-specialized grouped kernel with fewer query rows than a Q tile, on BHSD tensors, runs one
+    (group x seqlen_q)-row problem per KV head instead of one seqlen_q-row problem per query head."""
+    group = problem.heads_q // problem.heads_kv
+    return (group > 1 and not problem.causal and config.schedule != "tma" and problem.seqlen_q < config.tile_q
+            and getattr(problem, "layout", "bshd") == "bhsd")
+
+
+def kernel_rows_heads(problem, config) -> tuple[int, int]:
+    """(query rows per problem, problems) as the kernel sees them: (seqlen_q, batch x heads_q), or packed."""
+    if packs_gqa(problem, config):
+        return problem.seqlen_q * (problem.heads_q // problem.heads_kv), problem.batch * problem.heads_kv
+    return problem.seqlen_q, problem.batch * problem.heads_q
+
+
 @lru_cache(maxsize=4096)
-def trip_counts(problem, tile_q: int, tile_kv: int) -> np.ndarray:
+def trip_counts(problem, tile_q: int, tile_kv: int, rows: int | None = None) -> np.ndarray:
     """KV tiles each Q block (m-block) runs: all of them, or under the top-left causal mask those up to its
-    last row (at least one)."""
-    n_m = math.ceil(problem.seqlen_q / tile_q)
+    last row (at least one). ``rows``: the kernel's query rows when the ABI packs GQA (default seqlen_q)."""
+    n_m = math.ceil((problem.seqlen_q if rows is None else rows) / tile_q)
     n_kv = math.ceil(problem.seqlen_kv / tile_kv)
     if not problem.causal:
         return np.full(n_m, n_kv, dtype=np.int64)
@@ -116,7 +133,8 @@ def config_cost(problem, config, smem_bytes: int | None = None) -> tuple[float, 
     out_bytes = tq * dv * (2 if problem.dtype != "e4m3" else 2)
     prologue = TMA_LATENCY_CLK + q_bytes / l2_per_sm_clk
     epilogue = EPILOGUE_LATENCY_CLK + out_bytes / l2_per_sm_clk
-    trips = trip_counts(problem, tq, tkv)
+    rows, heads = kernel_rows_heads(problem, config)
+    trips = trip_counts(problem, tq, tkv, rows)
     if persistent:
         q_ahead = config.stages_q >= 2 * wgs
         tile_fixed = (0.25 if q_ahead else 0.5) * prologue + epilogue
@@ -124,12 +142,11 @@ def config_cost(problem, config, smem_bytes: int | None = None) -> tuple[float, 
         tile_fixed = prologue + epilogue
     work_m = tile_fixed + trips * per_kv                         # clocks per m-block
     n_m = len(trips)
-    heads = problem.batch * problem.heads_q
     n_tiles = n_m * heads
     slots = SMS * (config.blocks_per_sm if two_blocks else 1)
     if persistent:
         grid = min(n_tiles, SMS)
-        counts, trip_sums = _persistent_assignment(problem, tq, tkv, grid)
+        counts, trip_sums = _persistent_assignment(problem, tq, tkv, grid, rows, heads)
         busiest = float((counts * tile_fixed + trip_sums * per_kv).max()) + 0.5 * prologue
         schedule = f"persistent: {grid} CTAs, busiest SM {busiest:.0f} clk"
     elif trips.min() == trips.max():
@@ -149,18 +166,19 @@ def config_cost(problem, config, smem_bytes: int | None = None) -> tuple[float, 
         "per_kv_tile_clk": round(per_kv, 1), "overlap": overlap, "bound": "tensor" if mma >= max(softmax, load) else
         ("softmax" if softmax >= load else "loads"),
         "kv_tiles_per_cta": [int(trips.min()), int(trips.max())], "cta_tiles": n_tiles, "schedule": schedule,
-        "sm_us": round(t_sm_us, 3), "hbm_us": round(hbm_us, 3), "instruction_n": [n_qk, n_pv],
+        "sm_us": round(t_sm_us, 3), "packed_gqa": rows != problem.seqlen_q, "hbm_us": round(hbm_us, 3), "instruction_n": [n_qk, n_pv],
     }
     return total_us, breakdown
 
 
 @lru_cache(maxsize=4096)
-def _persistent_assignment(problem, tile_q: int, tile_kv: int, grid: int) -> tuple[np.ndarray, np.ndarray]:
+def _persistent_assignment(problem, tile_q: int, tile_kv: int, grid: int, rows: int,
+                           heads: int) -> tuple[np.ndarray, np.ndarray]:
     """Per persistent CTA: how many tiles it takes and their KV trips in total (PersistentTileScheduler: tile t
     to CTA t mod grid, m-block fastest: fmha_tile_scheduler.hpp get_block_coord)."""
-    trips = trip_counts(problem, tile_q, tile_kv)
+    trips = trip_counts(problem, tile_q, tile_kv, rows)
     n_m = len(trips)
-    t = np.arange(n_m * problem.batch * problem.heads_q)
+    t = np.arange(n_m * heads)
     cta = t % grid
     return (np.bincount(cta, minlength=grid).astype(float),
             np.bincount(cta, weights=trips[t % n_m].astype(float), minlength=grid))
