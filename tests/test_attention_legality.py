@@ -203,3 +203,24 @@ def test_every_rule_is_in_the_rulebook_section():
                 rows[name if name.startswith("ATTN-") else "ATTN-TMA" + name] = line
     missing = [r.id for r in A.all_attention_rules() if r.id not in rows]
     assert not missing, missing
+
+
+def test_cli_check_config_attention(tmp_path, capsys):
+    """`cutegen check config` reads attention problems too: the explained verdict, the JSON-lines verdict, and a
+    one-line error naming the field."""
+    from cutegen.cli import main
+    problem = {"op": "attention", "batch": 1, "heads_q": 2, "seqlen_q": 1024, "seqlen_kv": 1024, "head_dim": 128}
+    f = tmp_path / "a.json"
+    f.write_text(json.dumps({"problem": problem, "config": {"tile_q": 128, "tile_kv": 128}}))
+    assert main(["check", "config", str(f)]) == 0
+    assert capsys.readouterr().out.startswith("LEGAL: attn_b1_hq2")
+    f.write_text(json.dumps({"problem": problem, "config": {"tile_q": 128, "tile_kv": 256}}))
+    assert main(["check", "config", str(f)]) == 1
+    assert "violates ATTN-SMEM-CAPACITY" in capsys.readouterr().out
+    lines = tmp_path / "a.jsonl"
+    lines.write_text(json.dumps({"problem": problem, "config": {"tile_q": 128, "tile_kv": 256}}) + "\n" +
+                     json.dumps({"problem": dict(problem, heads_kv=3), "config": {"tile_q": 128, "tile_kv": 128}}) + "\n")
+    assert main(["check", "config", "--jsonl", str(lines)]) == 1
+    out = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert out[0]["rules"] == ["ATTN-SMEM-CAPACITY"] and out[0]["smem_bytes"] == 360960
+    assert out[1]["error"].startswith("line 2: problem.heads_kv")
