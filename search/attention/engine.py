@@ -196,7 +196,7 @@ class AttentionSearchResult:
                          f"{b['cta_tiles']} CTA tiles, {b['schedule']}")
             if i == 0:
                 lines += [f"   reached by: {step}" for step in r.chain]
-        lines.append("pruned, by rule (candidates):")
+        lines.append("pruned, by rule (each candidate under the first rule it breaks, enforced rules first):")
         for rule, n in sorted(self.pruned_by_rule.items(), key=lambda kv: (-kv[1], kv[0])):
             lines.append(f"   {rule}: {n}")
         if self.rejected:
