@@ -372,12 +372,18 @@ def kv_trip_counts(params: ProtocolParams) -> list[tuple[int, ...]]:
 def build_terms(problem: Any, config: Any, trips: Sequence[Sequence[int]] | None = None) -> list[Pipeline]:
     """The terms ``check_attention_pipeline`` explores: one CTA at each KV trip count (``kv_trip_counts``), and
     for a tma kernel in a cluster both CTAs, with equal trips (no mask) or unequal ones (the causal mask)."""
-    p = protocol_params(problem, config)
     meta = {"schedule": config.schedule, "config": config.to_dict(), "problem": problem.to_dict()}
+    return build_terms_from_params(protocol_params(problem, config), causal=bool(getattr(problem, "causal", False)),
+                                   cluster_m=getattr(config, "cluster_m", 1), trips=trips, meta=meta)
+
+
+def build_terms_from_params(p: ProtocolParams, *, causal: bool = False, cluster_m: int = 1,
+                            trips: Sequence[Sequence[int]] | None = None, meta: dict | None = None) -> list[Pipeline]:
+    meta = dict(meta or {})
     out = []
-    if p.kernel == "fmha_tma" and getattr(config, "cluster_m", 1) > 1 and trips is None:
-        kv = (1, 2) if getattr(problem, "causal", False) else (1, 1)
-        out.append(fmha_tma_cluster(stages_kv=p.stages_kv, kv_tiles=kv + (kv[-1],) * (config.cluster_m - 2),
+    if p.kernel == "fmha_tma" and cluster_m > 1 and trips is None:
+        kv = (1, 2) if causal else (1, 1)
+        out.append(fmha_tma_cluster(stages_kv=p.stages_kv, kv_tiles=kv + (kv[-1],) * (cluster_m - 2),
                                     bytes_q=p.bytes_q, bytes_k=p.bytes_kv, bytes_v=p.bytes_v, meta=meta))
     for kv in (trips or kv_trip_counts(p)):
         if p.kernel == "fmha_tma":
@@ -406,4 +412,4 @@ def check_attention_pipeline(problem: Any, config: Any, trips=None, max_states: 
 
 
 __all__ = ["fmha_warp_specialized", "fmha_tma", "fmha_tma_cluster", "ProtocolParams", "protocol_params", "kv_trip_counts",
-           "build_terms", "check_terms", "check_attention_pipeline"]
+           "build_terms", "build_terms_from_params", "check_terms", "check_attention_pipeline"]

@@ -171,3 +171,21 @@ def test_decode_gqa_packing_is_priced():
     assert us_p < us_n
     assert not config_cost(AttentionProblem(16, 32, 8, 16, 8192, 128, layout="bhsd", causal=True), c, 100000)[1][
         "packed_gqa"]
+
+
+def test_verify_pipeline_option(monkeypatch):
+    """verify_pipeline: the ranked kernels' protocol terms go through the temporal checker; a kernel whose protocol
+    broke a PIPE rule would be dropped and counted under that rule."""
+    from cutegen.search.attention import engine
+    p = AttentionProblem(16, 32, 8, 16, 8192, 128)
+    plain = search(p, 2)
+    checked = search(p, 2, verify_pipeline=True)
+    assert [x.config for x in checked.ranked] == [x.config for x in plain.ranked]
+    assert checked.ranked[0].chain[-1].startswith("pipeline: every interleaving")
+    first = plain.ranked[0].config
+    real = engine._pipeline_violations
+    monkeypatch.setattr(engine, "_pipeline_violations",
+                        lambda prob, c: ["PIPE-DEADLOCK"] if c == first else real(prob, c))
+    r = search(p, 2, verify_pipeline=True)
+    assert first not in [x.config for x in r.ranked] and r.pruned_by_rule["PIPE-DEADLOCK"] == 1
+    assert r.ranked[0].config == plain.ranked[1].config

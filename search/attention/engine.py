@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, NamedTuple
 
 from ..egg import Egg, bindings, term_to_tree
@@ -223,10 +224,14 @@ def _chain(problem, config, stage_choices: list[int]) -> list[str]:
     return steps
 
 
-def search(problem, top_k: int = 5, *, explain: bool = False, backend: str | None = "cutlass") -> AttentionSearchResult:
+def search(problem, top_k: int = 5, *, explain: bool = False, backend: str | None = "cutlass",
+           verify_pipeline: bool = False) -> AttentionSearchResult:
     """The best ``top_k`` legal FMHA kernels for ``problem``, cheapest first (deterministic). ``backend``: the
     renderer the kernels are for; what it refuses of a legal config (``registry.backend_refusals``, each
-    "RULE-ID: why") prunes like a rule. None: the hardware and CUTLASS rules only."""
+    "RULE-ID: why") prunes like a rule. None: the hardware and CUTLASS rules only. ``verify_pipeline``: also run
+    the temporal checker on the ranked kernels' protocol terms (legality/attention_pipeline.py) and drop any
+    that breaks a PIPE rule (0.1-3 s more per distinct protocol; the ATTN rules already exclude every failure
+    the checker is known to find, so this is a second opinion)."""
     from cutegen.errors import FieldError
     from cutegen.core.registry import backend_refusals as refusals
     from cutegen.legality.attention import RULESETS, AttentionContext, first_pruning_violation
@@ -298,6 +303,18 @@ def search(problem, top_k: int = 5, *, explain: bool = False, backend: str | Non
         cfg = config_of(key)
         ranked.append(AttnRanked(cfg, us, br, _chain(problem, cfg, sorted(groups[key[:7] + key[8:]]))))
     ranked.sort(key=lambda r: (round(r.cost, 9), r.config.to_json()))
+    if verify_pipeline:
+        kept = []
+        for r in ranked:
+            if len(kept) == top_k:
+                break
+            broken = _pipeline_violations(problem, r.config)
+            if broken:
+                pruned[broken[0]] = pruned.get(broken[0], 0) + 1
+                continue
+            r.chain.append("pipeline: every interleaving of its protocol terms explored, no PIPE rule broken")
+            kept.append(r)
+        ranked = kept
     ranked = ranked[:top_k]
     rejected = []
     if explain and ranked:
@@ -312,6 +329,19 @@ def search(problem, top_k: int = 5, *, explain: bool = False, backend: str | Non
                 rejected.append({"config": c.short_name(), "cost": round(us, 3), "rule": v.rule_id, "reason": str(v)})
     return AttentionSearchResult(problem, ranked, time.perf_counter() - t0, nodes, classes, iterations,
                                  len(cands), len(legal), pruned, rejected)
+
+
+def _pipeline_violations(problem, config) -> list[str]:
+    from cutegen.legality.attention_pipeline import protocol_params
+    return list(_protocol_verdict(protocol_params(problem, config), bool(problem.causal), config.cluster_m))
+
+
+@lru_cache(maxsize=256)
+def _protocol_verdict(params, causal: bool, cluster_m: int) -> tuple[str, ...]:
+    """The PIPE rules broken by one protocol (cached: many configurations share one)."""
+    from cutegen.legality.attention_pipeline import (build_terms_from_params, check_terms)
+    report = check_terms(build_terms_from_params(params, causal=causal, cluster_m=cluster_m))
+    return tuple(v.rule_id for v in report.violations if v.enforced)
 
 
 def _note_only():
