@@ -205,3 +205,18 @@ def test_the_gpu_step_records_resume_and_select(tmp_path, monkeypatch):
     sel, pts = tune.select_measured(points + off, len(points), t, db, max_kernels=4, tolerance=0.03)
     assert all(r.source == "measured" for r in sel.rows)
     assert len(sel.kernels) == 2
+
+
+def test_the_default_off_sample_values_are_the_gpu_scripts():
+    """pack --tune times the same off-sample M values bench/gpu_pack.sh times through the op."""
+    import re
+    from pathlib import Path
+    script = (Path(__file__).resolve().parent.parent / "bench" / "gpu_pack.sh").read_text()
+    assert tuple(sorted(int(x) for x in re.search(r"OFF_SAMPLE:-([\d,]+)", script).group(1).split(","))) == \
+        tune.DEFAULT_OFF_SAMPLE
+    assert len(tune.DEFAULT_OFF_SAMPLE) >= tune.MIN_OFF_SAMPLE
+    assert tune.parse_off_sample("300, 3,3") == (3, 300)
+    with pytest.raises(FieldError, match="--off-sample"):
+        tune.parse_off_sample("3,x")
+    with pytest.raises(FieldError, match="--off-sample"):
+        tune.parse_off_sample("0,5")
