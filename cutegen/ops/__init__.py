@@ -9,6 +9,7 @@ import importlib
 
 KNOWN: dict[str, str] = {
     "gemm": "cutegen.ops.gemm",
+    "attention": "cutegen.ops.attention",
 }
 
 
