@@ -15,7 +15,7 @@ per (kernel key, config), shared by the shapes that use it.
 PyTorch op and the raw C ABI: ragged and unequal sequence lengths, causal or not, batch, BSHD and BHSD strides,
 GQA/MQA groups and the decode-like packing (grouped kernels), a custom scale, the log-sum-exp, against a float32
 reference; then the ABI's refusals (misaligned pointer, wrong head dim, strides, GQA on an MHA kernel, workspace).
-The first kernel is also run under ``torch.compile`` and inside a CUDA graph.
+``op-checks`` runs one kernel's op under ``torch.compile`` and inside a CUDA graph.
 
 ``time`` times, per shape, every validated kernel through the op (``AttentionKernels``) and SDPA's cuDNN and
 flash backends (``torch.nn.attention.sdpa_kernel``) on the same tensors with CUDA events (contenders
@@ -336,6 +336,12 @@ def compile_and_graph(kdir: str) -> dict:
     return out
 
 
+def op_checks(args) -> int:
+    out = {"kernel": args.kernel, **compile_and_graph(args.kernel)}
+    print("op-checks " + json.dumps(out, sort_keys=True))
+    return 0 if all(v["ok"] for k, v in out.items() if k != "kernel") else 1
+
+
 def validate_worker(args) -> int:
     """Validate the kernels named on stdin, one JSON line each on stdout (the parent restarts after a crash)."""
     for line in sys.stdin:
@@ -345,10 +351,6 @@ def validate_worker(args) -> int:
         print(json.dumps({"start": kdir}), flush=True)
         try:
             rec = validate_kernel(kdir)
-            if args.compile_graph:
-                rec["op_checks"] = compile_and_graph(kdir)
-                rec["ok"] = rec["ok"] and all(v["ok"] for v in rec["op_checks"].values())
-                args.compile_graph = False
         except Exception as e:  # noqa: BLE001 - the kernel's result, not the worker's end
             rec = {"kernel": kdir, "ok": False, "cases": [], "probes": [], "seconds": 0,
                    "error": f"{type(e).__name__}: {e}"[:400]}
@@ -373,10 +375,8 @@ def validate(args) -> int:
     dirs = dirs[index::count]
     deadline = time.time() + args.deadline
     results, pending = {}, list(dirs)
-    first = args.shard.startswith("0/")
     while pending and time.time() < deadline:
-        cmd = [sys.executable, __file__, "validate-worker"] + (["--compile-graph"] if first else [])
-        first = False   # torch.compile and the CUDA graph: on the first kernel of the first shard only
+        cmd = [sys.executable, __file__, "validate-worker"]
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         produced = False
         proc.stdin.write("".join(d + "\n" for d in pending))
@@ -579,7 +579,8 @@ def main(argv=None) -> int:
     p.add_argument("--deadline", type=float, default=150.0, help="seconds for all of them")
     p.add_argument("--shard", default="0/1", metavar="I/N", help="validate every N-th built kernel from the I-th")
     p = sub.add_parser("validate-worker")
-    p.add_argument("--compile-graph", action="store_true")
+    p = sub.add_parser("op-checks", help="the op under torch.compile and in a CUDA graph, one kernel; JSON on stdout")
+    p.add_argument("kernel")
     p = sub.add_parser("time")
     p.add_argument("plan")
     p.add_argument("--json", required=True)
@@ -590,7 +591,7 @@ def main(argv=None) -> int:
     p.add_argument("kernel")
     args = ap.parse_args(argv)
     return {"plan": plan, "validate": validate, "validate-worker": validate_worker, "time": time_plan,
-            "sanitize-case": sanitize_case}[args.cmd](args)
+            "sanitize-case": sanitize_case, "op-checks": op_checks}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -14,8 +14,8 @@
 #   1. build     every kernel (16 nvcc jobs, none past BUILD_END_S)
 #   2. sanitize  compute-sanitizer memcheck on one small call (B2 H4 Sq200 Skv333) of the first causal GQA kernel (background)
 #   3. validate  every built kernel, two worker chains (a crash or hang costs that kernel only): ragged and unequal
-#                lengths, batch, BSHD/BHSD, GQA/MQA/decode packing, scale, LSE vs float32; ABI refusals; the
-#                first kernel also under torch.compile and in a CUDA graph
+#                lengths, batch, BSHD/BHSD, GQA/MQA/decode packing, scale, LSE vs float32; ABI refusals; beside
+#                them, the op of the plan's first kernel under torch.compile and in a CUDA graph
 #   4. time      per shape, every validated kernel through the op and SDPA cuDNN / flash, one process
 # Files in $OUT (at most 8): log.txt, build.txt, validate0.json, validate1.json, sanitize.txt, time.json, time.txt.
 set -u -o pipefail
@@ -43,8 +43,8 @@ PY=${PYTHON:-python3}
 JOBS=${JOBS:-16}
 BUILD_END_S=${BUILD_END_S:-300}          # every nvcc is killed by then
 SANITIZE_TIMEOUT_S=${SANITIZE_TIMEOUT_S:-150}
-VALIDATE_S=${VALIDATE_S:-110}            # both validation chains stop starting kernels after this long
-TIME_S=${TIME_S:-80}                     # no shape starts timing after this long
+VALIDATE_S=${VALIDATE_S:-130}            # both validation chains stop starting kernels after this long
+TIME_S=${TIME_S:-70}                     # no shape starts timing after this long
 HARD_LIMIT_S=${HARD_LIMIT_S:-530}        # the timing is killed here whatever it is doing
 export PYTHONUNBUFFERED=1
 export CUTEGEN_CACHE=${CUTEGEN_CACHE:-/tmp/cutegen-cache}
@@ -88,6 +88,14 @@ else
   echo "no sanitizer run: no built causal GQA kernel"
 fi
 
+phase "2c. the op under torch.compile and in a CUDA graph (background)"
+OPK=$(head -n 1 "$PLAN/dirs.txt")
+OPK_PID=""
+if [ -f "$OPK/kernel.so" ]; then
+  ( timeout 200 "$PY" bench/attention_bench.py op-checks "$OPK"; echo "op-checks exit code $?" ) > "$STAGE/opchecks.txt" 2>&1 &
+  OPK_PID=$!
+fi
+
 phase "3. validate (two chains, ${VALIDATE_S} s)"
 "$PY" bench/attention_bench.py validate "$PLAN" --shard 0/2 --deadline "$VALIDATE_S" --json "$OUT/validate0.json" > "$STAGE/v0.txt" 2>&1 &
 V0=$!
@@ -97,6 +105,10 @@ wait "$V0"; echo "validate chain 0 exit code $?"
 wait "$V1"; echo "validate chain 1 exit code $?"
 cat "$STAGE/v0.txt" "$STAGE/v1.txt" | grep -vE "^pass:" | tail -n 40
 echo "kernels passed: $(cat "$STAGE/v0.txt" "$STAGE/v1.txt" | grep -cE "^pass:")"
+if [ -n "$OPK_PID" ]; then
+  wait "$OPK_PID"
+  grep -E "^op-checks|exit code" "$STAGE/opchecks.txt" || tail -n 5 "$STAGE/opchecks.txt"
+fi
 if [ -n "$SAN_PID" ]; then
   phase "2b. waiting for compute-sanitizer"
   wait "$SAN_PID"

@@ -57,9 +57,9 @@ def problem_from_args(args: argparse.Namespace):
     return AttentionProblem.from_dict(data, where="problem")
 
 
-def _search(problem, top_k: int):
+def _search(problem, top_k: int, explain: bool = False):
     from ..core.search import search
-    found = search(problem, top_k)
+    found = search(problem, top_k, explain=True) if explain else search(problem, top_k)
     if not found.ranked:
         pruned = ", ".join(f"{k} x{v}" for k, v in sorted(found.pruned_by_rule.items()))
         raise CutegenError(f"no renderable attention kernel for {problem.name} "
@@ -123,13 +123,18 @@ def _add_search(p: argparse.ArgumentParser) -> None:
     add_problem_arguments(p)
     p.add_argument("--top-k", type=int, default=5, help="how many ranked configurations (default 5)")
     p.add_argument("--json", action="store_true", help="the ranking as JSON")
+    p.add_argument("--explain", action="store_true",
+                   help="why the winner: its rewrite chain and cost terms, what each rule pruned, the runners-up")
 
 
 def _run_search(args: argparse.Namespace) -> int:
     problem = problem_from_args(args)
     if args.top_k < 1:
         raise FieldError("--top-k", f"{args.top_k} is below the minimum 1")
-    found = _search(problem, args.top_k)
+    found = _search(problem, args.top_k, explain=args.explain)
+    if args.explain and hasattr(found, "explain"):
+        print(found.explain())
+        return 0
     if args.json:
         print(json.dumps(found.to_dict(), indent=1, sort_keys=True))
         return 0

@@ -40,7 +40,9 @@ class Row:
     best_us: float | None
     source: str                 # "predicted" (prior), or with --db: "measured", "learned" or "prior"
     note: str = ""
-    cublas_us: float | None = None   # torch.matmul's measured time (--measured), else None
+    cublas_us: float | None = None   # torch.matmul's measured time (--measured, --tune), else None
+    point: str | None = None         # --tune: "sampled" or "off-sample" (both measured); None otherwise
+    predicted_us: float | None = None   # --tune: the cost model's time for the serving kernel
 
     @property
     def loss(self) -> float | None:
@@ -294,6 +296,19 @@ def select(shapes: list[Shape], target: Target, *, max_kernels: int, tolerance: 
             for (key, _, _), pred in zip(legal, predictor.predict(s.problem, [(c, st) for _, c, st in legal])):
                 row[key] = (pred.us, pred.source)
         times[i] = row
+    return cover(shapes, target, classes, pool, times, max_kernels=max_kernels, tolerance=tolerance, notes=notes,
+                 pricer=pricer, price_missing=predictor is None)
+
+
+def cover(shapes: list[Shape], target: Target, classes: list[str], pool: dict[str, dict[str, KernelConfig]],
+          times: dict[int, dict[str, tuple[float, str]]], *, max_kernels: int, tolerance: float,
+          notes: list[str] | None = None, pricer: "Pricer | None" = None, price_missing: bool = False) -> Selection:
+    """The weighted greedy set cover over ``times`` (shape index -> config JSON -> (us, source)) of the
+    candidates ``pool`` (class -> config JSON -> config), and each shape's row on the fastest chosen kernel.
+    ``price_missing``: a chosen kernel with no time on a shape is priced by the cost model there (the lazy
+    judging of predicted selection); otherwise (measured selection) it does not serve that shape."""
+    notes = [] if notes is None else notes
+    pricer = pricer or Pricer(target.rates)
     n_classes = sum(1 for c in classes if any(times[i] for i, s in enumerate(shapes) if class_key(s.problem) == c))
     if max_kernels < n_classes:
         raise FieldError("--max-kernels", f"{max_kernels} is fewer than the {n_classes} kernel classes "
@@ -341,7 +356,7 @@ def select(shapes: list[Shape], target: Target, *, max_kernels: int, tolerance: 
         if best[i] is None:
             rows.append(Row(s, None, None, None, "-", "the search found no legal kernel"))
             continue
-        if predictor is None:          # the chosen kernels the lazy judging skipped on this shape
+        if price_missing:              # the chosen kernels the lazy judging skipped on this shape
             for k in kernels:
                 if k.cls == class_key(s.problem) and k.key not in times[i]:
                     t = pricer.time(s.problem, k.config)
