@@ -9,6 +9,7 @@ import importlib
 
 KNOWN: dict[str, str] = {
     "gemm": "cutegen.ops.gemm",
+    "grouped_gemm": "cutegen.ops.grouped_gemm",
 }
 
 
