@@ -3,7 +3,9 @@
 ``problem.py`` (``GroupedGemmProblem``) and ``config.py`` (``GroupedGemmConfig``) are the types;
 ``render.py`` renders CUTLASS 4.2's SM90 ptr-array grouped kernel with a device-side prep kernel and a C
 ABI (templates/grouped_gemm/); ``torch_op.py`` is the PyTorch op (``torch._grouped_mm``'s semantics).
-The search parts (space, rules, cost) come from ``trivial.py`` until the grouped search lands.
+The search parts: the grouped rules (legality/grouped_gemm.py, which also run every GEMM config rule on the
+per-group GEMM), the e-graph search (search/grouped.py) and the uneven-distribution cost model
+(search/grouped_cost.py); ``trivial.py`` keeps the fixed list of configurations known to compile.
 Each part imports its module when called: importing this package costs no egglog, torch or jinja2.
 """
 from __future__ import annotations
@@ -46,19 +48,50 @@ def features(p: GroupedGemmProblem) -> dict[str, float]:
             "empty_fraction": sum(1 for s in sizes if s == 0) / len(sizes)}
 
 
+def rule_sets() -> list:
+    """The grouped kernel's own rules, its launch rules, and every GEMM rule set (judged on the per-group GEMM)."""
+    from ...legality import all_rulesets
+    from ...legality.grouped_gemm import GROUPED_GEMM_RULES, GROUPED_LAUNCH_RULES
+    return [GROUPED_GEMM_RULES, GROUPED_LAUNCH_RULES, *all_rulesets()]
+
+
+def config_rule_sets() -> list:
+    """The rule sets judged on every candidate: the grouped ones, then GEMM's config rules and the swap rules
+    (check_config on the per-group GEMM). The search's legality analysis indexes its bits by this order."""
+    from ...legality import CONFIG_RULESETS, SWAP_AB_RULES
+    from ...legality.grouped_gemm import GROUPED_GEMM_RULES
+    return [GROUPED_GEMM_RULES, *CONFIG_RULESETS, SWAP_AB_RULES]
+
+
 def space(p: GroupedGemmProblem):
-    from .trivial import space as trivial_space
-    return trivial_space(p)
+    """Every candidate the grouped search's e-graph reaches (search/grouped.py), unjudged."""
+    from ...search.grouped import GroupedSpace, _config
+    s = GroupedSpace(p)
+    try:
+        return [_config(*cand) for cand in s.candidates()]
+    finally:
+        s.egg.close()
 
 
 def check(p: GroupedGemmProblem, c: GroupedGemmConfig) -> list:
-    from .trivial import check as trivial_check
-    return trivial_check(p, c)
+    from ...legality.grouped_gemm import config_violations
+    return config_violations(p, c)
 
 
 def cost(p: GroupedGemmProblem, c: GroupedGemmConfig) -> float:
-    from .trivial import cost as trivial_cost
-    return trivial_cost(p, c)
+    """Predicted microseconds on the problem's expected group sizes (search/grouped_cost.py); the config's
+    stages, or the ptr-array builder's when it leaves them to the builder."""
+    from ...legality.grouped_gemm import grouped_stages
+    from ...search.grouped_cost import grouped_cost
+    stages = grouped_stages(p, c)
+    if stages < 1:
+        raise ValueError(f"no cost for {c.short_name()} on {p.name}: not one pipeline stage fits in shared memory")
+    return grouped_cost(p, c, stages)[0]
+
+
+def search(p: GroupedGemmProblem, top_k: int = 5, **options: Any):
+    from ...search.grouped import search as grouped_search
+    return grouped_search(p, top_k, **options)
 
 
 def render(p: GroupedGemmProblem, c: GroupedGemmConfig, backend: str | None = None, **options: Any):
@@ -81,7 +114,7 @@ OPERATION = register(Operation(
     summary="D_i = X_i @ W_i^T for E groups sharing N and K (MoE experts), group sizes on the device; sm_90a",
     dtypes=dtypes, extents=extents, flops=lambda p: p.flops,
     db_key=db_key, db_columns=db_columns, features=features,
-    space=space, check=check, cost=cost,
+    rule_sets=rule_sets, config_rule_sets=config_rule_sets, check=check, space=space, cost=cost, search=search,
     backends=BACKENDS, render=render, backend_refusals=backend_refusals,
     tolerance=tolerance, reference="float32 matmul per group of the same (already quantized) inputs",
     peers=("torch_grouped_mm", "matmul_loop", "padded_bmm"),
