@@ -210,7 +210,7 @@ class GroupedSpace:
                             out.append((tile, cluster, s, codes[0], swapped))
         return out
 
-    def tile_forms(self, tile) -> list[str]:
+    def tile_forms(self, tile, cooperative: bool = True) -> list[str]:
         """The forms of a tile's e-class: the rewrite chain that reaches it (as GEMM's search prints it)."""
         cls = self._tile_class.get(tuple(tile))
         if cls is None:
@@ -224,7 +224,7 @@ class GroupedSpace:
                 out.append(f"Tiled(Wgmma(64,{n[1]},{n[2]}), wg_m={i64(r.inputs[1])}, n_rep={i64(r.inputs[2])}, "
                            f"k_steps={i64(r.inputs[3])})  [tiles: instruction x repeats]")
                 break
-        for r in f["WgSplit"].rows:
+        for r in f["WgSplit"].rows if cooperative else ():
             if r.output == cls:
                 out.append("WgSplit(.., 2)  [splits: two consumer warpgroups along M (cooperative)]")
                 break
@@ -395,7 +395,7 @@ def _chain(space: GroupedSpace, problem, key: tuple, rep) -> list[str]:
         lines.append(f"problem: GMul({problem.total_tokens}, {problem.n}, {problem.k}) = GTranspose(GMul({problem.n}, "
                      f"{problem.total_tokens}, {problem.k}))  [swap AB per group: D_i^T = W_i X_i^T; the used groups "
                      f"average <= {DECODE_ROWS} rows, so the tokens fill tile N = {tn}]")
-    lines += space.tile_forms((tm, tn, tk))
+    lines += space.tile_forms((tm, tn, tk), SCHEDULES[s] == "ptr_cooperative")
     if (cm, cn) != (1, 1):
         lines.append(f"CtaTile({tm}, {tn}, {tk}) = ClusterSplit(ClTile({tm * cm}, {tn * cn}, {tk}), {cm}, {cn})  "
                      "[splits: cluster tile over its CTAs]")
