@@ -147,15 +147,22 @@ def _check_devices(*tensors) -> None:
 
 
 # --- the launch ----------------------------------------------------------------------------------------
-def _launch(k: GroupedKernel, a, b, out, sizes, tokens: int, ldx: int, ldd: int, x_gs: int, d_gs: int,
-            scale_a, scale_b) -> None:
+def launch(k: GroupedKernel, a, b, out, sizes, scale_a=None, scale_b=None, *, workspace_shortfall: int = 0
+           ) -> tuple[int, str]:
+    """Run kernel ``k`` into ``out`` (no checks beyond the C ABI's own): the op's launch, and the GPU
+    validation's, which passes an ``out`` filled with a sentinel to see that nothing else is written.
+    ``workspace_shortfall`` bytes are taken off the workspace (a refusal probe). Returns (status, message)."""
     groups, kk, n = b.shape[0], b.shape[1], b.shape[2]
     if k.lib is None:
         raise GroupedArgumentError(f"kernel: handle {k.handle} is a stand-in with no library to launch")
+    if k.layout == "offs":
+        tokens, ldx, ldd, x_gs, d_gs = a.shape[0], a.stride(0), out.stride(0), 0, 0
+    else:
+        tokens, ldx, ldd, x_gs, d_gs = a.shape[1], a.stride(1), out.stride(1), a.stride(0), out.stride(0)
     with torch.cuda.device(a.device):
         need = k.lib.cutegen_grouped_workspace_size(groups)
         if need == 0:
-            raise GroupedArgumentError(f"b: {groups} groups is more than the kernel takes (GROUPED-ABI-GROUPS)")
+            return abi.CANNOT_IMPLEMENT, f"GROUPED-ABI-GROUPS: {groups} groups is more than the kernel takes"
         # one allocation per call from torch's stream-ordered caching allocator (a graph's own pool while
         # capturing); the kernel re-initializes its parameters only when the address changes
         ws = torch.empty(need + abi.WORKSPACE_ALIGN, dtype=torch.uint8, device=a.device)
@@ -168,9 +175,14 @@ def _launch(k: GroupedKernel, a, b, out, sizes, tokens: int, ldx: int, ldd: int,
             scale_a.data_ptr() if scale_a is not None else None,
             scale_b.data_ptr() if scale_b is not None else None,
             scale_b.numel() if scale_b is not None else 0,
-            base, need, stream)
+            base, need - workspace_shortfall, stream)
+    msg = k.lib.cutegen_last_error().decode(errors="replace") if status != abi.OK else ""
+    return status, msg
+
+
+def _launch_or_raise(k: GroupedKernel, a, b, out, sizes, scale_a, scale_b) -> None:
+    status, msg = launch(k, a, b, out, sizes, scale_a, scale_b)
     if status != abi.OK:
-        msg = k.lib.cutegen_last_error().decode(errors="replace")
         raise GroupedArgumentError(f"grouped kernel {k.kernel_hash} refused the call (status {status}: {msg})")
 
 
@@ -182,7 +194,7 @@ def _grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, kernel: in
     out = torch.empty((a.shape[0], b.shape[2]), dtype=torch.bfloat16, device=a.device)
     if a.shape[0] == 0 or b.shape[2] == 0:
         return out
-    _launch(k, a, b, out, offs, a.shape[0], a.stride(0), out.stride(0), 0, 0, scale_a, scale_b)
+    _launch_or_raise(k, a, b, out, offs, scale_a, scale_b)
     return out
 
 
@@ -201,8 +213,7 @@ def _grouped_mm_masked(a: torch.Tensor, b: torch.Tensor, counts: torch.Tensor, k
     out = torch.empty((a.shape[0], a.shape[1], b.shape[2]), dtype=torch.bfloat16, device=a.device)
     if a.shape[1] == 0 or b.shape[2] == 0:
         return out
-    _launch(k, a, b, out, counts, a.shape[1], a.stride(1), out.stride(1), a.stride(0), out.stride(0),
-            scale_a, scale_b)
+    _launch_or_raise(k, a, b, out, counts, scale_a, scale_b)
     return out
 
 
