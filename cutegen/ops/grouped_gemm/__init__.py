@@ -18,7 +18,7 @@ from ...core.registry import register
 from .config import GroupedGemmConfig
 from .problem import OP, GroupedGemmProblem
 
-BACKENDS = ("cutlass",)
+BACKENDS = ("cutlass_builder",)     # grouped_gemm.render.BACKEND
 
 
 def dtypes(p: GroupedGemmProblem) -> dict[str, str]:

@@ -13,6 +13,9 @@ from .problem import GroupedGemmProblem
 HBM_BYTES_PER_S = 4.8e12
 PEAK_FLOPS = {"bf16": 989e12, "e4m3": 1979e12}
 SMS = 132
+# L2 -> shared memory bandwidth per SM (about 16 TB/s over 132 SMs): a narrow tile reloads its operands
+# for few FLOPs and is bound by it, not by the tensor cores.
+L2_BYTES_PER_S_PER_SM = 16e12 / SMS
 LAUNCH_US = 4.0          # the prep kernel and the grouped kernel
 
 
@@ -38,7 +41,8 @@ def check(p: GroupedGemmProblem, c: GroupedGemmConfig) -> list:
 
 def cost(p: GroupedGemmProblem, c: GroupedGemmConfig) -> float:
     """Microseconds: the larger of the HBM time (every used expert's weights, the tokens, the output)
-    and the tensor-core time of the padded tiles, in waves over the SMs, plus a tenth of the smaller."""
+    and the time of the padded tiles in waves over the SMs (each tile the larger of its tensor-core time and
+    its operands' L2 traffic), plus a tenth of the smaller."""
     eb = p.element_bytes
     sizes = p.group_sizes
     used = sum(1 for m in sizes if m)
@@ -48,7 +52,8 @@ def cost(p: GroupedGemmProblem, c: GroupedGemmConfig) -> float:
     tok_tile, n_tile = (c.tile_n, c.tile_m) if c.swap_ab else (c.tile_m, c.tile_n)
     tiles = sum(math.ceil(m / tok_tile) for m in sizes) * math.ceil(p.n / n_tile)
     waves = math.ceil(tiles / SMS) if tiles else 0
-    per_tile = 2 * tok_tile * n_tile * p.k / (PEAK_FLOPS[p.dtype] / SMS)
+    per_tile = max(2 * tok_tile * n_tile * p.k / (PEAK_FLOPS[p.dtype] / SMS),
+                   (tok_tile + n_tile) * p.k * eb / L2_BYTES_PER_S_PER_SM)
     mma = waves * per_tile
     # the two overlap imperfectly: a tenth of the smaller shows (it also breaks ties between tiles on a
     # bandwidth-bound problem in favour of the one that wastes fewer tensor-core cycles)
