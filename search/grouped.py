@@ -238,9 +238,17 @@ def _config(tile, cluster, s, r, swapped, stages=None):
                              raster=RASTERS[r])
 
 
-def search(problem, top_k: int = 5, *, explain: bool = False, device: str | None = None) -> GroupedSearchResult:
+DEFAULT_BACKEND = "default"
+
+
+def search(problem, top_k: int = 5, *, explain: bool = False, device: str | None = None,
+           backend: str | None = DEFAULT_BACKEND) -> GroupedSearchResult:
     """The best ``top_k`` legal grouped kernels of ``problem`` under its expected distribution, cheapest first.
-    Deterministic: equal costs are ordered by the configuration's JSON."""
+    Deterministic: equal costs are ordered by the configuration's JSON.
+
+    ``backend``: the renderer the result is for (default: the operation's first); its refusals prune like rules
+    (through the registry, as GEMM's search does). None judges the rules alone (what a kernel could be, whether
+    or not a renderer spells it yet)."""
     from cutegen.errors import FieldError
     from cutegen.legality.cp_async import ADVISORY
     from cutegen.legality.cutlass_sm90 import MOOT_UNDER_CUTEGEN_ABI
@@ -253,6 +261,9 @@ def search(problem, top_k: int = 5, *, explain: bool = False, device: str | None
         raise FieldError("problem", f"expected a GroupedGemmProblem, got {type(problem).__name__}")
     if not isinstance(top_k, int) or isinstance(top_k, bool) or not 1 <= top_k <= 100:
         raise FieldError("top_k", f"expected an integer from 1 to 100, got {top_k!r}")
+    from cutegen.core import registry
+    if backend == DEFAULT_BACKEND:
+        backend = registry.operation_of(problem).backends[0] if registry.operation_of(problem).backends else None
     t0 = time.perf_counter()
     space = GroupedSpace(problem)
     try:
@@ -277,6 +288,12 @@ def search(problem, top_k: int = 5, *, explain: bool = False, device: str | None
                 break
             rep = check_grouped(problem, cfg)
             broken = list(rep.violations) + [w for w in rep.warnings if w.rule_id not in MOOT_UNDER_CUTEGEN_ABI | ADVISORY]
+            if not broken and backend is not None:
+                # the renderer's own refusals, "RULE-ID: why" (cutegen/ops/grouped_gemm/render.py)
+                from cutegen.legality.rule import Violation
+                for why in registry.backend_refusals(problem, rep.config, backend):
+                    rid, _, reason = why.partition(":")
+                    broken.append(Violation(rid.strip(), reason.strip(), True, "render"))
             for v in broken:
                 pruned[v.rule_id] = pruned.get(v.rule_id, 0) + 1
                 index.setdefault(v.rule_id, len(index))

@@ -135,10 +135,27 @@ def test_swap_ab_is_offered_for_decode_sized_groups_only():
 
 
 def test_search_reports_what_the_rules_pruned():
-    r = search(P(32, 4096, 7168, 8184, dtype="e4m3", scale="block128"), 3, explain=True)
+    r = search(P(32, 4096, 7168, 8184, dtype="e4m3", scale="block128"), 3, explain=True, backend=None)
     assert r.pruned_by_rule["GROUPED-BLOCK128-TILE-K"] > 0
     assert all(x.config.tile_k == 128 and x.config.tile_n % 128 == 0 for x in r.ranked)
     assert any("GROUPED-BLOCK128-TILE-K" in rej["rules"] for rej in r.rejected)
+
+
+def test_the_renderers_refusals_prune_like_rules():
+    # the default backend (cutlass_builder) does not render block128 scales yet: every judged candidate is refused
+    # with the renderer's rule, and nothing is ranked (no silent fallback to an unrenderable kernel)
+    p = P(32, 4096, 7168, 8184, dtype="e4m3", scale="block128")
+    r = search(p, 3)
+    assert r.ranked == [] and r.candidates_legal == 0 and r.pruned_by_rule["GROUPED-RENDER-BLOCK128"] > 0
+    assert search(p, 3, backend=None).ranked          # the rules alone accept some
+
+
+def test_cli_says_why_nothing_is_ranked(capsys):
+    from cutegen.cli import main
+    rc = main(["search", "--op", "grouped_gemm", "--groups", "32", "--tokens", "8184", "--n", "4096", "--k", "7168",
+               "--dtype", "e4m3", "--scale", "block128"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "GROUPED-RENDER-BLOCK128" in err and "Traceback" not in err and len(err.splitlines()) == 1
 
 
 def test_search_refuses_other_problems_in_one_line():
