@@ -74,9 +74,10 @@ def test_rendering_is_deterministic_and_the_hash_names_the_kernel_class_and_conf
 
 def test_block_scales_are_refused_naming_the_rule_and_block128_stays_a_problem():
     p = P.replace(dtype="e4m3", scale="block128")
-    assert registry.backend_refusals(p, C, "cutlass_builder")[0].startswith("GROUPED-RENDER-BLOCK128: scale=block128")
+    c = C.replace(tile_k=128)        # legal under the block128 rules (GROUPED-BLOCK128-TILE-K wants tile_k 128)
+    assert registry.backend_refusals(p, c, "cutlass_builder")[0].startswith("GROUPED-RENDER-BLOCK128: scale=block128")
     with pytest.raises(CutegenError, match="GROUPED-RENDER-BLOCK128"):
-        registry.render(p, C)
+        registry.render(p, c)
     assert registry.backend_refusals(P.replace(dtype="e4m3", scale="tensor"), C, "cutlass_builder") == []
 
 
