@@ -96,3 +96,21 @@ def test_every_abi_rule_id_is_declared_and_every_declared_one_is_in_the_template
     kernel = (ROOT / "templates" / "grouped_gemm" / "kernel.cu.j2").read_text()
     for sym in abi.EXPORTED_SYMBOLS:
         assert f"CUTEGEN_EXPORT" in kernel and f" {sym}(" in kernel
+
+
+def test_generate_op_renders_the_searchs_pick_and_refuses_gemm_flags(tmp_path, capsys):
+    from cutegen.cli import main
+    out = tmp_path / "k"
+    problem = '{"groups": 8, "tokens": 256, "n": 512, "k": 1024}'
+    assert main(["generate", "--op", "grouped_gemm", "--no-build", "-o", str(out), "--problem", problem]) == 0
+    man = json.loads((out / "manifest.json").read_text())
+    assert man["problem"]["op"] == "grouped_gemm" and (out / "kernel.cu").is_file()
+    assert f"kernel {man['kernel_hash']} -> {out}" in capsys.readouterr().out
+    assert main(["generate", "--op", "grouped_gemm", "--m", "4", "--problem", problem]) == 2
+    assert "--problem: --op grouped_gemm takes its problem as --problem JSON (--m are GEMM flags)" in capsys.readouterr().err
+    assert main(["generate", "--op", "grouped_gemm", "--problem", '{"groups": 0, "tokens": 1, "n": 8, "k": 8}']) == 2
+    assert "--problem.groups: 0 is below the minimum 1" in capsys.readouterr().err
+    cfg = '{"tile_m": 64, "tile_n": 128, "tile_k": 64, "schedule": "ptr_pingpong"}'
+    assert main(["generate", "--op", "grouped_gemm", "--no-build", "-o", str(out), "--problem", problem,
+                 "--config", cfg]) == 0
+    assert json.loads((out / "manifest.json").read_text())["config"]["schedule"] == "ptr_pingpong"
