@@ -72,13 +72,21 @@ def test_rendering_is_deterministic_and_the_hash_names_the_kernel_class_and_conf
     assert described["hash"] == a.kernel_hash and described["abi"] == "grouped_gemm"
 
 
-def test_block_scales_are_refused_naming_the_rule_and_block128_stays_a_problem():
+def test_block128_renders_the_blockwise_mainloop_with_k_major_scales():
     p = P.replace(dtype="e4m3", scale="block128")
-    c = C.replace(tile_k=128)        # legal under the block128 rules (GROUPED-BLOCK128-TILE-K wants tile_k 128)
-    assert registry.backend_refusals(p, c, "cutlass_builder")[0].startswith("GROUPED-RENDER-BLOCK128: scale=block128")
-    with pytest.raises(CutegenError, match="GROUPED-RENDER-BLOCK128"):
-        registry.render(p, c)
-    assert registry.backend_refusals(P.replace(dtype="e4m3", scale="tensor"), C, "cutlass_builder") == []
+    c = C.replace(tile_k=128)        # GROUPED-BLOCK128-TILE-K wants tile_k 128, -TILE-N tile_n % 128 == 0
+    assert registry.backend_refusals(p, c, "cutlass_builder") == []
+    s = registry.render(p, c).source
+    assert "KernelPtrArrayTmaWarpSpecializedCooperativeFP8Blockwise;" in s
+    assert "Sm90BlockwiseScaleConfig<1, 128, 128," in s and "cute::GMMA::Major::K, cute::GMMA::Major::K>" in s
+    assert "cute::tuple<LayoutA*, LayoutSFA*>" in s and "a.ptr_sfa[i] = sx;" in s
+    assert "const float* sx = a.scale_x + start * kblocks;" in s and "fusion.alpha = 1.0f;" in s
+    # swapped: the weights are A, so their 128 x 128 blocks are the kernel's SFA
+    sw = registry.render(p, c.replace(swap_ab=True, tile_m=128, tile_n=16, schedule="ptr_pingpong")).source
+    assert "Sm90BlockwiseScaleConfig<128, 1, 128," in sw and "a.ptr_sfa[i] = sw;" in sw
+    masked = registry.render(p.replace(layout="masked", tokens=64), c).source
+    assert "const float* sx = a.scale_x + i * a.tokens * kblocks;" in masked
+    assert "FP8Blockwise" not in _src() and "LayoutSFA" not in _src()
 
 
 def test_manifest_reads_back_through_the_registry(tmp_path):
