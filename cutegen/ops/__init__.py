@@ -10,6 +10,7 @@ import importlib
 KNOWN: dict[str, str] = {
     "gemm": "cutegen.ops.gemm",
     "attention": "cutegen.ops.attention",
+    "grouped_gemm": "cutegen.ops.grouped_gemm",
 }
 
 
