@@ -82,7 +82,13 @@ def plan(args) -> int:
     out = Path(args.out)
     (out / "kernels").mkdir(parents=True, exist_ok=True)
     shapes, kernels = [], {}
+    only = set(args.shapes.split(",")) if args.shapes else None
+    unknown = sorted(only - set(SHAPES)) if only else []
+    if unknown:
+        raise SystemExit(f"--shapes: unknown shape {unknown[0]!r} (known: {', '.join(SHAPES)})")
     for name, fields in SHAPES.items():
+        if only is not None and name not in only:
+            continue
         problem = _problem(fields)
         t0 = time.perf_counter()
         searched = search(problem, 12)
@@ -572,6 +578,7 @@ def main(argv=None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("plan")
     p.add_argument("--out", default="out/attention-plan")
+    p.add_argument("--shapes", help="comma-separated names of SHAPES to plan (default: all)")
     p = sub.add_parser("validate")
     p.add_argument("plan")
     p.add_argument("--json", required=True)
