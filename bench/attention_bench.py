@@ -82,7 +82,13 @@ def plan(args) -> int:
     out = Path(args.out)
     (out / "kernels").mkdir(parents=True, exist_ok=True)
     shapes, kernels = [], {}
+    only = set(args.shapes.split(",")) if args.shapes else None
+    unknown = sorted(only - set(SHAPES)) if only else []
+    if unknown:
+        raise SystemExit(f"--shapes: unknown shape {unknown[0]!r} (known: {', '.join(SHAPES)})")
     for name, fields in SHAPES.items():
+        if only is not None and name not in only:
+            continue
         problem = _problem(fields)
         t0 = time.perf_counter()
         searched = search(problem, 12)
@@ -437,6 +443,14 @@ def validate(args) -> int:
     return 0 if summary["pass"] and not doc["summary"]["failing"] else 1
 
 
+def _unpacked(call):
+    os.environ["CUTEGEN_ATTENTION_PACK_GQA"] = "0"
+    try:
+        return call()
+    finally:
+        del os.environ["CUTEGEN_ATTENTION_PACK_GQA"]
+
+
 def _time_ms(fn, rounds=5, min_ms=60.0):
     torch = _torch()
     fn()
@@ -504,6 +518,11 @@ def time_plan(args) -> int:
             op = AttentionKernels([plan_dir / entry["dir"]])
             contenders[entry["role"]] = (entry["dir"], lambda op=op: op(q, k, v, is_causal=p.causal, scale=scale,
                                                                        enable_gqa=gqa))
+            if gqa and not p.causal and p.seqlen_q < entry["config"]["tile_q"]:
+                # decode-like: the same kernel without folding the group's query heads into rows (the ABI's
+                # CUTEGEN_ATTENTION_PACK_GQA switch, read on every call)
+                contenders[entry["role"] + "-nopack"] = (entry["dir"], lambda op=op: _unpacked(
+                    lambda: op(q, k, v, is_causal=p.causal, scale=scale, enable_gqa=gqa)))
         for name, backend in (("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION), ("sdpa_flash", SDPBackend.FLASH_ATTENTION)):
             def run(backend=backend):
                 with sdpa_kernel(backend):
@@ -527,6 +546,7 @@ def time_plan(args) -> int:
             rows["contenders"][name] = rec
         base = rows["contenders"].get("sdpa_cudnn", {}).get("ms")
         ours = {n: r for n, r in rows["contenders"].items() if n.startswith(("cutegen", "example", "alt")) and r.get("ms")}
+        rows["hbm_note"] = "hbm_fraction: bytes_min (Q, K, V read once, O written once) at 4.8 TB/s over the time"
         if ours:
             best = min(ours, key=lambda n: ours[n]["ms"])
             rows["best_cutegen_kernel"] = best
@@ -572,6 +592,7 @@ def main(argv=None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("plan")
     p.add_argument("--out", default="out/attention-plan")
+    p.add_argument("--shapes", help="comma-separated names of SHAPES to plan (default: all)")
     p = sub.add_parser("validate")
     p.add_argument("plan")
     p.add_argument("--json", required=True)

@@ -4,6 +4,7 @@
 #
 #   here, once:   PYTHON=.venv/bin/python bash oracles/prepare_cutlass_headers.sh   # headers -> oracles/.cutlass
 #                 bash bench/gpu_attention.sh --plan                               # search + render -> out/attention-plan
+#   (SHAPES=a,b bash bench/gpu_attention.sh --plan: only those shapes of bench/attention_bench.py's SHAPES)
 #   device call:  mkdir -p oracles/.cutlass && tar xzf .carry/cutlass.tgz -C oracles/.cutlass && bash bench/gpu_attention.sh
 #                 carry: [".carry", "out/attention-plan"]
 #
@@ -28,7 +29,7 @@ if [ "${1:-}" = "--plan" ]; then
   . "$REPO/bench/stage_package.sh"      # this tree's cutegen first on PYTHONPATH, whatever PY has installed
   "$PY" -c "import jinja2, egglog, cutegen.ops.attention.render" || { echo "gpu_attention --plan: needs jinja2 and egglog (the e-graph search); set PYTHON"; exit 2; }
   rm -rf "$PLAN"
-  "$PY" bench/attention_bench.py plan --out "$PLAN"
+  "$PY" bench/attention_bench.py plan --out "$PLAN" ${SHAPES:+--shapes "$SHAPES"}
   rc=$?
   rm -rf "$STAGE"
   exit $rc

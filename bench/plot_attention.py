@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import textwrap
 from pathlib import Path
 
 GROUPS = (("cutegen", "cutegen pick", "#1f77b4"), ("cutegen-best", "best cutegen-rendered kernel", "#aec7e8"),
@@ -45,7 +46,7 @@ def main(argv=None) -> int:
         ys = [v.get(key) or 0.0 for _, v in data]
         ax.bar(xs, ys, width, label=label, color=color)
     ax.set_xticks(range(len(data)))
-    ax.set_xticklabels([n.replace("_", "\n", 2) for n, _ in data], fontsize=8)
+    ax.set_xticklabels([textwrap.fill(n.replace("_", " "), 14).replace(" ", "_") for n, _ in data], fontsize=7)
     ax.set_ylabel("TFLOP/s (useful FLOPs; causal: kept pairs)")
     ax.set_title(f"Attention forward, bf16, {doc.get('device', '?')} (torch {doc.get('torch', '?')}, one process)")
     ax.legend(fontsize=8)

@@ -49,6 +49,8 @@ def test_rendered_source_spells_out_the_config():
     # causal: the example's CausalFusion with the keys past seqlen_kv masked too
     assert "struct Mask : cutlass::fmha::collective::CausalFusion" in src
     assert "get<1>(pos) >= get<3>(problem_size)" in src
+    # the masked tiles start at the first KV tile the Q block's diagonal touches (any tile_q, tile_kv pair)
+    assert "int(get<0>(blk_coord)) * int(get<0>(tile_shape)) / int(get<1>(tile_shape))" in src
     plain = render(AttentionProblem(8, 16, 16, 2048, 2048, 64), TMA).source
     assert "FmhaKernelTma<" in plain and "FmhaKernelTmaWarpSpecialized" not in plain
     assert "using Mask = cutlass::fmha::collective::ResidualFusion;" in plain
@@ -114,6 +116,8 @@ def _ids(problem, config):
     ("ATTN-RENDER-TMA-OPTIONS", (MHA, TMA), (MHA, TMA.replace(acc_qk="f16"))),
     ("ATTN-RENDER-TMA-OPTIONS", (MHA, TMA), (MHA, TMA.replace(persistent=True))),
     ("ATTN-RENDER-TMA-GQA", (MHA.replace(heads_kv=32), TMA), (MHA.replace(heads_kv=16), TMA)),
+    # one 64-row atom per thread: tile_q 64 builds, 128 (one warpgroup, two atoms) hits the static_assert
+    ("ATTN-RENDER-TMA-TILE-Q", (MHA, TMA), (MHA, TMA.replace(tile_q=128))),
     ("ATTN-RENDER-WS-CLUSTER", (MHA, AttentionConfig(cluster_m=1)), (MHA, AttentionConfig(cluster_m=2))),
     ("ATTN-RENDER-WS-BLOCKS-PER-SM", (MHA, AttentionConfig(blocks_per_sm=1)), (MHA, AttentionConfig(blocks_per_sm=2))),
     ("ATTN-RENDER-PINGPONG-OPTIONS", (MHA, PINGPONG), (MHA, PINGPONG.replace(persistent=False))),

@@ -41,6 +41,9 @@ REFUSALS = {
     "ATTN-RENDER-TMA-OPTIONS": ("schedule tma takes one MMA warpgroup, no persistence, no separate Q load, f32 accumulation",
                                 "88 fmha_collective_tma.hpp: one TiledMma (KernelTmaWarpSpecialized builder), "
                                 "IndividualTileScheduler, one ElementAccumulator"),
+    "ATTN-RENDER-TMA-TILE-Q": ("schedule tma takes tile_q 64 (one 64-row WGMMA atom per thread)",
+                               "88 fmha_collective_tma.hpp:410 and :483 static_assert size<1>(layout_qk_input) == 1; "
+                               "nvcc failed 128x64 and 128x96 tma kernels on the H200 run"),
     "ATTN-RENDER-TMA-GQA": ("schedule tma cannot share KV heads (grouped problems)",
                             "88 fmha_collective_tma.hpp: LayoutQKV is fixed to (int, _1, (int, int))"),
     "ATTN-RENDER-WS-CLUSTER": ("warp-specialized schedules run without clusters",
@@ -87,6 +90,8 @@ def backend_refusals(problem: AttentionProblem, config: AttentionConfig, backend
                                             ("acc_qk", c.acc_qk, c.acc_qk == "f32")) if not ok]
         if bad:
             refuse("ATTN-RENDER-TMA-OPTIONS", ", ".join(bad))
+        if c.tile_q != WGMMA_M:
+            refuse("ATTN-RENDER-TMA-TILE-Q", f"tile_q {c.tile_q}")
         if grouped:
             refuse("ATTN-RENDER-TMA-GQA", f"heads_q {p.heads_q}, heads_kv {p.heads_kv}")
     else:
