@@ -287,26 +287,47 @@ def select(shapes: list[Shape], target: Target, *, max_kernels: int, tolerance: 
                     row[cfg.to_json()] = (t, "predicted")
                     best_t = t if best_t is None else min(best_t, t)
         else:
-            from ..legality import check_config
-            legal = []
-            for key, cfg in pool[class_key(s.problem)].items():
-                rep = check_config(s.problem, cfg)
-                if rep.legal:
-                    legal.append((key, rep.config, rep.stages))
-            for (key, _, _), pred in zip(legal, predictor.predict(s.problem, [(c, st) for _, c, st in legal])):
-                row[key] = (pred.us, pred.source)
+            # The same lazy judging with the learned model: every candidate predicted at its own stages in one
+            # call, then judged in predicted order until the first legal one and those within the tolerance
+            # of it. A pair the rules complete differently (other stages) is predicted again as judged.
+            cfgs = list(pool[class_key(s.problem)].values())
+            est = [p.us for p in predictor.predict(s.problem, [(c, c.stages) for c in cfgs])]
+            best_t = None
+            for e, cfg in sorted(zip(est, cfgs), key=lambda x: (x[0], x[1].to_json())):
+                if best_t is not None and e > best_t * (1.0 + tolerance) + 1e-9:
+                    break
+                got = _learned_time(pricer, predictor, s.problem, cfg)
+                if got is not None:
+                    row[cfg.to_json()] = got
+                    best_t = got[0] if best_t is None else min(best_t, got[0])
         times[i] = row
+    if predictor is None:
+        def fill(problem, cfg):
+            t = pricer.time(problem, cfg)
+            return None if t is None else (t, "predicted")
+    else:
+        def fill(problem, cfg):
+            return _learned_time(pricer, predictor, problem, cfg)
     return cover(shapes, target, classes, pool, times, max_kernels=max_kernels, tolerance=tolerance, notes=notes,
-                 pricer=pricer, price_missing=predictor is None)
+                 pricer=pricer, fill=fill)
+
+
+def _learned_time(pricer: "Pricer", predictor, problem: GemmProblem, cfg: KernelConfig) -> tuple[float, str] | None:
+    """The learned model's (us, source) for a pair the rules allow (judged once, memoised by the pricer)."""
+    rep = pricer.legal(problem, cfg)
+    if rep is None:
+        return None
+    pred = predictor.predict(problem, [rep])[0]
+    return pred.us, pred.source
 
 
 def cover(shapes: list[Shape], target: Target, classes: list[str], pool: dict[str, dict[str, KernelConfig]],
           times: dict[int, dict[str, tuple[float, str]]], *, max_kernels: int, tolerance: float,
-          notes: list[str] | None = None, pricer: "Pricer | None" = None, price_missing: bool = False) -> Selection:
+          notes: list[str] | None = None, pricer: "Pricer | None" = None, fill=None) -> Selection:
     """The weighted greedy set cover over ``times`` (shape index -> config JSON -> (us, source)) of the
     candidates ``pool`` (class -> config JSON -> config), and each shape's row on the fastest chosen kernel.
-    ``price_missing``: a chosen kernel with no time on a shape is priced by the cost model there (the lazy
-    judging of predicted selection); otherwise (measured selection) it does not serve that shape."""
+    ``fill(problem, config) -> (us, source) | None``: the time of a chosen kernel on a shape the lazy judging
+    left without one (predicted selection); None (measured selection): it does not serve that shape."""
     notes = [] if notes is None else notes
     pricer = pricer or Pricer(target.rates)
     n_classes = sum(1 for c in classes if any(times[i] for i, s in enumerate(shapes) if class_key(s.problem) == c))
@@ -356,12 +377,12 @@ def cover(shapes: list[Shape], target: Target, classes: list[str], pool: dict[st
         if best[i] is None:
             rows.append(Row(s, None, None, None, "-", "the search found no legal kernel"))
             continue
-        if price_missing:              # the chosen kernels the lazy judging skipped on this shape
+        if fill is not None:           # the chosen kernels the lazy judging skipped on this shape
             for k in kernels:
                 if k.cls == class_key(s.problem) and k.key not in times[i]:
-                    t = pricer.time(s.problem, k.config)
-                    if t is not None:
-                        times[i][k.key] = (t, "predicted")
+                    got = fill(s.problem, k.config)
+                    if got is not None:
+                        times[i][k.key] = got
         opts = [(times[i][k.key][0], j) for j, k in enumerate(kernels) if k.cls == class_key(s.problem)
                 and k.key in times[i]]
         if not opts:

@@ -333,7 +333,7 @@ def select_measured(shapes: list[Shape], n_sampled: int, target, db, *, max_kern
         notes.append(f"{len(unmeasured)} shape(s) have no measurement and are priced by the cost model (source "
                      f"predicted): {', '.join(s.label for s in unmeasured[:6])}{' ...' if len(unmeasured) > 6 else ''}")
     sel = cover(shapes, target, classes, pool, times, max_kernels=max_kernels, tolerance=tolerance, notes=notes,
-                pricer=pricer, price_missing=False)
+                pricer=pricer, fill=None)
     for i, r in enumerate(sel.rows):
         r.cublas_us = cublas.get(i)
         r.point = "sampled" if i < n_sampled else "off-sample"
