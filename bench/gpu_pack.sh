@@ -16,7 +16,8 @@
 #   3. here:     bash bench/gpu_pack.sh --select DB.sqlite         # cutegen pack --tune --db DB: the measured selection (cover and
 #                                                            # M segments from the measured times; no GPU) -> the pack's
 #                                                            # sources in out/pack-plan/<set>/<target>/ and its record in
-#                                                            # bench/packs/<set>/<target>/ (pack.json, COVERAGE.md)
+#                                                            # bench/packs/<set>/<target>/ (pack.json, COVERAGE.md and
+#                                                            # measurements.jsonl.gz, what it was selected from)
 #   4. device:   bash bench/gpu_pack.sh pack                 # build the selected pack, validate, time through the op
 #   carry (device calls): [".carry", "out/pack-plan"]; the lead's command unpacks the headers first:
 #     mkdir -p oracles/.cutlass && tar xzf .carry/cutlass.tgz -C oracles/.cutlass && bash bench/gpu_pack.sh tune
@@ -51,12 +52,16 @@ if [ "${1:-}" = "--plan" ] || [ "${1:-}" = "--select" ]; then
         --off-sample "$OFF_SAMPLE" --name "$(pack_name "$set")" || exit 1
       echo "$set: candidates planned in $(( $(date +%s) - S0 )) s wall" | tee "$PLAN/$set-tune/plan-time.txt"
     else
-      DB=${2:?usage: bash bench/gpu_pack.sh --select RESULTS.sqlite}
-      "$PY" -m cutegen pack "examples/pack/$set.toml" -o "$PLAN/$set" --target "$TARGET" --tune --db "$DB" \
-        --off-sample "$OFF_SAMPLE" --name "$(pack_name "$set")" || exit 1
+      DB=${2:?usage: bash bench/gpu_pack.sh --select RESULTS.sqlite[.gz]}
+      case "$DB" in *.gz) gunzip -c "$DB" > /tmp/cutegen-pack-select.sqlite; DB=/tmp/cutegen-pack-select.sqlite ;; esac
+      # the record: the pack's measurements (JSON lines) beside pack.json and COVERAGE.md, selected from them
+      REC="bench/packs/$set/$TARGET/measurements.jsonl.gz"
+      mkdir -p "$(dirname "$REC")"
       "$PY" -m cutegen pack "examples/pack/$set.toml" -o "bench/packs/$set" --target "$TARGET" --tune --db "$DB" \
-        --off-sample "$OFF_SAMPLE" --name "$(pack_name "$set")" --summary-only || exit 1
-      echo "$set: measured selection in $(( $(date +%s) - S0 )) s wall (twice: sources and record)"
+        --off-sample "$OFF_SAMPLE" --name "$(pack_name "$set")" --summary-only --export-records "$REC" || exit 1
+      "$PY" -m cutegen pack "examples/pack/$set.toml" -o "$PLAN/$set" --target "$TARGET" --tune --records "$REC" \
+        --off-sample "$OFF_SAMPLE" --name "$(pack_name "$set")" || exit 1
+      echo "$set: measured selection in $(( $(date +%s) - S0 )) s wall (twice: the record, then the sources)"
     fi
   done
   exit 0

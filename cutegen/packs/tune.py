@@ -276,13 +276,18 @@ def estimate_seconds(n_candidates: int, timed: list[Shape], cands: list[Candidat
 def measured_table(db, target, shapes: list[Shape]) -> tuple[dict[int, dict[str, tuple[float, KernelConfig]]],
                                                               dict[int, float]]:
     """shape index -> config JSON -> (median of the validated measurements' medians, config), and shape index
-    -> torch.matmul's median time, from every validated, packable benchmark of the target kind in ``db``."""
+    -> torch.matmul's median time, from every validated, packable pack --tune record (``SOURCE_PREFIX``) of the
+    target kind in ``db``."""
     times: dict[int, dict[str, tuple[float, KernelConfig]]] = {}
     cublas: dict[int, float] = {}
     for i, s in enumerate(shapes):
         per: dict[str, list] = {}
         cub = []
         for m in db.measurements(device_kind=target.kind, problem=s.problem):
+            # only pack --tune's own timings (warm L2, through the pack's plan entry points): a database's other
+            # records of the same problem (tune's cold-L2 timings, the seed) are another scale
+            if not m.source.startswith(SOURCE_PREFIX):
+                continue
             if m.cublas_us:
                 cub.append(m.cublas_us)
             if m.validated and m.backend == "cutlass" and m.is_benchmark and plan_ready(m.config):
@@ -367,3 +372,55 @@ def load_plan(path: str | Path) -> dict:
 def geo(vals) -> float:
     vals = [v for v in vals if v and v > 0]
     return math.exp(sum(map(math.log, vals)) / len(vals)) if vals else float("nan")
+
+
+# -- the records a tuned pack was selected from ---------------------------------------------------------------
+
+def records_of(db, target, shapes: list[Shape]) -> list:
+    """Every pack --tune record (``SOURCE_PREFIX``) of ``shapes`` on the target kind in ``db``, in a stable order."""
+    from ..results.measurement import canonical
+    out = []
+    for s in shapes:
+        out += [m for m in db.measurements(device_kind=target.kind, problem=s.problem)
+                if m.source.startswith(SOURCE_PREFIX)]
+    return sorted(out, key=lambda m: canonical(m.to_dict()))
+
+
+def write_records(path: str | Path, records: list) -> None:
+    """JSON lines (``Measurement.to_dict()``), gzip'd when the name ends in .gz (no timestamp in the gzip
+    header: the same records, the same bytes); written whole."""
+    import gzip
+    import io
+    from .._atomic import atomic_write
+    text = "".join(json.dumps(m.to_dict(), sort_keys=True, separators=(",", ":")) + "\n" for m in records).encode()
+    if str(path).endswith(".gz"):
+        buf = io.BytesIO()
+        with gzip.GzipFile(fileobj=buf, mode="wb", mtime=0, filename="") as f:
+            f.write(text)
+        text = buf.getvalue()
+    atomic_write(Path(path), text)
+
+
+def read_records(path: str | Path):
+    """A results database in memory holding the records of a JSON-lines file (gzip'd or not)."""
+    import gzip
+    from ..results import Measurement, ResultsDB
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise CutegenError(f"--records: {path}: no such file") from None
+    try:
+        text = (gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw).decode("utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise FieldError(str(path), f"not gzip'd or plain UTF-8 JSON lines: {e}") from None
+    recs = []
+    for i, line in enumerate(text.splitlines(), 1):
+        if line.strip():
+            try:
+                recs.append(Measurement.from_dict(json.loads(line), f"{path.name}:{i}"))
+            except json.JSONDecodeError as e:
+                raise FieldError(f"{path.name}:{i}", f"not valid JSON: {e}") from None
+    db = ResultsDB(":memory:", seed=None)
+    db.add_many(recs)
+    return db
