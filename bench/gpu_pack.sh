@@ -142,9 +142,16 @@ for set in $PACKS; do
     FLAGS="-gencode=arch=compute_90a,code=sm_90a -std=c++17 -O3 -DNDEBUG --expt-relaxed-constexpr -Xcompiler -fPIC"
     INC="-I $PACK/include -isystem $CUTLASS/include -isystem $CUTLASS/tools/util/include"
     export FLAGS INC BUILD
+    # progress with an estimate: every 20 s, kernels done and the time left at the rate so far
+    ( while sleep 20; do
+        n=$(ls "$BUILD"/*.o 2> /dev/null | wc -l); t=$(( $(date +%s) - B0 ))
+        echo "build: $n/$NK kernels in $t s, about $(( n > 0 ? t * (NK - n) / n : 0 )) s left"
+      done ) &
+    MONITOR=$!
     ls -d "$PACK"/kernels/*/ | sort | run_until $(( END - KEEP_S )) xargs -P "$JOBS" -I{} bash -c \
       'd=$(basename {}); nvcc $FLAGS $INC -c {}plan.cu -o $BUILD/$d.o.tmp > $BUILD/$d.log 2>&1 && mv $BUILD/$d.o.tmp $BUILD/$d.o; echo "[$(date +%T)] $d: $([ -f $BUILD/$d.o ] && echo built || echo FAILED)"' \
       >> "$OUT/build.txt" 2>&1
+    kill "$MONITOR" 2> /dev/null
     BRC=0
     STUBS=0
     for d in $(ls "$PACK/kernels"); do
