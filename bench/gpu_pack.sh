@@ -40,6 +40,10 @@ PACKS=${PACKS:-qwen2.5}
 TARGET=${TARGET:-h200}
 OFF_SAMPLE=${OFF_SAMPLE:-3,12,24,48,96,100,200,300,700,1500,3000,6000}
 HELD_OUT=${HELD_OUT:-5,40,160,640,2500,5000}
+# A second tuning round: EXCLUDE=<the first round's records or database> TUNE_DIR=-tune2 bash bench/gpu_pack.sh --plan
+# plans the next candidates by priority; its device call (TUNE_DIR=-tune2 ... tune, the first round's database
+# carried as .carry/pack-tune.sqlite.gz) adds their records to the same database; --select reads both rounds.
+TUNE_DIR=${TUNE_DIR:--tune}
 pack_name() { echo "$(echo "$1" | tr -c 'A-Za-z0-9_\n' _)_pack"; }
 
 if [ "${1:-}" = "--plan" ] || [ "${1:-}" = "--select" ]; then
@@ -47,10 +51,10 @@ if [ "${1:-}" = "--plan" ] || [ "${1:-}" = "--select" ]; then
   for set in $PACKS; do
     S0=$(date +%s)
     if [ "$1" = "--plan" ]; then
-      rm -rf "$PLAN/$set-tune"
-      "$PY" -m cutegen pack "examples/pack/$set.toml" -o "$PLAN/$set-tune" --target "$TARGET" --tune --plan-only \
-        --off-sample "$OFF_SAMPLE" --name "$(pack_name "$set")" || exit 1
-      echo "$set: candidates planned in $(( $(date +%s) - S0 )) s wall" | tee "$PLAN/$set-tune/plan-time.txt"
+      rm -rf "$PLAN/$set$TUNE_DIR"
+      "$PY" -m cutegen pack "examples/pack/$set.toml" -o "$PLAN/$set$TUNE_DIR" --target "$TARGET" --tune --plan-only \
+        --off-sample "$OFF_SAMPLE" --name "$(pack_name "$set")" ${EXCLUDE:+--exclude-measured "$EXCLUDE"} || exit 1
+      echo "$set: candidates planned in $(( $(date +%s) - S0 )) s wall" | tee "$PLAN/$set$TUNE_DIR/plan-time.txt"
     else
       DB=${2:?usage: bash bench/gpu_pack.sh --select RESULTS.sqlite[.gz]}
       case "$DB" in *.gz) gunzip -c "$DB" > /tmp/cutegen-pack-select.sqlite; DB=/tmp/cutegen-pack-select.sqlite ;; esac
@@ -123,7 +127,7 @@ I=0
 LAST_PACK= ; LAST_SO=
 for set in $PACKS; do
   I=$(( I + 1 ))
-  if [ "$STEP" = tune ]; then PACK="$REPO/$PLAN/$set-tune/$TARGET"; HOW="--plan"; else PACK="$REPO/$PLAN/$set/$TARGET"; HOW="--select DB"; fi
+  if [ "$STEP" = tune ]; then PACK="$REPO/$PLAN/$set$TUNE_DIR/$TARGET"; HOW="--plan"; else PACK="$REPO/$PLAN/$set/$TARGET"; HOW="--select DB"; fi
   [ -f "$PACK/pack.json" ] || { echo "gpu_pack: no pack at $PACK (run 'bash bench/gpu_pack.sh $HOW' here and carry $PLAN)"; RC=2; continue; }
   NAME=$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['name'])" "$PACK/pack.json")
   NK=$(ls -d "$PACK"/kernels/*/ | wc -l)

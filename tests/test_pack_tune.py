@@ -247,3 +247,15 @@ def test_exported_records_reproduce_the_selection_and_other_sources_are_ignored(
     (tmp_path / "bad.jsonl").write_text("{not json\n")
     with pytest.raises(FieldError, match="bad.jsonl:1"):
         tune.read_records(tmp_path / "bad.jsonl")
+
+
+def test_a_second_round_leaves_out_what_was_measured(tmp_path, monkeypatch):
+    f, t, points, off = _setup(tmp_path, m_max=64)
+    a, b = _configs(points[0].problem)
+    monkeypatch.setattr(tune, "search_task", lambda item: [a, b][:item[1]])
+    db = _synthetic_db(tmp_path, points + off, [a], [small_us])
+    said = []
+    cands, notes = tune.candidates(points, t, top_k=2, with_nvmmh=False, with_default=False, say=said.append,
+                                   exclude=tune.measured_keys(db, t, points + off))
+    assert [c.key for c in cands] == [b.to_json()]
+    assert any("1 candidates already measured" in n for n in notes)

@@ -140,8 +140,12 @@ def nvmmh_task(item: tuple) -> KernelConfig | None:
 
 def candidates(points: list[Shape], target, *, top_k: int = TOP_K, with_nvmmh: bool = True,
                with_default: bool = True, cap: int = MAX_CANDIDATES, predictor=None, say=lambda msg: None,
-               executor=None, progress: bool = False) -> tuple[list[Candidate], list[str]]:
-    """The candidates of ``points`` (see the module's docstring), in priority order; and notes."""
+               executor=None, progress: bool = False,
+               exclude: set[tuple[str, str]] | None = None) -> tuple[list[Candidate], list[str]]:
+    """The candidates of ``points`` (see the module's docstring), in priority order; and notes. ``exclude``:
+    (class key, config JSON) already measured (a second round: the cap then takes the next ones)."""
+    exclude = exclude or set()
+    excluded: set[tuple[str, str]] = set()
     from .select import SEARCH_BUCKET_BITS
     if not 1 <= top_k <= 16:
         raise FieldError("--tune-top-k", f"expected 1 to 16, got {top_k}")
@@ -157,6 +161,9 @@ def candidates(points: list[Shape], target, *, top_k: int = TOP_K, with_nvmmh: b
                          "a pack cannot hold it")
             return
         key = (cls, cfg.to_json())
+        if key in exclude:
+            excluded.add(key)
+            return
         if key not in found:
             found[key] = Candidate(cls, cfg, problem, [], priority)
             order.append(key)
@@ -201,6 +208,9 @@ def candidates(points: list[Shape], target, *, top_k: int = TOP_K, with_nvmmh: b
                     "cutlass_default", 1.2)
             else:
                 notes.append(f"the CUTLASS default breaks a rule at every shape of {s.problem.kernel_class_name}")
+    if excluded:
+        notes.append(f"{len(excluded)} candidates already measured (--exclude-measured) are not planned again")
+        say(f"  {len(excluded)} candidates already measured are left out; the cap takes the next ones")
     # by priority, then by how many searches and shapes proposed it, then first found
     cands = [found[k] for k in sorted(order, key=lambda k: (found[k].priority, -len(found[k].origins),
                                                             order.index(k)))]
@@ -424,3 +434,8 @@ def read_records(path: str | Path):
     db = ResultsDB(":memory:", seed=None)
     db.add_many(recs)
     return db
+
+
+def measured_keys(db, target, shapes: list[Shape]) -> set[tuple[str, str]]:
+    """(class key, config JSON) of every configuration with a pack --tune record of ``shapes`` in ``db``."""
+    return {(class_key(m.problem), m.config.to_json()) for m in records_of(db, target, shapes)}
