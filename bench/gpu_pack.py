@@ -112,6 +112,8 @@ def main():
     off = [int(x) for x in sys.argv[sys.argv.index("--off-sample") + 1].split(",")] if "--off-sample" in sys.argv else []
     nks = sorted({(n, k) for _, n, k, _ in set_shapes})
     samples = {(m, n, k) for m, n, k, _ in set_shapes}
+    # a measured pack (pack --tune) holds its off-sample points too: each row says which it is
+    sampled_points = {(r["m"], r["n"], r["k"]) for r in rows if r.get("point", "sampled") == "sampled"}
     off_shapes = [(m, n, k, f"off-sample m{m}n{n}k{k}") for n, k in nks for m in off if (m, n, k) not in samples]
     # --held-out: M values never measured while tuning (pack --tune times the sampled and off-sample ones)
     held = [int(x) for x in sys.argv[sys.argv.index("--held-out") + 1].split(",")] if "--held-out" in sys.argv else []
@@ -131,7 +133,7 @@ def main():
         t_op = time_us(lambda: ops.gemm(a, b))
         t_mm = time_us(lambda: torch.matmul(a, b))
         row = {"shape": label, "m": m, "n": n, "k": k, "op_us": t_op, "matmul_us": t_mm,
-               "speedup": t_mm / t_op, "sampled": (m, n, k) in samples, "rel_err": err,
+               "speedup": t_mm / t_op, "sampled": (m, n, k) in sampled_points, "rel_err": err,
                "held_out": label.startswith("held-out"),
                "ok": err <= TOL, "kernel": ops.explain(a, b).split(":")[0],
                "path": "torch.matmul fallback" if ops.pack_fallbacks() > before else "pack"}

@@ -16,7 +16,8 @@
 #   3. here:     bash bench/gpu_pack.sh --select DB.sqlite         # cutegen pack --tune --db DB: the measured selection (cover and
 #                                                            # M segments from the measured times; no GPU) -> the pack's
 #                                                            # sources in out/pack-plan/<set>/<target>/ and its record in
-#                                                            # bench/packs/<set>/<target>/ (pack.json, COVERAGE.md)
+#                                                            # bench/packs/<set>/<target>/ (pack.json, COVERAGE.md and
+#                                                            # measurements.jsonl.gz, what it was selected from)
 #   4. device:   bash bench/gpu_pack.sh pack                 # build the selected pack, validate, time through the op
 #   carry (device calls): [".carry", "out/pack-plan"]; the lead's command unpacks the headers first:
 #     mkdir -p oracles/.cutlass && tar xzf .carry/cutlass.tgz -C oracles/.cutlass && bash bench/gpu_pack.sh tune
@@ -39,6 +40,10 @@ PACKS=${PACKS:-qwen2.5}
 TARGET=${TARGET:-h200}
 OFF_SAMPLE=${OFF_SAMPLE:-3,12,24,48,96,100,200,300,700,1500,3000,6000}
 HELD_OUT=${HELD_OUT:-5,40,160,640,2500,5000}
+# A second tuning round: EXCLUDE=<the first round's records or database> TUNE_DIR=-tune2 bash bench/gpu_pack.sh --plan
+# plans the next candidates by priority; its device call (TUNE_DIR=-tune2 ... tune, the first round's database
+# carried as .carry/pack-tune.sqlite.gz) adds their records to the same database; --select reads both rounds.
+TUNE_DIR=${TUNE_DIR:--tune}
 pack_name() { echo "$(echo "$1" | tr -c 'A-Za-z0-9_\n' _)_pack"; }
 
 if [ "${1:-}" = "--plan" ] || [ "${1:-}" = "--select" ]; then
@@ -46,17 +51,21 @@ if [ "${1:-}" = "--plan" ] || [ "${1:-}" = "--select" ]; then
   for set in $PACKS; do
     S0=$(date +%s)
     if [ "$1" = "--plan" ]; then
-      rm -rf "$PLAN/$set-tune"
-      "$PY" -m cutegen pack "examples/pack/$set.toml" -o "$PLAN/$set-tune" --target "$TARGET" --tune --plan-only \
-        --off-sample "$OFF_SAMPLE" --name "$(pack_name "$set")" || exit 1
-      echo "$set: candidates planned in $(( $(date +%s) - S0 )) s wall" | tee "$PLAN/$set-tune/plan-time.txt"
+      rm -rf "$PLAN/$set$TUNE_DIR"
+      "$PY" -m cutegen pack "examples/pack/$set.toml" -o "$PLAN/$set$TUNE_DIR" --target "$TARGET" --tune --plan-only \
+        --off-sample "$OFF_SAMPLE" --name "$(pack_name "$set")" ${EXCLUDE:+--exclude-measured "$EXCLUDE"} || exit 1
+      echo "$set: candidates planned in $(( $(date +%s) - S0 )) s wall" | tee "$PLAN/$set$TUNE_DIR/plan-time.txt"
     else
-      DB=${2:?usage: bash bench/gpu_pack.sh --select RESULTS.sqlite}
-      "$PY" -m cutegen pack "examples/pack/$set.toml" -o "$PLAN/$set" --target "$TARGET" --tune --db "$DB" \
-        --off-sample "$OFF_SAMPLE" --name "$(pack_name "$set")" || exit 1
+      DB=${2:?usage: bash bench/gpu_pack.sh --select RESULTS.sqlite[.gz]}
+      case "$DB" in *.gz) gunzip -c "$DB" > /tmp/cutegen-pack-select.sqlite; DB=/tmp/cutegen-pack-select.sqlite ;; esac
+      # the record: the pack's measurements (JSON lines) beside pack.json and COVERAGE.md, selected from them
+      REC="bench/packs/$set/$TARGET/measurements.jsonl.gz"
+      mkdir -p "$(dirname "$REC")"
       "$PY" -m cutegen pack "examples/pack/$set.toml" -o "bench/packs/$set" --target "$TARGET" --tune --db "$DB" \
-        --off-sample "$OFF_SAMPLE" --name "$(pack_name "$set")" --summary-only || exit 1
-      echo "$set: measured selection in $(( $(date +%s) - S0 )) s wall (twice: sources and record)"
+        --off-sample "$OFF_SAMPLE" --name "$(pack_name "$set")" --summary-only --export-records "$REC" || exit 1
+      "$PY" -m cutegen pack "examples/pack/$set.toml" -o "$PLAN/$set" --target "$TARGET" --tune --records "$REC" \
+        --off-sample "$OFF_SAMPLE" --name "$(pack_name "$set")" || exit 1
+      echo "$set: measured selection in $(( $(date +%s) - S0 )) s wall (twice: the record, then the sources)"
     fi
   done
   exit 0
@@ -122,7 +131,7 @@ I=0
 LAST_PACK= ; LAST_SO=
 for set in $PACKS; do
   I=$(( I + 1 ))
-  if [ "$STEP" = tune ]; then PACK="$REPO/$PLAN/$set-tune/$TARGET"; HOW="--plan"; else PACK="$REPO/$PLAN/$set/$TARGET"; HOW="--select DB"; fi
+  if [ "$STEP" = tune ]; then PACK="$REPO/$PLAN/$set$TUNE_DIR/$TARGET"; HOW="--plan"; else PACK="$REPO/$PLAN/$set/$TARGET"; HOW="--select DB"; fi
   [ -f "$PACK/pack.json" ] || { echo "gpu_pack: no pack at $PACK (run 'bash bench/gpu_pack.sh $HOW' here and carry $PLAN)"; RC=2; continue; }
   NAME=$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['name'])" "$PACK/pack.json")
   NK=$(ls -d "$PACK"/kernels/*/ | wc -l)
@@ -141,9 +150,16 @@ for set in $PACKS; do
     FLAGS="-gencode=arch=compute_90a,code=sm_90a -std=c++17 -O3 -DNDEBUG --expt-relaxed-constexpr -Xcompiler -fPIC"
     INC="-I $PACK/include -isystem $CUTLASS/include -isystem $CUTLASS/tools/util/include"
     export FLAGS INC BUILD
+    # progress with an estimate: every 20 s, kernels done and the time left at the rate so far
+    ( while sleep 20; do
+        n=$(ls "$BUILD"/*.o 2> /dev/null | wc -l); t=$(( $(date +%s) - B0 ))
+        echo "build: $n/$NK kernels in $t s, about $(( n > 0 ? t * (NK - n) / n : 0 )) s left"
+      done ) &
+    MONITOR=$!
     ls -d "$PACK"/kernels/*/ | sort | run_until $(( END - KEEP_S )) xargs -P "$JOBS" -I{} bash -c \
       'd=$(basename {}); nvcc $FLAGS $INC -c {}plan.cu -o $BUILD/$d.o.tmp > $BUILD/$d.log 2>&1 && mv $BUILD/$d.o.tmp $BUILD/$d.o; echo "[$(date +%T)] $d: $([ -f $BUILD/$d.o ] && echo built || echo FAILED)"' \
       >> "$OUT/build.txt" 2>&1
+    kill "$MONITOR" 2> /dev/null
     BRC=0
     STUBS=0
     for d in $(ls "$PACK/kernels"); do

@@ -220,3 +220,42 @@ def test_the_default_off_sample_values_are_the_gpu_scripts():
         tune.parse_off_sample("3,x")
     with pytest.raises(FieldError, match="--off-sample"):
         tune.parse_off_sample("0,5")
+
+
+def test_exported_records_reproduce_the_selection_and_other_sources_are_ignored(tmp_path):
+    """--export-records then --records: the same selection without the database; a record that pack --tune did
+    not make (another timing harness) is not read."""
+    f, t, points, off = _setup(tmp_path)
+    every = points + off
+    a, b = _configs(points[0].problem)
+    db = _synthetic_db(tmp_path, every, [a, b], [small_us, big_us])
+    # tune's cold-L2 record of kernel B at M = 1, far faster: ignored (another source)
+    db.add(Measurement(problem=points[0].problem, config=b, kernel_hash="h", backend="cutlass",
+                       device_name="NVIDIA H200", device_kind="h200", timing_method="x", median_us=0.5,
+                       validated=True, source="cutegen-tune 2026", measured_at="2026-11-26"))
+    recs = tune.records_of(db, t, every)
+    assert len(recs) == 2 * len(every) and all(m.source.startswith(tune.SOURCE_PREFIX) for m in recs)
+    path = tmp_path / "m.jsonl.gz"
+    tune.write_records(path, recs)
+    first = path.read_bytes()
+    tune.write_records(path, recs)
+    assert path.read_bytes() == first                       # deterministic bytes
+    sel1, _ = tune.select_measured(every, len(points), t, db, max_kernels=4, tolerance=0.03)
+    sel2, _ = tune.select_measured(every, len(points), t, tune.read_records(path), max_kernels=4, tolerance=0.03)
+    assert [(r.kernel, r.time_us) for r in sel1.rows] == [(r.kernel, r.time_us) for r in sel2.rows]
+    assert sel1.rows[0].time_us == small_us(1)              # not the other harness's 0.5 us
+    (tmp_path / "bad.jsonl").write_text("{not json\n")
+    with pytest.raises(FieldError, match="bad.jsonl:1"):
+        tune.read_records(tmp_path / "bad.jsonl")
+
+
+def test_a_second_round_leaves_out_what_was_measured(tmp_path, monkeypatch):
+    f, t, points, off = _setup(tmp_path, m_max=64)
+    a, b = _configs(points[0].problem)
+    monkeypatch.setattr(tune, "search_task", lambda item: [a, b][:item[1]])
+    db = _synthetic_db(tmp_path, points + off, [a], [small_us])
+    said = []
+    cands, notes = tune.candidates(points, t, top_k=2, with_nvmmh=False, with_default=False, say=said.append,
+                                   exclude=tune.measured_keys(db, t, points + off))
+    assert [c.key for c in cands] == [b.to_json()]
+    assert any("1 candidates already measured" in n for n in notes)

@@ -59,6 +59,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "on the GPU into a results database. Without it: select from that database (--db; no GPU): "
                         "the cover and each (N, K)'s M segments come from the measured times, boundaries where two "
                         "kernels' measured curves cross")
+    g.add_argument("--records", metavar="JSONL[.gz]",
+                   help="with --tune: select from these measurement records (JSON lines, as --export-records writes "
+                        "them) instead of a results database")
+    g.add_argument("--export-records", metavar="JSONL[.gz]",
+                   help="with --tune: also write the records the selection read (every pack --tune record of the "
+                        "set's shapes on the target), so that the selection can be checked without the database")
+    g.add_argument("--exclude-measured", metavar="DB|JSONL[.gz]",
+                   help="with --tune --plan-only: leave out the candidates this database (or records file) already "
+                        "measured at the set's shapes; the cap takes the next ones (a second tuning round whose "
+                        "records join the first's)")
     g.add_argument("--plan-only", action="store_true", help="with --tune: make the candidates, then stop (CPU half)")
     g.add_argument("--off-sample", metavar="M,M,...",
                    help="with --tune: M values timed at every (N, K) besides the sampled ones, fixed before tuning "
@@ -81,6 +91,18 @@ def _open_db(spec: str | None):
     except ImportError:
         raise CutegenError("--db: cutegen.results (the results database, issue 11) is not installed here") from None
     return ResultsDB(None if spec == "default" else spec)
+
+
+def _records_or_db(spec: str | None):
+    """A results database, or the records of a JSON-lines file (.jsonl, .jsonl.gz) in one."""
+    if spec is None:
+        return None
+    from ..packs import tune as pack_tune
+    if spec.endswith((".jsonl", ".jsonl.gz")):
+        return pack_tune.read_records(spec)
+    if not Path(spec).is_file():
+        raise CutegenError(f"--exclude-measured: {spec}: no such file")
+    return _open_db(spec)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -125,9 +147,15 @@ def _run(args: argparse.Namespace, ex) -> int:
     from ..packs import tune as pack_tune
     off_sample = pack_tune.parse_off_sample(args.off_sample)
     targets = list(dict.fromkeys(args.target or [ranking.resolve_kind(None)[0]]))
-    if args.tune and not args.plan_only:
+    if (args.records or args.export_records) and (not args.tune or args.plan_only):
+        raise FieldError("--records" if args.records else "--export-records", "needs --tune (without --plan-only)")
+    if args.exclude_measured and not (args.tune and args.plan_only):
+        raise FieldError("--exclude-measured", "needs --tune --plan-only")
+    if args.records and args.db:
+        raise FieldError("--records", "give a results database (--db) or records (--records), not both")
+    if args.tune and not args.plan_only and not args.records:
         args.db = args.db or "default"
-    db = _open_db(args.db)
+    db = pack_tune.read_records(args.records) if args.records else _open_db(args.db)
     say = lambda msg: print(msg, file=sys.stderr)  # noqa: E731
     stale_total = 0
     if db is None and not args.prior:
@@ -151,11 +179,18 @@ def _run(args: argparse.Namespace, ex) -> int:
             files = packs.make_tune_plan(args.shapes, kind, name=args.name, say=say, executor=ex, progress=True,
                                          off_sample=off_sample, top_k=args.tune_top_k, cap=args.tune_max_candidates,
                                          with_nvmmh=not args.no_nvmmh, with_default=not args.no_default,
-                                         predictor=predictor)
+                                         predictor=predictor, exclude_db=_records_or_db(args.exclude_measured))
         elif args.tune:
             files = packs.make_tuned_pack(args.shapes, kind, db, max_kernels=args.max_kernels,
                                           tolerance=args.tolerance, name=args.name, say=say, executor=ex,
                                           off_sample=off_sample, vendor=args.vendor)
+            if args.export_records:
+                from ..packs import targets as pack_targets
+                t = pack_targets.target(kind)
+                _, pts, off = pack_tune.timed_shapes(args.shapes, t, off_sample)
+                recs = pack_tune.records_of(db, t, pts + off)
+                pack_tune.write_records(args.export_records, recs)
+                say(f"  wrote {args.export_records}: {len(recs)} records")
         else:
             files = packs.make_pack(args.shapes, kind, max_kernels=args.max_kernels, tolerance=args.tolerance,
                                     name=args.name, db=used, say=say, executor=ex, progress=True,

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 from .._atomic import atomic_directory, leftovers
-from ..errors import FieldError
+from ..errors import CutegenError, FieldError
 
 
 # PACK-SHAPES-MAX: every sample point is priced with every candidate of its class and has a row in the
@@ -50,8 +50,9 @@ def make_pack(shapes_file: str, target_kind: str, *, max_kernels: int = 16, tole
 def make_tune_plan(shapes_file: str, target_kind: str, *, name: str = "cutegen_pack", say=lambda msg: None,
                    executor=None, progress: bool = False, off_sample: tuple[int, ...] | None = None,
                    top_k: int | None = None, cap: int | None = None, with_nvmmh: bool = True,
-                   with_default: bool = True, predictor=None) -> dict[str, str]:
-    """``pack --tune --plan-only``: the candidate pack and its ``tune.json`` (cutegen/packs/tune.py)."""
+                   with_default: bool = True, predictor=None, exclude_db=None) -> dict[str, str]:
+    """``pack --tune --plan-only``: the candidate pack and its ``tune.json`` (cutegen/packs/tune.py).
+    ``exclude_db``: a results database whose pack --tune records' configurations are not planned again."""
     from . import render, targets, tune
     if not render.pack_name_ok(name):
         raise FieldError("--name", f"{name!r} is not a C/CMake identifier (letters, digits, _; 64 at most)")
@@ -60,9 +61,12 @@ def make_tune_plan(shapes_file: str, target_kind: str, *, name: str = "cutegen_p
     check_size(shapes_file, points, say)
     tune.check_timed(shapes_file, points + off)
     say(f"{t.kind}: {len(points)} sampled and {len(off)} off-sample shapes from {len(entries)} entries of {shapes_file}")
+    exclude = tune.measured_keys(exclude_db, t, points + off) if exclude_db is not None else None
     cands, notes = tune.candidates(points, t, top_k=top_k or tune.TOP_K, cap=cap or tune.MAX_CANDIDATES,
                                    with_nvmmh=with_nvmmh, with_default=with_default, predictor=predictor, say=say,
-                                   executor=executor, progress=progress)
+                                   executor=executor, progress=progress, exclude=exclude)
+    if not cands:
+        raise CutegenError("--tune --plan-only: no candidate left to measure (every one is in --exclude-measured)")
     files = tune.plan_files(shapes_file, t, cands, points, off, name, notes)
     est = json.loads(files[tune.PLAN_FILE])["estimate_s"]
     say(f"  {len(cands)} candidates ({sum(1 for c in cands if any(o.startswith('search') for o in c.origins))} from "

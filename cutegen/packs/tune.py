@@ -140,8 +140,12 @@ def nvmmh_task(item: tuple) -> KernelConfig | None:
 
 def candidates(points: list[Shape], target, *, top_k: int = TOP_K, with_nvmmh: bool = True,
                with_default: bool = True, cap: int = MAX_CANDIDATES, predictor=None, say=lambda msg: None,
-               executor=None, progress: bool = False) -> tuple[list[Candidate], list[str]]:
-    """The candidates of ``points`` (see the module's docstring), in priority order; and notes."""
+               executor=None, progress: bool = False,
+               exclude: set[tuple[str, str]] | None = None) -> tuple[list[Candidate], list[str]]:
+    """The candidates of ``points`` (see the module's docstring), in priority order; and notes. ``exclude``:
+    (class key, config JSON) already measured (a second round: the cap then takes the next ones)."""
+    exclude = exclude or set()
+    excluded: set[tuple[str, str]] = set()
     from .select import SEARCH_BUCKET_BITS
     if not 1 <= top_k <= 16:
         raise FieldError("--tune-top-k", f"expected 1 to 16, got {top_k}")
@@ -157,6 +161,9 @@ def candidates(points: list[Shape], target, *, top_k: int = TOP_K, with_nvmmh: b
                          "a pack cannot hold it")
             return
         key = (cls, cfg.to_json())
+        if key in exclude:
+            excluded.add(key)
+            return
         if key not in found:
             found[key] = Candidate(cls, cfg, problem, [], priority)
             order.append(key)
@@ -201,6 +208,9 @@ def candidates(points: list[Shape], target, *, top_k: int = TOP_K, with_nvmmh: b
                     "cutlass_default", 1.2)
             else:
                 notes.append(f"the CUTLASS default breaks a rule at every shape of {s.problem.kernel_class_name}")
+    if excluded:
+        notes.append(f"{len(excluded)} candidates already measured (--exclude-measured) are not planned again")
+        say(f"  {len(excluded)} candidates already measured are left out; the cap takes the next ones")
     # by priority, then by how many searches and shapes proposed it, then first found
     cands = [found[k] for k in sorted(order, key=lambda k: (found[k].priority, -len(found[k].origins),
                                                             order.index(k)))]
@@ -276,13 +286,18 @@ def estimate_seconds(n_candidates: int, timed: list[Shape], cands: list[Candidat
 def measured_table(db, target, shapes: list[Shape]) -> tuple[dict[int, dict[str, tuple[float, KernelConfig]]],
                                                               dict[int, float]]:
     """shape index -> config JSON -> (median of the validated measurements' medians, config), and shape index
-    -> torch.matmul's median time, from every validated, packable benchmark of the target kind in ``db``."""
+    -> torch.matmul's median time, from every validated, packable pack --tune record (``SOURCE_PREFIX``) of the
+    target kind in ``db``."""
     times: dict[int, dict[str, tuple[float, KernelConfig]]] = {}
     cublas: dict[int, float] = {}
     for i, s in enumerate(shapes):
         per: dict[str, list] = {}
         cub = []
         for m in db.measurements(device_kind=target.kind, problem=s.problem):
+            # only pack --tune's own timings (warm L2, through the pack's plan entry points): a database's other
+            # records of the same problem (tune's cold-L2 timings, the seed) are another scale
+            if not m.source.startswith(SOURCE_PREFIX):
+                continue
             if m.cublas_us:
                 cub.append(m.cublas_us)
             if m.validated and m.backend == "cutlass" and m.is_benchmark and plan_ready(m.config):
@@ -333,7 +348,7 @@ def select_measured(shapes: list[Shape], n_sampled: int, target, db, *, max_kern
         notes.append(f"{len(unmeasured)} shape(s) have no measurement and are priced by the cost model (source "
                      f"predicted): {', '.join(s.label for s in unmeasured[:6])}{' ...' if len(unmeasured) > 6 else ''}")
     sel = cover(shapes, target, classes, pool, times, max_kernels=max_kernels, tolerance=tolerance, notes=notes,
-                pricer=pricer, price_missing=False)
+                pricer=pricer, fill=None)
     for i, r in enumerate(sel.rows):
         r.cublas_us = cublas.get(i)
         r.point = "sampled" if i < n_sampled else "off-sample"
@@ -367,3 +382,60 @@ def load_plan(path: str | Path) -> dict:
 def geo(vals) -> float:
     vals = [v for v in vals if v and v > 0]
     return math.exp(sum(map(math.log, vals)) / len(vals)) if vals else float("nan")
+
+
+# -- the records a tuned pack was selected from ---------------------------------------------------------------
+
+def records_of(db, target, shapes: list[Shape]) -> list:
+    """Every pack --tune record (``SOURCE_PREFIX``) of ``shapes`` on the target kind in ``db``, in a stable order."""
+    from ..results.measurement import canonical
+    out = []
+    for s in shapes:
+        out += [m for m in db.measurements(device_kind=target.kind, problem=s.problem)
+                if m.source.startswith(SOURCE_PREFIX)]
+    return sorted(out, key=lambda m: canonical(m.to_dict()))
+
+
+def write_records(path: str | Path, records: list) -> None:
+    """JSON lines (``Measurement.to_dict()``), gzip'd when the name ends in .gz (no timestamp in the gzip
+    header: the same records, the same bytes); written whole."""
+    import gzip
+    import io
+    from .._atomic import atomic_write
+    text = "".join(json.dumps(m.to_dict(), sort_keys=True, separators=(",", ":")) + "\n" for m in records).encode()
+    if str(path).endswith(".gz"):
+        buf = io.BytesIO()
+        with gzip.GzipFile(fileobj=buf, mode="wb", mtime=0, filename="") as f:
+            f.write(text)
+        text = buf.getvalue()
+    atomic_write(Path(path), text)
+
+
+def read_records(path: str | Path):
+    """A results database in memory holding the records of a JSON-lines file (gzip'd or not)."""
+    import gzip
+    from ..results import Measurement, ResultsDB
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise CutegenError(f"--records: {path}: no such file") from None
+    try:
+        text = (gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw).decode("utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise FieldError(str(path), f"not gzip'd or plain UTF-8 JSON lines: {e}") from None
+    recs = []
+    for i, line in enumerate(text.splitlines(), 1):
+        if line.strip():
+            try:
+                recs.append(Measurement.from_dict(json.loads(line), f"{path.name}:{i}"))
+            except json.JSONDecodeError as e:
+                raise FieldError(f"{path.name}:{i}", f"not valid JSON: {e}") from None
+    db = ResultsDB(":memory:", seed=None)
+    db.add_many(recs)
+    return db
+
+
+def measured_keys(db, target, shapes: list[Shape]) -> set[tuple[str, str]]:
+    """(class key, config JSON) of every configuration with a pack --tune record of ``shapes`` in ``db``."""
+    return {(class_key(m.problem), m.config.to_json()) for m in records_of(db, target, shapes)}
