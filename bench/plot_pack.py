@@ -1,6 +1,7 @@
 """Plot a pack's GPU results (bench/gpu_pack.py's JSON): time ratio to torch.matmul against M, one line per
-(N, K); sampled shapes as dots, off-sample shapes as crosses, each point labelled with the kernel index that
-served it (F: the unaligned fallback, T: torch.matmul inside the op).
+(N, K); sampled shapes as dots, off-sample shapes as crosses, held-out shapes (never measured while tuning) as
+triangles, each point labelled with the kernel index that served it (F: the unaligned fallback, T: torch.matmul
+inside the op).
 
     python bench/plot_pack.py RESULTS.json OUT.png [--title TEXT]
 """
@@ -27,7 +28,8 @@ def main(argv: list[str]) -> int:
         pts = sorted((r for r in rows if (r["n"], r["k"]) == (n, k)), key=lambda r: r["m"])
         line, = ax.plot([r["m"] for r in pts], [r["speedup"] for r in pts], lw=1, label=f"N={n} K={k}")
         for r in pts:
-            ax.plot(r["m"], r["speedup"], "o" if r.get("sampled", True) else "x", color=line.get_color(), ms=4)
+            marker = "^" if r.get("held_out") else ("o" if r.get("sampled", True) else "x")
+            ax.plot(r["m"], r["speedup"], marker, color=line.get_color(), ms=4)
             if r.get("path") == "torch.matmul fallback":
                 tag = "T"
             else:
@@ -41,9 +43,13 @@ def main(argv: list[str]) -> int:
     ax.set_ylabel("torch.matmul time / pack op time (> 1: the pack is faster)")
     summ = res.get("sampled_summary") or {}
     off = res.get("off-sample_summary") or {}
-    ax.set_title(title or f"{res['pack']} on {res['device']}: sampled geomean {summ.get('geomean') or 0:.3f}, "
-                          f"off-sample geomean {off.get('geomean') or 0:.3f} (o sampled, x off-sample; labels: kernel)")
-    ax.legend(fontsize=7, ncol=2)
+    held = res.get("held-out_summary") or {}
+    tail = f", held-out {held.get('geomean') or 0:.3f}" if held.get("shapes") else ""
+    ax.set_title(title or f"{res['pack']} on {res['device']}: geomean sampled {summ.get('geomean') or 0:.3f}, "
+                          f"off-sample {off.get('geomean') or 0:.3f}{tail}\n(o sampled, x off-sample, ^ held-out: "
+                          "never measured while tuning; labels: the kernel that served it, T: torch.matmul)",
+                 fontsize=9)
+    ax.legend(fontsize=7, ncol=2, loc="lower right")
     fig.tight_layout()
     fig.savefig(dst, dpi=150)
     return 0

@@ -75,6 +75,8 @@ def _pick(kernels: list[int], sel: Selection, problems: list[GemmProblem]) -> in
     order). Only when no kernel runs every problem are all pairs judged."""
     pricer = sel.pricer or Pricer(sel.target.rates)
     cfgs = [sel.kernels[j].config for j in kernels]
+    for j, c in zip(kernels, cfgs):                     # the pricer's JSON memo, from the kernels' own
+        pricer._json.setdefault(c, sel.kernels[j].key)
     ests = [pricer.estimates(p, cfgs) for p in problems]
     bests = []
     for p, est in zip(problems, ests):

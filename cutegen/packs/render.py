@@ -62,9 +62,12 @@ def coverage(sel: Selection) -> dict:
                      "time_us": None if r.time_us is None else round(r.time_us, 3),
                      "best_us": None if r.best_us is None else round(r.best_us, 3),
                      "loss": None if r.loss is None else round(r.loss, 5), "source": r.source, "note": r.note})
-        if r.cublas_us is not None:
+        if r.cublas_us is not None and r.time_us:
             rows[-1]["cublas_us"] = round(r.cublas_us, 3)
             rows[-1]["cublas_ratio"] = round(r.cublas_us / r.time_us, 4)
+        if r.point is not None:
+            rows[-1]["point"] = r.point
+            rows[-1]["predicted_us"] = None if r.predicted_us is None else round(r.predicted_us, 3)
     losses = [r.loss for r in sel.rows if r.loss is not None]
     within = sum(1 for x in losses if x <= sel.tolerance + 1e-9)
     wsum = sum(r.shape.weight for r in sel.rows if r.loss is not None)
@@ -91,6 +94,8 @@ def coverage_markdown(sel: Selection, cov: dict, notes: list[str]) -> str:
              f"weighted mean loss {cov['weighted_mean_loss']:.2%}. Times are the cost model's predictions for "
              f"{sel.target.note} unless the source column says measured.", ""]
     lines += [f"- {n}" for n in notes]
+    if any("point" in r for r in cov["rows"]):
+        return "\n".join(lines + _tuned_table(cov)) + "\n"
     measured = any("cublas_us" in r for r in cov["rows"])
     extra = " torch.matmul (us) | its time / the pack's |" if measured else ""
     lines += ["", "| shape | weight | kernel | time (us) | source | best (us) | loss |" + extra,
@@ -105,6 +110,58 @@ def coverage_markdown(sel: Selection, cov: dict, notes: list[str]) -> str:
         lines.append(f"| {r['shape']} | {r['weight']:.4g} | {r['kernel'] or 'NOT COVERED: ' + r['note']} | {t} | "
                      f"{r['source']} | {b} | {loss} |" + tail)
     return "\n".join(lines) + "\n"
+
+
+def _tuned_table(cov: dict) -> list[str]:
+    """pack --tune: per shape the measured and predicted time of the kernel that serves it, torch.matmul's
+    measured time and the ratio, and whether the shape is a sample point or an off-sample point (both measured;
+    every other M of an (N, K) is served by interpolation: the segments below)."""
+    rows = cov["rows"]
+    ratios = [r["cublas_ratio"] for r in rows if "cublas_ratio" in r and r["source"] == "measured"]
+    out = []
+    if ratios:
+        from .tune import geo
+        served = ("as served, with cuBLASLt where the vendor tactic took the shape"
+                  if any(str(r["kernel"]).startswith("vendor_") for r in rows) else "generated kernels alone")
+        out += ["", f"Measured against torch.matmul ({served}, {len(ratios)} measured shapes): geomean "
+                    f"{geo(ratios):.3f}x, {sum(1 for x in ratios if x < 0.9)} under 0.9x, "
+                    f"{sum(1 for x in ratios if x < 0.75)} under 0.75x, worst {min(ratios):.3f}x."]
+    out += ["", "| shape | point | weight | kernel | measured (us) | predicted (us) | torch.matmul (us) | its time / "
+                "the pack's | source | loss |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        meas = f"{r['time_us']:.2f}" if r["time_us"] is not None and r["source"] == "measured" else "-"
+        pred = f"{r['predicted_us']:.2f}" if r.get("predicted_us") is not None else (
+            f"{r['time_us']:.2f}" if r["time_us"] is not None and r["source"] == "predicted" else "-")
+        cub = f"{r['cublas_us']:.2f}" if "cublas_us" in r else "-"
+        ratio = f"{r['cublas_ratio']:.3f}x" if "cublas_ratio" in r else "-"
+        loss = "-" if r["loss"] is None else f"{r['loss']:+.1%}"
+        out.append(f"| {r['shape']} | {r['point']} | {r['weight']:.4g} | {r['kernel'] or 'NOT COVERED: ' + r['note']} | "
+                   f"{meas} | {pred} | {cub} | {ratio} | {r['source']} | {loss} |")
+    return out
+
+
+def segments_markdown(sel: Selection, disp: dict, names: list[str], measured: dict) -> list[str]:
+    """The measured M segments of every (N, K): which kernel serves which M range, and at which M it was
+    measured (every other M in a segment is interpolated)."""
+    out = ["", "## Dispatch by M (measured segments; every M not listed as measured is interpolated)", ""]
+    keys = sorted({(c, n, k) for (c, n, k) in _nk_keys(sel)})
+    for (c, n, k), (start, count) in zip(keys, disp["seg_rows"]):
+        if not count:
+            continue
+        pts = measured.get((n, k), [])
+        out.append(f"- N={n} K={k} (class {c}), measured at M = {', '.join(str(p.m) for p in pts)}:")
+        segs = disp["segments"][start:start + count]
+        for a, g in enumerate(segs):
+            hi = segs[a + 1]["lo"] - 1 if a + 1 < len(segs) else None
+            rng = f"M {g['lo']}-{hi}" if hi is not None else f"M >= {g['lo']}"
+            out.append(f"  - {rng}: {names[g['kernel']]} ({g['why']})")
+    return out
+
+
+def _nk_keys(sel: Selection) -> list[tuple[int, int, int]]:
+    cls_index = {c: i for i, c in enumerate(sel.classes)}
+    return [(cls_index[class_key(r.shape.problem)], r.shape.problem.n, r.shape.problem.k)
+            for r in sel.rows if r.kernel is not None]
 
 
 def apply_measured(sel: Selection, path: str, name: str) -> dict:
@@ -187,7 +244,10 @@ def pack_files(sel: Selection, fallbacks: dict[str, Fallback], name: str, shapes
     files[f"torch/{name}_torch.py"] = env.get_template("pack_torch.py.j2").render(
         py_out_dtypes=[(TORCH_DTYPES[a][1], TORCH_DTYPES[d][1]) for a, d in dts], **ctx)
     cov = coverage(sel)
-    files["COVERAGE.md"] = coverage_markdown(sel, cov, notes) + vendor.coverage_section(disp, kernels_ctx)
+    files["COVERAGE.md"] = coverage_markdown(sel, cov, notes)
+    if measured and disp["measured"] and any(r.point is not None for r in sel.rows):
+        files["COVERAGE.md"] += "\n".join(segments_markdown(sel, disp, [k["name"] for k in kernels_ctx], measured)) + "\n"
+    files["COVERAGE.md"] += vendor.coverage_section(disp, kernels_ctx)
     files["pack.json"] = json.dumps({
         "name": name, "target": {"kind": sel.target.kind, "sms": sel.target.sms,
                                  "hbm_bytes_per_s": sel.target.hbm_bytes_per_s,
