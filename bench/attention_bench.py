@@ -77,8 +77,8 @@ def plan(args) -> int:
     from cutegen.core.search import search
     from cutegen.ops.attention.config import EXAMPLE_CONFIGS, AttentionConfig
     from cutegen.ops.attention.render import backend_refusals, render
-    from cutegen.ops.attention.space import check, cost
 
+    op_cost = registry.get("attention").cost          # the operation's cost model (the search's)
     out = Path(args.out)
     (out / "kernels").mkdir(parents=True, exist_ok=True)
     shapes, kernels = [], {}
@@ -119,15 +119,15 @@ def plan(args) -> int:
             if config in seen:
                 continue
             seen.add(config)
-            broken = [str(v) for v in check(problem, config)]
-            predicted = cost(problem, config) if predicted is None and not broken else predicted
-            r = render(problem, config, cost={"model": "cutegen.ops.attention.space", "predicted_us": predicted})
+            predicted = op_cost(problem, config) if predicted is None else predicted
+            r = render(problem, config, cost={"model": "the attention operation's cost (core search)",
+                                              "predicted_us": predicted})
             rel = f"kernels/{problem.kernel_class_name}_{config.short_name()}"
             if rel not in kernels:
                 r.write(out / rel)
                 kernels[rel] = r.kernel_hash
             listed.append({"role": role, "dir": rel, "hash": r.kernel_hash, "config": config.to_dict(),
-                           "predicted_us": predicted, "space_check": broken})
+                           "predicted_us": predicted})
         shapes.append({"name": name, "problem": problem.to_dict(), "flops": problem.flops,
                        "search": {"seconds": round(seconds, 4), "candidates": searched.candidates_total,
                                   "legal": searched.candidates_legal, "pruned_by_rule": searched.pruned_by_rule},
@@ -139,6 +139,54 @@ def plan(args) -> int:
     (out / "plan.json").write_text(json.dumps({"shapes": shapes, "kernels": kernels}, indent=1, sort_keys=True) + "\n")
     (out / "dirs.txt").write_text("".join(f"{out / d}\n" for d in sorted(kernels)))
     print(f"{len(kernels)} kernel directories under {out}/kernels")
+    return 0
+
+
+# Evidence for the rules the temporal checker and the headers gave (legality/attention.py), each on both sides:
+# rendered although the rules refuse them (the renderer builds them), run with a short timeout per kernel.
+# (rule, problem fields, config fields, what the rule predicts when broken)
+PROBES = [
+    ("ATTN-WS-STAGES-KV", dict(head_dim=128), dict(tile_q=128, tile_kv=128, schedule="ws_cooperative", stages_kv=2),
+     "hang"),
+    ("ATTN-WS-STAGES-KV", dict(head_dim=128), dict(tile_q=128, tile_kv=128, schedule="ws_cooperative", stages_kv=3),
+     None),
+    ("ATTN-TMA-STAGES-KV", dict(head_dim=64), dict(tile_q=64, tile_kv=128, schedule="tma", mma_warpgroups=1, stages_q=1,
+                                                    stages_kv=2, blocks_per_sm=2), "hang"),
+    ("ATTN-TMA-STAGES-KV", dict(head_dim=64), dict(tile_q=64, tile_kv=128, schedule="tma", mma_warpgroups=1, stages_q=1,
+                                                    stages_kv=3, blocks_per_sm=2), "wrong result"),
+    ("ATTN-TMA-STAGES-KV", dict(head_dim=64), dict(tile_q=64, tile_kv=128, schedule="tma", mma_warpgroups=1, stages_q=1,
+                                                    stages_kv=5, blocks_per_sm=2), "wrong result"),
+    ("ATTN-CLUSTER-CAUSAL", dict(head_dim=64, causal=True), dict(tile_q=64, tile_kv=128, schedule="tma",
+                                                                  mma_warpgroups=1, stages_q=1, stages_kv=4,
+                                                                  blocks_per_sm=2, cluster_m=2), "wrong result or hang"),
+    ("ATTN-CLUSTER-CAUSAL", dict(head_dim=64), dict(tile_q=64, tile_kv=128, schedule="tma", mma_warpgroups=1, stages_q=1,
+                                                     stages_kv=4, blocks_per_sm=2, cluster_m=2), None),
+]
+
+
+def plan_probes(args) -> int:
+    from cutegen.core import registry
+    from cutegen.ops.attention.config import AttentionConfig
+    from cutegen.ops.attention.render import backend_refusals, render
+    out = Path(args.out)
+    (out / "kernels").mkdir(parents=True, exist_ok=True)
+    probes, kernels = [], {}
+    for rule, pfields, cfields, predicted in PROBES:
+        problem = _problem(dict(batch=2, heads_q=4, heads_kv=4, seqlen_q=1024, seqlen_kv=1024, **pfields))
+        config = AttentionConfig(**cfields)
+        assert not backend_refusals(problem, config), backend_refusals(problem, config)
+        broken = [str(v) for v in registry.check(problem, config) if v.rule_id == rule]
+        assert bool(broken) == (predicted is not None), (rule, config, broken)
+        r = render(problem, config)
+        rel = f"kernels/{problem.kernel_class_name}_{config.short_name()}"
+        r.write(out / rel)
+        kernels[rel] = r.kernel_hash
+        probes.append({"rule": rule, "dir": rel, "config": config.to_dict(), "problem": problem.to_dict(),
+                       "rule_says": broken[0] if broken else "legal", "predicted": predicted or "pass"})
+        print(f"{rel}: {rule} {'broken' if broken else 'kept'}; predicted {predicted or 'pass'}")
+    (out / "plan.json").write_text(json.dumps({"shapes": [], "kernels": kernels, "probes": probes}, indent=1,
+                                              sort_keys=True) + "\n")
+    (out / "dirs.txt").write_text("".join(f"{out / d}\n" for d in sorted(kernels)))
     return 0
 
 
@@ -438,6 +486,22 @@ def validate(args) -> int:
     summary = {v: sorted(k for k, r in results.items() if r["verdict"] == v) for v in ("pass", "fail", "hang", "crash", "not run")}
     doc = {"summary": {"kernels": len(dirs), **{v: len(ks) for v, ks in summary.items()}, "failing": summary["fail"]
                        + summary["hang"] + summary["crash"]}, "results": [results[k] for k in sorted(results)]}
+    probes = json.loads((plan_dir / "plan.json").read_text()).get("probes", [])
+    for probe in probes:
+        rec = results.get(str(plan_dir / probe["dir"]))
+        if rec is None:
+            continue
+        probe["verdict"] = rec["verdict"]
+        # confirmed: the rule's side (broken: the kernel does not pass; kept: it passes); as_predicted: and the way
+        # it fails is the one the rule names (a deadlock times out: "hang"; a wrong result: "fail")
+        probe["confirmed"] = (rec["verdict"] == "pass") == (probe["predicted"] == "pass")
+        kinds = {"pass": {"pass"}, "hang": {"hang"}, "wrong result": {"fail"}, "wrong result or hang": {"fail", "hang"}}
+        probe["as_predicted"] = rec["verdict"] in kinds.get(probe["predicted"], set())
+        print(f"probe {probe['rule']} {Path(probe['dir']).name}: predicted {probe['predicted']}, got {rec['verdict']}"
+              f" -> {'confirmed' if probe['confirmed'] else 'NOT confirmed'}"
+              f"{'' if probe['as_predicted'] else ' (not the predicted way)'}", flush=True)
+    if probes:
+        doc["probes"] = [p for p in probes if "verdict" in p]
     Path(args.json).write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
     print(json.dumps(doc["summary"]))
     return 0 if summary["pass"] and not doc["summary"]["failing"] else 1
@@ -593,6 +657,8 @@ def main(argv=None) -> int:
     p = sub.add_parser("plan")
     p.add_argument("--out", default="out/attention-plan")
     p.add_argument("--shapes", help="comma-separated names of SHAPES to plan (default: all)")
+    p = sub.add_parser("plan-probes")
+    p.add_argument("--out", default="out/attention-probes")
     p = sub.add_parser("validate")
     p.add_argument("plan")
     p.add_argument("--json", required=True)
@@ -611,7 +677,7 @@ def main(argv=None) -> int:
     p = sub.add_parser("sanitize-case")
     p.add_argument("kernel")
     args = ap.parse_args(argv)
-    return {"plan": plan, "validate": validate, "validate-worker": validate_worker, "time": time_plan,
+    return {"plan": plan, "plan-probes": plan_probes, "validate": validate, "validate-worker": validate_worker, "time": time_plan,
             "sanitize-case": sanitize_case, "op-checks": op_checks}[args.cmd](args)
 
 

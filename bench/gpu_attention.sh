@@ -18,11 +18,25 @@
 #                lengths, batch, BSHD/BHSD, GQA/MQA/decode packing, scale, LSE vs float32; ABI refusals; beside
 #                them, the op of the plan's first kernel under torch.compile and in a CUDA graph
 #   4. time      per shape, every validated kernel through the op and SDPA cuDNN / flash, one process
+# Rule probes (MODE=probes, plan from --plan-probes): build, then validation only, 25 s per kernel: a kernel the
+# temporal checker says deadlocks should time out, one it says computes wrong should fail, the legal side pass.
 # Files in $OUT (at most 8): log.txt, build.txt, validate0.json, validate1.json, sanitize.txt, time.json, time.txt.
 set -u -o pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$REPO"
 PLAN=${PLAN:-out/attention-plan}
+
+if [ "${1:-}" = "--plan-probes" ]; then
+  # the rule probes (bench/attention_bench.py PROBES): kernels the rules refuse, built to see what they do
+  PY=${PYTHON:-$( [ -x "$REPO/.venv/bin/python" ] && echo "$REPO/.venv/bin/python" || echo python3 )}
+  PLAN=${PLAN_PROBES:-out/attention-probes}
+  . "$REPO/bench/stage_package.sh"
+  rm -rf "$PLAN"
+  "$PY" bench/attention_bench.py plan-probes --out "$PLAN"
+  rc=$?
+  rm -rf "$STAGE"
+  exit $rc
+fi
 
 if [ "${1:-}" = "--plan" ]; then
   PY=${PYTHON:-$( [ -x "$REPO/.venv/bin/python" ] && echo "$REPO/.venv/bin/python" || echo python3 )}
@@ -76,6 +90,20 @@ echo "$(wc -l < "$PLAN/dirs.txt") kernel directories"
 run_until "$BUILD_END_S" "$PY" "$STAGE/build_all.py" "$JOBS" "$PLAN/dirs.txt" > "$OUT/build.txt" 2>&1
 grep -E "FAILED|LEGALITY BUG|error|spill|built [0-9]" "$OUT/build.txt" | tail -n 30
 echo "libraries: $(ls "$PLAN"/kernels/*/kernel.so 2> /dev/null | wc -l)"
+
+if [ "${MODE:-}" = "probes" ]; then
+  # rule probes: validation only, a short timeout per kernel (a deadlock is a verdict, not a failure of the run)
+  phase "3p. validate the rule probes (two chains, 25 s per kernel)"
+  "$PY" bench/attention_bench.py validate "$PLAN" --shard 0/2 --timeout 25 --deadline 150 --json "$OUT/validate0.json" > "$STAGE/v0.txt" 2>&1 &
+  V0=$!
+  "$PY" bench/attention_bench.py validate "$PLAN" --shard 1/2 --timeout 25 --deadline 150 --json "$OUT/validate1.json" > "$STAGE/v1.txt" 2>&1 &
+  V1=$!
+  wait "$V0"; wait "$V1"
+  cat "$STAGE/v0.txt" "$STAGE/v1.txt" | grep -E "^probe|^(pass|fail|hang|crash)|^\{" | head -n 40
+  phase "5. summary ($(elapsed) s)"
+  echo "gpu_attention (probes): done in $(elapsed) s; files: $(cd "$OUT" && ls | tr '\n' ' ')"
+  exit 0
+fi
 
 phase "2. compute-sanitizer memcheck (background)"
 SAN_KERNEL=${SAN_KERNEL:-$(ls -d "$PLAN"/kernels/attn_d128_bf16_gqa_causal_*/ 2> /dev/null | while read -r d; do [ -f "$d/kernel.so" ] && echo "${d%/}" && break; done)}

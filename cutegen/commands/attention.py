@@ -95,7 +95,7 @@ def _run_generate(args: argparse.Namespace) -> int:
     else:
         found = _search(problem, args.top_k)
         config = found.ranked[0].config
-        cost = {"model": "cutegen.ops.attention.space", "predicted_us": found.ranked[0].cost}
+        cost = {"model": "the attention operation's search (cutegen.core.search)", "predicted_us": found.ranked[0].cost}
         print(f"{problem.name}: searched {found.candidates_total} candidates in {found.search_seconds * 1e3:.1f} ms, "
               f"{found.candidates_legal} renderable"
               + "".join(f"; {k} pruned {v}" for k, v in sorted(found.pruned_by_rule.items())))
