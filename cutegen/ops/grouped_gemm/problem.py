@@ -16,7 +16,7 @@ time. Two layouts of the tokens:
     ``tokens`` is the per-group capacity ``max_m``.
 
 ``distribution`` is how routing is expected to spread the tokens over the groups: ``uniform``,
-``skewed`` (a Zipf law, fraction of group i proportional to 1/(i+1)), ``worst`` (every token in one
+``skewed`` (a Zipf law, fraction of group i proportional to 1/(i+1)^1.6), ``worst`` (every token in one
 group), or a histogram: a tuple of E non-negative fractions summing to 1. It feeds the cost model only.
 """
 from __future__ import annotations
@@ -43,8 +43,10 @@ MAX_GROUPS = 1024
 INT_MAX = 2**31 - 1
 # A histogram's fractions must sum to 1 within this (they are usually measured counts divided by a sum).
 HISTOGRAM_SUM_TOLERANCE = 1e-6
-# The Zipf exponent of "skewed" routing (fraction of expert i proportional to 1 / (i + 1) ** s).
-SKEW_EXPONENT = 1.0
+# The Zipf exponent of "skewed" routing (fraction of expert i proportional to 1 / (i + 1) ** s). 1.6 is what
+# the issue's own skewed floors imply (NOTES.md, grpsearch): about 38 of 128 experts used at 256 rows, all 128
+# at 16,384 and 32,768 rows.
+SKEW_EXPONENT = 1.6
 # Fields a compiled kernel depends on; E, T, N and K are run-time arguments (one kernel serves them all).
 KERNEL_FIELDS = ("dtype", "scale", "layout", "target")
 
