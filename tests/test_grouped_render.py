@@ -100,7 +100,7 @@ def test_every_abi_rule_id_is_declared_and_every_declared_one_is_in_the_template
     tpl = (ROOT / "templates" / "grouped_gemm" / "abi.inc.j2").read_text()
     assert set(re.findall(r"GROUPED-ABI-[A-Z-]+[A-Z]", tpl)) == set(abi.ABI_RULES)
     assert set(abi.EXPORTED_SYMBOLS) == {"cutegen_grouped_gemm", "cutegen_grouped_workspace_size",
-                                         "cutegen_describe", "cutegen_last_error"}
+                                         "cutegen_grouped_smem_bytes", "cutegen_describe", "cutegen_last_error"}
     kernel = (ROOT / "templates" / "grouped_gemm" / "kernel.cu.j2").read_text()
     for sym in abi.EXPORTED_SYMBOLS:
         assert f"CUTEGEN_EXPORT" in kernel and f" {sym}(" in kernel

@@ -86,6 +86,10 @@ class GroupedGemmProblem:
     scale: str = "none"              # e4m3 only: per-tensor, or DeepSeek-V3's 1x128 / 128x128 blocks
     distribution: Any = "uniform"    # NAMED_DISTRIBUTIONS or a tuple of E fractions (cost model input)
     target: str = "sm90a"
+    # FP8 without block scales only, off unless asked for (GemmProblem.fp8_fast_accum; torch._scaled_mm's
+    # use_fast_accum): accumulate in the WGMMA accumulator alone (CUTLASS's ...FP8FastAccum schedules) instead
+    # of promoting into a second f32 copy. Left out of the dict, name and kernel key while False.
+    fp8_fast_accum: bool = False
 
     def __post_init__(self):
         object.__setattr__(self, "groups", as_int("groups", self.groups, lo=1, hi=MAX_GROUPS))
@@ -97,6 +101,11 @@ class GroupedGemmProblem:
         if self.scale != "none" and self.dtype != "e4m3":
             raise FieldError("scale", f"{self.scale!r} scales an FP8 operand; dtype={self.dtype} takes only 'none'")
         as_choice("target", self.target, TARGETS)
+        if not isinstance(self.fp8_fast_accum, bool):
+            raise FieldError("fp8_fast_accum", f"expected true or false, got {self.fp8_fast_accum!r}")
+        if self.fp8_fast_accum and (self.dtype != "e4m3" or self.scale == "block128"):
+            raise FieldError("fp8_fast_accum", f"fast accumulation is an FP8 numerics choice without block scales "
+                                               f"(CUTLASS's ...FP8FastAccum schedules); dtype={self.dtype}, scale={self.scale}")
         object.__setattr__(self, "distribution", self._parse_distribution(self.distribution))
 
     def _parse_distribution(self, value: Any) -> Any:
@@ -160,7 +169,10 @@ class GroupedGemmProblem:
 
     def kernel_key(self) -> dict[str, Any]:
         """What a compiled kernel depends on (not E, T, N, K or the distribution)."""
-        return {f: getattr(self, f) for f in KERNEL_FIELDS}
+        key = {f: getattr(self, f) for f in KERNEL_FIELDS}
+        if self.fp8_fast_accum:
+            key["fp8_fast_accum"] = True
+        return key
 
     @property
     def kernel_class_name(self) -> str:
@@ -168,7 +180,8 @@ class GroupedGemmProblem:
         return f"grouped_{self._dtype_part()}_{self.layout}"
 
     def _dtype_part(self) -> str:
-        return self.dtype if self.scale == "none" else f"{self.dtype}{self.scale}"
+        part = self.dtype if self.scale == "none" else f"{self.dtype}{self.scale}"
+        return part + ("fastacc" if self.fp8_fast_accum else "")
 
     def _distribution_part(self) -> str:
         if isinstance(self.distribution, str):
@@ -185,9 +198,12 @@ class GroupedGemmProblem:
     # --- JSON ----------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         dist = self.distribution if isinstance(self.distribution, str) else list(self.distribution)
-        return {"op": OP, "groups": self.groups, "n": self.n, "k": self.k, "tokens": self.tokens,
-                "layout": self.layout, "dtype": self.dtype, "scale": self.scale, "distribution": dist,
-                "target": self.target}
+        out = {"op": OP, "groups": self.groups, "n": self.n, "k": self.k, "tokens": self.tokens,
+               "layout": self.layout, "dtype": self.dtype, "scale": self.scale, "distribution": dist,
+               "target": self.target}
+        if self.fp8_fast_accum:
+            out["fp8_fast_accum"] = True
+        return out
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "problem") -> "GroupedGemmProblem":

@@ -27,6 +27,8 @@ _KERNEL_SCHEDULES = {"ptr_cooperative": "cutlass::gemm::KernelPtrArrayTmaWarpSpe
                      "ptr_pingpong": "cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong"}
 # block128 FP8: the blockwise-scaling mainloop of the same schedule (sm90_mma_array_..._fp8_blockwise_scaling.hpp)
 _BLOCKWISE_SCHEDULES = {k: v + "FP8Blockwise" for k, v in _KERNEL_SCHEDULES.items()}
+# fp8_fast_accum: the FP8 mainloop without promotion (accumulates in the WGMMA accumulator alone)
+_FAST_ACCUM_SCHEDULES = {k: v + "FP8FastAccum" for k, v in _KERNEL_SCHEDULES.items()}
 _EPILOGUE_SCHEDULES = {"ptr_cooperative": "cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative",
                        "ptr_pingpong": "cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong"}
 _ELEMENTS = {"bf16": "cutlass::bfloat16_t", "e4m3": "cutlass::float_e4m3_t"}
@@ -59,7 +61,8 @@ def template_context(problem: GroupedGemmProblem, config: GroupedGemmConfig) -> 
         # (M, N) granularity of the scale blocks of the kernel's A and B: X's rows are 1 x 128, W's 128 x 128
         "scale_granularity": [128, 1] if config.swap_ab else [1, 128],
         "tile": list(config.tile), "cluster": list(config.cluster[:2]), "stages": config.stages,
-        "kernel_schedule": (_BLOCKWISE_SCHEDULES if problem.scale == "block128" else _KERNEL_SCHEDULES)[config.schedule],
+        "kernel_schedule": (_BLOCKWISE_SCHEDULES if problem.scale == "block128" else
+                            _FAST_ACCUM_SCHEDULES if problem.fp8_fast_accum else _KERNEL_SCHEDULES)[config.schedule],
         "epilogue_schedule": _EPILOGUE_SCHEDULES[config.schedule],
         "raster_option": f"cutlass::gemm::kernel::detail::RasterOrderOptions::{_RASTER[config.raster]}",
         "max_groups": MAX_GROUPS,
