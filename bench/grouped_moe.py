@@ -7,7 +7,7 @@
 
 ``plan`` searches every case of bench/moe.toml (``cutegen.core.search``: the grouped operation's space,
 rules and cost), and renders the pick and the runners-up of each case, plus a few fixed alternatives
-(``torch._grouped_mm``'s own two sm90 tiles, swap-AB for decode), one kernel directory per distinct
+(``torch._grouped_mm``'s own two sm90 tiles), one kernel directory per distinct
 kernel under ``<out>/kernels/<hash>`` (a kernel serves every problem of its class: dtype, scale, layout),
 and writes ``<out>/plan.json``. The GPU side needs only torch and the built libraries (no egglog).
 
@@ -40,17 +40,15 @@ ROOT = Path(__file__).resolve().parent.parent
 SUITE = Path(__file__).with_name("moe.toml")
 HBM_BYTES_PER_S = 4.8e12              # H200 datasheet
 PEAK_FLOPS = {"bf16": 989e12, "e4m3": 1979e12}
-CASE_KEYS = {"name", "groups", "tokens", "n", "k", "layout", "dtype", "scale", "distribution", "fill"}
+CASE_KEYS = {"name", "groups", "tokens", "n", "k", "layout", "dtype", "scale", "distribution", "fill", "fp8_fast_accum"}
 TOP_K = 3                             # the pick and two runners-up per case (the grouped search ranks more
                                       # distinct kernels than the trivial list did: 4 per case made 43 > MAX_KERNELS)
 # Fixed alternatives rendered beside the search's, for the offs layout: torch._grouped_mm's two sm90
 # configurations (aten/src/ATen/native/cuda/GroupMM.cu: 128x256x64 cooperative and 64x128x128 ping-pong,
-# cluster 2x1) and a narrow swap-AB tile for decode.
+# cluster 2x1).
 EXTRA_CONFIGS = {
     "bf16": [dict(tile_m=128, tile_n=256, tile_k=64, cluster_m=2, schedule="ptr_cooperative"),
-             dict(tile_m=64, tile_n=128, tile_k=128, cluster_m=2, schedule="ptr_pingpong"),
-             dict(tile_m=128, tile_n=32, tile_k=128, schedule="ptr_cooperative", swap_ab=True)],
-    "e4m3": [dict(tile_m=128, tile_n=256, tile_k=128, cluster_m=2, schedule="ptr_cooperative")],
+             dict(tile_m=64, tile_n=128, tile_k=128, cluster_m=2, schedule="ptr_pingpong")],
 }
 MAX_KERNELS = 40
 

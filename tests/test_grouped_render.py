@@ -84,6 +84,13 @@ def test_block128_renders_the_blockwise_mainloop_with_k_major_scales():
     # swapped: the weights are A, so their 128 x 128 blocks are the kernel's SFA
     sw = registry.render(p, c.replace(swap_ab=True, tile_m=128, tile_n=16, schedule="ptr_pingpong")).source
     assert "Sm90BlockwiseScaleConfig<128, 1, 128," in sw and "a.ptr_sfa[i] = sw;" in sw
+    # swapped with 256-row tiles: CUTLASS's scale/accumulator shapes differ (nvcc 13.0); 128 renders
+    refused = registry.backend_refusals(p, c.replace(swap_ab=True, tile_m=256, tile_n=16, schedule="ptr_pingpong"),
+                                        "cutlass_builder")
+    assert refused and refused[0].startswith("GROUPED-RENDER-BLOCK128-SWAP-TILE-M: block128 swapped with tile_m=256")
+    assert registry.backend_refusals(p, c.replace(swap_ab=True, tile_m=128, tile_n=16), "cutlass_builder") == []
+    assert registry.backend_refusals(p.replace(scale="tensor"), c.replace(swap_ab=True, tile_m=256, tile_n=16),
+                                     "cutlass_builder") == []
     masked = registry.render(p.replace(layout="masked", tokens=64), c).source
     assert "const float* sx = a.scale_x + i * a.tokens * kblocks;" in masked
     assert "FP8Blockwise" not in _src() and "LayoutSFA" not in _src()
@@ -100,7 +107,7 @@ def test_every_abi_rule_id_is_declared_and_every_declared_one_is_in_the_template
     tpl = (ROOT / "templates" / "grouped_gemm" / "abi.inc.j2").read_text()
     assert set(re.findall(r"GROUPED-ABI-[A-Z-]+[A-Z]", tpl)) == set(abi.ABI_RULES)
     assert set(abi.EXPORTED_SYMBOLS) == {"cutegen_grouped_gemm", "cutegen_grouped_workspace_size",
-                                         "cutegen_describe", "cutegen_last_error"}
+                                         "cutegen_grouped_smem_bytes", "cutegen_describe", "cutegen_last_error"}
     kernel = (ROOT / "templates" / "grouped_gemm" / "kernel.cu.j2").read_text()
     for sym in abi.EXPORTED_SYMBOLS:
         assert f"CUTEGEN_EXPORT" in kernel and f" {sym}(" in kernel

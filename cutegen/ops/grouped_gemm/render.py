@@ -27,18 +27,30 @@ _KERNEL_SCHEDULES = {"ptr_cooperative": "cutlass::gemm::KernelPtrArrayTmaWarpSpe
                      "ptr_pingpong": "cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong"}
 # block128 FP8: the blockwise-scaling mainloop of the same schedule (sm90_mma_array_..._fp8_blockwise_scaling.hpp)
 _BLOCKWISE_SCHEDULES = {k: v + "FP8Blockwise" for k, v in _KERNEL_SCHEDULES.items()}
+# fp8_fast_accum: the FP8 mainloop without promotion (accumulates in the WGMMA accumulator alone)
+_FAST_ACCUM_SCHEDULES = {k: v + "FP8FastAccum" for k, v in _KERNEL_SCHEDULES.items()}
 _EPILOGUE_SCHEDULES = {"ptr_cooperative": "cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative",
                        "ptr_pingpong": "cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong"}
 _ELEMENTS = {"bf16": "cutlass::bfloat16_t", "e4m3": "cutlass::float_e4m3_t"}
 _RASTER = {"heuristic": "Heuristic", "along_m": "AlongM", "along_n": "AlongN"}
 
-# What this renderer refuses of a configuration the rules may allow: "RULE-ID: reason". None today: block128
-# renders (its tile constraints are the rules GROUPED-BLOCK128-TILE-K and -TILE-N).
-RENDER_RULES: dict[str, str] = {}
+# What this renderer refuses of a configuration the rules may allow: "RULE-ID: reason" (block128's tile_k and
+# weight-side tile are the rules GROUPED-BLOCK128-TILE-K and -TILE-N).
+RENDER_RULES: dict[str, str] = {
+    # nvcc 13.0 + CUTLASS 4.2 (2026-11-26, this machine): block128 swapped 256x16x128 ping-pong fails
+    # fp8_accumulation.hpp:119 static_assert "Accumulator and scaleA must have same shape" (the weights' 128-row
+    # scale blocks give 2 scales per 256-row tile); 128x16x128 ping-pong swapped compiles.
+    "GROUPED-RENDER-BLOCK128-SWAP-TILE-M": "block128 with swap_ab needs tile_m == 128 (one weight scale block per "
+                                           "tile along M; CUTLASS fp8_accumulation.hpp:119)",
+}
 
 
 def refusals(problem: GroupedGemmProblem, config: GroupedGemmConfig) -> list[str]:
-    return []
+    out = []
+    if problem.scale == "block128" and config.swap_ab and config.tile_m != 128:
+        out.append(f"GROUPED-RENDER-BLOCK128-SWAP-TILE-M: block128 swapped with tile_m={config.tile_m}: "
+                   f"{RENDER_RULES['GROUPED-RENDER-BLOCK128-SWAP-TILE-M'].split(' needs ', 1)[1]}")
+    return out
 
 
 def describe(problem: GroupedGemmProblem, config: GroupedGemmConfig, khash: str) -> str:
@@ -59,7 +71,8 @@ def template_context(problem: GroupedGemmProblem, config: GroupedGemmConfig) -> 
         # (M, N) granularity of the scale blocks of the kernel's A and B: X's rows are 1 x 128, W's 128 x 128
         "scale_granularity": [128, 1] if config.swap_ab else [1, 128],
         "tile": list(config.tile), "cluster": list(config.cluster[:2]), "stages": config.stages,
-        "kernel_schedule": (_BLOCKWISE_SCHEDULES if problem.scale == "block128" else _KERNEL_SCHEDULES)[config.schedule],
+        "kernel_schedule": (_BLOCKWISE_SCHEDULES if problem.scale == "block128" else
+                            _FAST_ACCUM_SCHEDULES if problem.fp8_fast_accum else _KERNEL_SCHEDULES)[config.schedule],
         "epilogue_schedule": _EPILOGUE_SCHEDULES[config.schedule],
         "raster_option": f"cutlass::gemm::kernel::detail::RasterOrderOptions::{_RASTER[config.raster]}",
         "max_groups": MAX_GROUPS,
