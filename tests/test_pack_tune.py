@@ -259,3 +259,20 @@ def test_a_second_round_leaves_out_what_was_measured(tmp_path, monkeypatch):
                                    exclude=tune.measured_keys(db, t, points + off))
     assert [c.key for c in cands] == [b.to_json()]
     assert any("1 candidates already measured" in n for n in notes)
+
+
+@pytest.mark.parametrize("extra, field", [
+    (["--plan-only"], "--plan-only"),
+    (["--tune", "--measured", "x.json"], "--measured"),
+    (["--tune", "--plan-only", "--records", "x.jsonl"], "--records"),
+    (["--tune", "--records", "x.jsonl", "--db", "y.sqlite"], "--records"),
+    (["--tune", "--exclude-measured", "x.jsonl"], "--exclude-measured"),
+    (["--tune", "--plan-only", "--off-sample", "3,z"], "--off-sample"),
+    (["--tune", "--plan-only", "--tune-max-candidates", "0"], "--tune-max-candidates"),
+])
+def test_cli_refuses_bad_tune_options_in_one_line(tmp_path, capsys, extra, field):
+    from cutegen.cli import main
+    f = _shapes_file(tmp_path)
+    assert main(["pack", str(f), "-o", str(tmp_path / "o"), "--target", "h200"] + extra) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and field in err[0], err
