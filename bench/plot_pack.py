@@ -4,6 +4,7 @@ triangles, each point labelled with the kernel index that served it (F: the unal
 inside the op).
 
     python bench/plot_pack.py RESULTS.json OUT.png [--title TEXT]
+    python bench/plot_pack.py bench/packs/<set>/<kind>/pack.json OUT.png     # a measured pack's tuning-run times
 """
 from __future__ import annotations
 
@@ -17,10 +18,25 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 
+def _summary(rows: list[dict]) -> dict:
+    import math
+    xs = [r["speedup"] for r in rows]
+    return {"shapes": len(xs), "geomean": math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None}
+
+
 def main(argv: list[str]) -> int:
     src, dst = argv[:2]
     title = argv[argv.index("--title") + 1] if "--title" in argv else None
     res = json.load(open(src))
+    if "coverage" in res:
+        # a measured pack's record (pack --tune: bench/packs/<set>/<kind>/pack.json): the tuning run's times of the
+        # kernel serving each shape, timed through gemm_kernel, not yet through the op
+        rows = [{"m": r["m"], "n": r["n"], "k": r["k"], "speedup": r["cublas_ratio"], "kernel": r["kernel"] or "?",
+                 "sampled": r.get("point", "sampled") == "sampled"}
+                for r in res["coverage"]["rows"] if r.get("cublas_ratio")]
+        res = {"time": rows, "pack": res["name"] + " (measured selection, tuning run)",
+               "device": res["target"]["kind"], "sampled_summary": _summary([r for r in rows if r["sampled"]]),
+               "off-sample_summary": _summary([r for r in rows if not r["sampled"]])}
     rows = res["time"]
     nks = sorted({(r["n"], r["k"]) for r in rows})
     fig, ax = plt.subplots(figsize=(11, 6))
