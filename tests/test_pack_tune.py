@@ -276,3 +276,20 @@ def test_cli_refuses_bad_tune_options_in_one_line(tmp_path, capsys, extra, field
     assert main(["pack", str(f), "-o", str(tmp_path / "o"), "--target", "h200"] + extra) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and field in err[0], err
+
+
+def test_the_newest_timing_method_wins_where_a_shape_has_two(tmp_path):
+    f, t, points, off = _setup(tmp_path)
+    every = points + off
+    a, b = _configs(points[0].problem)
+    db = _synthetic_db(tmp_path, every, [a, b], [small_us, big_us])          # timing_method "test": rank 1
+    q = points[0].problem                                                     # M = 1: A wins under method 1
+    db.add_many([Measurement(problem=q, config=cfg, kernel_hash="h", backend="cutlass", device_name="NVIDIA H200",
+                             device_kind="h200", timing_method="pack-tune/2: primed", median_us=us, validated=True,
+                             cublas_us=20.0, source="cutegen-pack-tune v2", measured_at="2026-11-26")
+                 for cfg, us in ((a, 50.0), (b, 40.0))])
+    assert tune.method_rank("pack-tune/2: x") == 2 and tune.method_rank("pack-tune: x") == 1
+    sel, _ = tune.select_measured(every, len(points), t, db, max_kernels=4, tolerance=0.03)
+    r = sel.rows[0]
+    assert r.shape.problem.m == 1 and sel.kernels[r.kernel].config == b and r.time_us == 40.0 and r.cublas_us == 20.0
+    assert sel.rows[1].time_us == small_us(sel.rows[1].shape.problem.m)     # other shapes: method 1 is all there is
