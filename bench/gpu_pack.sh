@@ -119,6 +119,10 @@ print("TORCH_LIB='" + " ".join("-L" + p + " -Wl,-rpath," + p for p in ce.library
 print("TORCH_ABI=" + str(int(torch._C._GLIBCXX_USE_CXX11_ABI)))
 EOF
 )"
+# packs with the vendor tactic (src/vendor_cublaslt.cpp) compile and link cuBLASLt: the toolkit's or the wheel torch uses
+. "$REPO/bench/cublaslt.sh"
+CUBLASLT_ROOT=$(cublaslt_root "$PY" "$CUDA_HOME")
+[ -n "$CUBLASLT_ROOT" ] && export CUTEGEN_CUBLASLT_ROOT=${CUTEGEN_CUBLASLT_ROOT:-$CUBLASLT_ROOT}
 : > "$OUT/build.txt"
 set -- $PACKS
 NPACKS=$#
@@ -191,6 +195,10 @@ for set in $PACKS; do
     BRC=$?
     g++ -std=c++17 -O2 -fPIC -I "$PACK/include" -I "$CUDA_HOME/include" -c "$PACK/src/dispatch.cpp" \
       -o "$BUILD/dispatch.o" >> "$OUT/build.txt" 2>&1 || BRC=1
+    if [ -f "$PACK/src/vendor_cublaslt.cpp" ]; then
+      g++ -std=c++17 -O2 -fPIC -I "$PACK/include" -I "$CUDA_HOME/include" -I "${CUBLASLT_ROOT:-.}/include" \
+        -c "$PACK/src/vendor_cublaslt.cpp" -o "$BUILD/vendor_cublaslt.o" >> "$OUT/build.txt" 2>&1 || BRC=1
+    fi
     ar rcs "$BUILD/lib$NAME.a" "$BUILD"/*.o >> "$OUT/build.txt" 2>&1 || BRC=1
   fi
   LIB="$BUILD/lib$NAME.a"
@@ -200,10 +208,15 @@ for set in $PACKS; do
 
   phase "$set: 2. the PyTorch extension"
   SO="$BUILD/lib${NAME}_torch.so"
+  VENDOR_LINK=
+  if [ -f "$PACK/src/vendor_cublaslt.cpp" ]; then
+    VENDOR_LINK=$(cublaslt_lib "${CUBLASLT_ROOT:-.}")
+    [ -n "$VENDOR_LINK" ] && VENDOR_LINK="$VENDOR_LINK -Wl,-rpath,$(dirname "$VENDOR_LINK")"
+  fi
   for STD in c++17 c++20; do
     g++ -std=$STD -O2 -fPIC -shared -D_GLIBCXX_USE_CXX11_ABI=$TORCH_ABI $TORCH_INC -I "$CUDA_HOME/include" \
       -I "$PACK/include" "$PACK/torch/${NAME}_torch.cpp" -o "$SO" "$LIB" \
-      $TORCH_LIB -lc10 -lc10_cuda -ltorch -ltorch_cpu -ltorch_cuda -L "$CUDA_HOME/lib64" -lcudart \
+      $TORCH_LIB -lc10 -lc10_cuda -ltorch -ltorch_cpu -ltorch_cuda -L "$CUDA_HOME/lib64" -lcudart $VENDOR_LINK \
       >> "$OUT/build.txt" 2>&1 && break
   done
   [ -f "$SO" ] || { echo "gpu_pack: the $set extension did not build"; tail -20 "$OUT/build.txt"; RC=1; continue; }

@@ -42,6 +42,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "measured-fastest kernel, and each (N, K) with measurements dispatches M by measured segments "
                         "whose boundaries are where two kernels' measured curves cross; COVERAGE.md adds "
                         "torch.matmul's time. No GPU: the measurements are read from the file")
+    p.add_argument("--no-vendor", dest="vendor", action="store_false",
+                   help="route nothing to cuBLASLt. By default (the vendor tactic), with --measured, the M segments and "
+                        "set shapes where no generated kernel came within --tolerance of torch.matmul's measured time "
+                        "(cuBLAS) run on cuBLASLt through the same plan API and PyTorch op, and the CMake package links "
+                        "CUDA::cublasLt; without measurements nothing is routed to it (never on prediction alone)")
     p.add_argument("--summary-only", action="store_true",
                    help="write (or with --check compare) only pack.json and COVERAGE.md, the record of what was "
                         "selected and why; the sources are regenerated from the shapes file by the same command "
@@ -179,7 +184,7 @@ def _run(args: argparse.Namespace, ex) -> int:
         elif args.tune:
             files = packs.make_tuned_pack(args.shapes, kind, db, max_kernels=args.max_kernels,
                                           tolerance=args.tolerance, name=args.name, say=say, executor=ex,
-                                          off_sample=off_sample)
+                                          off_sample=off_sample, vendor=args.vendor)
             if args.export_records:
                 from ..packs import targets as pack_targets
                 t = pack_targets.target(kind)
@@ -190,7 +195,7 @@ def _run(args: argparse.Namespace, ex) -> int:
         else:
             files = packs.make_pack(args.shapes, kind, max_kernels=args.max_kernels, tolerance=args.tolerance,
                                     name=args.name, db=used, say=say, executor=ex, progress=True,
-                                    measured=args.measured)
+                                    measured=args.measured, vendor=args.vendor)
         root = Path(args.out) / kind
         prune = not args.summary_only
         if args.summary_only:

@@ -26,10 +26,12 @@ SEARCH_S_ESTIMATE = 1.0  # seconds per search on one core (issue 22: 0.3-1.5 s o
 
 def make_pack(shapes_file: str, target_kind: str, *, max_kernels: int = 16, tolerance: float = 0.03,
               name: str = "cutegen_pack", db=None, say=lambda msg: None, executor=None,
-              progress: bool = False, measured: str | None = None) -> dict[str, str]:
+              progress: bool = False, measured: str | None = None, vendor: bool = True) -> dict[str, str]:
     """Every file of the pack for one target: {path relative to the pack's folder: text}. ``executor`` (a
     ``cutegen.executor.Executor``; None: this process) runs the searches, per (N, K) and M bucket and per
-    class's fallback; the files are the same wherever they ran. ``progress``: progress bars on stderr."""
+    class's fallback; the files are the same wherever they ran. ``progress``: progress bars on stderr.
+    ``vendor`` (False: ``--no-vendor``): with ``measured``, segments and shapes where no generated kernel comes
+    within the tolerance of cuBLAS run on cuBLASLt (cutegen/packs/vendor.py); without measurements, none do."""
     from . import render, select, shapes, targets
     if not render.pack_name_ok(name):
         raise FieldError("--name", f"{name!r} is not a C/CMake identifier (letters, digits, _; 64 at most)")
@@ -42,7 +44,7 @@ def make_pack(shapes_file: str, target_kind: str, *, max_kernels: int = 16, tole
                         progress=progress)
     fallbacks = render.add_fallbacks(sel, say=say, executor=executor)
     points = render.apply_measured(sel, measured, name) if measured else None
-    return render.pack_files(sel, fallbacks, name, Path(shapes_file).name, measured=points)
+    return render.pack_files(sel, fallbacks, name, Path(shapes_file).name, measured=points, vendor_on=vendor)
 
 
 def make_tune_plan(shapes_file: str, target_kind: str, *, name: str = "cutegen_pack", say=lambda msg: None,
@@ -76,8 +78,9 @@ def make_tune_plan(shapes_file: str, target_kind: str, *, name: str = "cutegen_p
 
 def make_tuned_pack(shapes_file: str, target_kind: str, db, *, max_kernels: int = 16, tolerance: float = 0.03,
                     name: str = "cutegen_pack", say=lambda msg: None, executor=None,
-                    off_sample: tuple[int, ...] | None = None) -> dict[str, str]:
-    """``pack --tune`` after the GPU step: the pack selected from ``db``'s measurements (no GPU)."""
+                    off_sample: tuple[int, ...] | None = None, vendor: bool = True) -> dict[str, str]:
+    """``pack --tune`` after the GPU step: the pack selected from ``db``'s measurements (no GPU); with ``vendor``,
+    measured segments where no generated kernel comes within the tolerance of cuBLAS run on cuBLASLt."""
     from . import render, targets, tune
     if not render.pack_name_ok(name):
         raise FieldError("--name", f"{name!r} is not a C/CMake identifier (letters, digits, _; 64 at most)")
@@ -87,7 +90,8 @@ def make_tuned_pack(shapes_file: str, target_kind: str, db, *, max_kernels: int 
     sel, measured_points = tune.select_measured(points + off, len(points), t, db, max_kernels=max_kernels,
                                                 tolerance=tolerance, say=say)
     fallbacks = render.add_fallbacks(sel, say=say, executor=executor)
-    return render.pack_files(sel, fallbacks, name, Path(shapes_file).name, measured=measured_points)
+    return render.pack_files(sel, fallbacks, name, Path(shapes_file).name, measured=measured_points,
+                             vendor_on=vendor)
 
 
 def check_size(shapes_file: str, points: list, say=lambda msg: None) -> int:

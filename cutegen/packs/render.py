@@ -13,6 +13,7 @@ from .. import __version__
 from ..abi import EXPORTED_SYMBOLS
 from ..search import cost as costmod
 from ..swap_ab import kernel_problem
+from . import vendor
 from .dispatch import Fallback, find_fallback, tables
 from .select import Kernel, Selection, class_key, geomean, run_searches
 from .shapes import SAMPLING_NOTE
@@ -80,6 +81,8 @@ def coverage(sel: Selection) -> dict:
 
 
 def kernel_name(sel: Selection, j: int) -> str:
+    if j >= len(sel.kernels):                      # the vendor tactic's entry of class j - len(kernels)
+        return vendor.entry_name(j - len(sel.kernels))
     k = sel.kernels[j]
     return f"k{j:02d}_{k.config.short_name()}" + ("_fallback" if k.cls.startswith("fallback:") else "")
 
@@ -162,9 +165,11 @@ def _nk_keys(sel: Selection) -> list[tuple[int, int, int]]:
 def apply_measured(sel: Selection, path: str, name: str) -> dict:
     """``--measured PATH`` (bench/gpu_pack.py's results for this pack): every measured shape of the set runs on
     its measured-fastest kernel, with its measured time and torch.matmul's; returns (N, K) -> points for the
-    dispatch tables (cutegen/packs/measured.py)."""
+    dispatch tables (cutegen/packs/measured.py). (The vendor tactic acts later, in ``pack_files``.)"""
     from .measured import load
-    names = [kernel_name(sel, j) for j in range(len(sel.kernels))]
+    n_gen = len(sel.kernels)
+    # results of a pack with vendor entries name them too (vendor_cublaslt_c<class>: kernel n_gen + class)
+    names = [kernel_name(sel, j) for j in range(n_gen)] + [vendor.entry_name(c) for c in range(len(sel.classes))]
     points = load(path, name, names)
     by_shape = {(nk[0], nk[1], p.m): p for nk, pts in points.items() for p in pts}
     used = 0
@@ -173,8 +178,8 @@ def apply_measured(sel: Selection, path: str, name: str) -> dict:
         p = by_shape.get((q.n, q.k, q.m))
         if p is None or r.kernel is None:
             continue
-        mine = {j: t for j, t in p.times.items() if sel.kernels[j].cls in (sel.kernels[r.kernel].cls,
-                                                                          "fallback:" + sel.kernels[r.kernel].cls)}
+        mine = {j: t for j, t in p.times.items() if j < n_gen and sel.kernels[j].cls in (
+            sel.kernels[r.kernel].cls, "fallback:" + sel.kernels[r.kernel].cls)}
         if not mine:
             continue
         j, t = min(mine.items(), key=lambda kv: (kv[1], kv[0]))
@@ -187,7 +192,7 @@ def apply_measured(sel: Selection, path: str, name: str) -> dict:
 
 
 def pack_files(sel: Selection, fallbacks: dict[str, Fallback], name: str, shapes_file: str,
-               render_kernel=None, measured: dict | None = None) -> dict[str, str]:
+               render_kernel=None, measured: dict | None = None, vendor_on: bool = True) -> dict[str, str]:
     from .. import render as render_mod
     render_kernel = render_kernel or render_mod.render
     env = render_mod._environment()
@@ -214,10 +219,20 @@ def pack_files(sel: Selection, fallbacks: dict[str, Fallback], name: str, shapes
     for cls, fb in fallbacks.items():
         if fb.kernel is None:
             notes.append(f"class {cls_index[cls]}: {fb.uncovered}")
-    disp = tables(sel, fallbacks, [k["name"] for k in kernels_ctx], measured)
-    ctx = {"pack_name": name, "target": sel.target.kind, "kernels": kernels_ctx, "version": _cmake_version(),
-           **disp}
+    if measured and vendor_on:
+        vendor.route_rows(sel, measured)           # measured set shapes no generated kernel serves well: cuBLASLt
+    disp = tables(sel, fallbacks, [k["name"] for k in kernels_ctx], measured, vendor=vendor_on)
+    generated = list(kernels_ctx)
+    if disp["vendor"]:
+        # the vendor tactic (cutegen/packs/vendor.py): one entry per class after the generated kernels
+        kernels_ctx += [{"name": vendor.entry_name(c), "cls": c, "vendor": True} for c in range(len(sel.classes))]
+        notes.append(vendor.coverage_note(sel.tolerance))
+    ctx = {"pack_name": name, "target": sel.target.kind, "kernels": kernels_ctx, "generated": generated,
+           "version": _cmake_version(), **disp}
     files["src/dispatch.cpp"] = env.get_template("pack_dispatch.cpp.j2").render(**ctx)
+    if disp["vendor"]:
+        files["src/vendor_cublaslt.cpp"] = env.get_template("pack_vendor_cublaslt.cpp.j2").render(**ctx)
+        files["cmake/cutegen_cublaslt.cmake"] = env.get_template("pack_cublaslt.cmake.j2").render(**ctx)
     files["include/cutegen_pack.h"] = env.get_template("pack_header.h.j2").render(**ctx)
     files["CMakeLists.txt"] = env.get_template("pack_CMakeLists.txt.j2").render(**ctx)
     files[f"cmake/{name}Config.cmake.in"] = env.get_template("pack_config.cmake.in.j2").render(**ctx)
@@ -230,6 +245,7 @@ def pack_files(sel: Selection, fallbacks: dict[str, Fallback], name: str, shapes
     files["COVERAGE.md"] = coverage_markdown(sel, cov, notes)
     if measured and disp["measured"] and any(r.point is not None for r in sel.rows):
         files["COVERAGE.md"] += "\n".join(segments_markdown(sel, disp, [k["name"] for k in kernels_ctx], measured)) + "\n"
+    files["COVERAGE.md"] += vendor.coverage_section(disp, kernels_ctx)
     files["pack.json"] = json.dumps({
         "name": name, "target": {"kind": sel.target.kind, "sms": sel.target.sms,
                                  "hbm_bytes_per_s": sel.target.hbm_bytes_per_s,
@@ -244,6 +260,7 @@ def pack_files(sel: Selection, fallbacks: dict[str, Fallback], name: str, shapes
                      "shapes": sum(1 for r in sel.rows if r.kernel == j)}
                     for j, (kc, k) in enumerate(zip(kernels_ctx, sel.kernels))],
         "coverage": cov,
+        **vendor.pack_json_fields(disp, kernels_ctx, sel.tolerance),
     }, indent=1, sort_keys=True) + "\n"
     return files
 
