@@ -109,7 +109,7 @@ def test_measured_pack_renders_its_segments_and_coverage(tmp_path):
     a, b = _configs(points[0].problem)
     db = _synthetic_db(tmp_path, every, [a, b], [small_us, big_us], skip=(48,))
     sel, pts = tune.select_measured(every, len(points), t, db, max_kernels=4, tolerance=0.03)
-    files = render.pack_files(sel, {}, "p", f.name, measured=pts)
+    files = render.pack_files(sel, {}, "p", f.name, measured=pts, vendor_on=False)   # generated kernels alone
     cov = files["COVERAGE.md"]
     assert "| point |" in cov and "torch.matmul (us)" in cov and "predicted (us)" in cov
     assert "off-sample" in cov and "sampled" in cov
@@ -122,6 +122,11 @@ def test_measured_pack_renders_its_segments_and_coverage(tmp_path):
     assert "221" in files["src/dispatch.cpp"]
     cov_json = json.loads(files["pack.json"])["coverage"]["rows"]
     assert sum(1 for r in cov_json if r.get("point") == "off-sample") == len(off)
+    # the vendor tactic on (the default): where both kernels measured slower than torch.matmul (25 us) by more than
+    # the tolerance (M >= 200: A 30+ us, B 32+ us), the pack routes to cuBLASLt; below, the kernels stay
+    sel2, pts2 = tune.select_measured(every, len(points), t, db, max_kernels=4, tolerance=0.03)
+    shipped = render.pack_files(sel2, {}, "p", f.name, measured=pts2)
+    assert "src/vendor_cublaslt.cpp" in shipped and "vendor_cublaslt" in shipped["COVERAGE.md"]
 
 
 def test_measurements_of_another_kind_or_unvalidated_are_not_used(tmp_path):
