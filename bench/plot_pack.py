@@ -48,6 +48,8 @@ def main(argv: list[str]) -> int:
             ax.plot(r["m"], r["speedup"], marker, color=line.get_color(), ms=4)
             if r.get("path") == "torch.matmul fallback":
                 tag = "T"
+            elif r.get("kernel", "").startswith("vendor"):
+                tag = "V"                      # the vendor tactic: cuBLASLt through the pack's plan API
             else:
                 m = re.match(r"k(\d+)_", r.get("kernel", ""))
                 tag = ("F" if "fallback" in r.get("kernel", "") else m.group(1).lstrip("0") or "0") if m else "?"
@@ -63,7 +65,7 @@ def main(argv: list[str]) -> int:
     tail = f", held-out {held.get('geomean') or 0:.3f}" if held.get("shapes") else ""
     ax.set_title(title or f"{res['pack']} on {res['device']}: geomean sampled {summ.get('geomean') or 0:.3f}, "
                           f"off-sample {off.get('geomean') or 0:.3f}{tail}\n(o sampled, x off-sample, ^ held-out: "
-                          "never measured while tuning; labels: the kernel that served it, T: torch.matmul)",
+                          "never measured while tuning; labels: the kernel that served it, V: cuBLASLt, T: torch.matmul)",
                  fontsize=9)
     ax.legend(fontsize=7, ncol=2, loc="lower right")
     fig.tight_layout()
