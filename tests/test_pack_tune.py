@@ -122,6 +122,11 @@ def test_measured_pack_renders_its_segments_and_coverage(tmp_path):
     assert "221" in files["src/dispatch.cpp"]
     cov_json = json.loads(files["pack.json"])["coverage"]["rows"]
     assert sum(1 for r in cov_json if r.get("point") == "off-sample") == len(off)
+    # the vendor tactic on (the default): where both kernels measured slower than torch.matmul (25 us) by more than
+    # the tolerance (M >= 200: A 30+ us, B 32+ us), the pack routes to cuBLASLt; below, the kernels stay
+    sel2, pts2 = tune.select_measured(every, len(points), t, db, max_kernels=4, tolerance=0.03)
+    shipped = render.pack_files(sel2, {}, "p", f.name, measured=pts2)
+    assert "src/vendor_cublaslt.cpp" in shipped and "vendor_cublaslt" in shipped["COVERAGE.md"]
 
 
 def test_measurements_of_another_kind_or_unvalidated_are_not_used(tmp_path):
@@ -259,3 +264,37 @@ def test_a_second_round_leaves_out_what_was_measured(tmp_path, monkeypatch):
                                    exclude=tune.measured_keys(db, t, points + off))
     assert [c.key for c in cands] == [b.to_json()]
     assert any("1 candidates already measured" in n for n in notes)
+
+
+@pytest.mark.parametrize("extra, field", [
+    (["--plan-only"], "--plan-only"),
+    (["--tune", "--measured", "x.json"], "--measured"),
+    (["--tune", "--plan-only", "--records", "x.jsonl"], "--records"),
+    (["--tune", "--records", "x.jsonl", "--db", "y.sqlite"], "--records"),
+    (["--tune", "--exclude-measured", "x.jsonl"], "--exclude-measured"),
+    (["--tune", "--plan-only", "--off-sample", "3,z"], "--off-sample"),
+    (["--tune", "--plan-only", "--tune-max-candidates", "0"], "--tune-max-candidates"),
+])
+def test_cli_refuses_bad_tune_options_in_one_line(tmp_path, capsys, extra, field):
+    from cutegen.cli import main
+    f = _shapes_file(tmp_path)
+    assert main(["pack", str(f), "-o", str(tmp_path / "o"), "--target", "h200"] + extra) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and field in err[0], err
+
+
+def test_the_newest_timing_method_wins_where_a_shape_has_two(tmp_path):
+    f, t, points, off = _setup(tmp_path)
+    every = points + off
+    a, b = _configs(points[0].problem)
+    db = _synthetic_db(tmp_path, every, [a, b], [small_us, big_us])          # timing_method "test": rank 1
+    q = points[0].problem                                                     # M = 1: A wins under method 1
+    db.add_many([Measurement(problem=q, config=cfg, kernel_hash="h", backend="cutlass", device_name="NVIDIA H200",
+                             device_kind="h200", timing_method="pack-tune/2: primed", median_us=us, validated=True,
+                             cublas_us=20.0, source="cutegen-pack-tune v2", measured_at="2026-11-26")
+                 for cfg, us in ((a, 50.0), (b, 40.0))])
+    assert tune.method_rank("pack-tune/2: x") == 2 and tune.method_rank("pack-tune: x") == 1
+    sel, _ = tune.select_measured(every, len(points), t, db, max_kernels=4, tolerance=0.03)
+    r = sel.rows[0]
+    assert r.shape.problem.m == 1 and sel.kernels[r.kernel].config == b and r.time_us == 40.0 and r.cublas_us == 20.0
+    assert sel.rows[1].time_us == small_us(sel.rows[1].shape.problem.m)     # other shapes: method 1 is all there is

@@ -24,11 +24,12 @@ import time
 from pathlib import Path
 
 WARMUP, ITERS = 5, 20
+SPIN_CYCLES_PER_CALL = 100_000   # ~50 us at 1.98 GHz: more than the host needs to queue one timed call
 SLOW_FACTOR = 3.0     # slower than this many times torch.matmul at the first timed launch: 3 launches, not 20
 TOL = 2e-2            # bf16 output of a float32 accumulation: max |err| / max |ref|
-TIMING_METHOD = (f"pack-tune: cuda-events median of {ITERS} after {WARMUP} warm-up calls (3 after 1 where the first "
-                 f"launch is over {SLOW_FACTOR:g}x torch.matmul), the same inputs (L2 warm), through "
-                 "torch.ops.cutegen.gemm_kernel")
+TIMING_METHOD = (f"pack-tune/2: cuda-events median of {ITERS} after {WARMUP} warm-up calls (3 after 1 where the first "
+                 f"launch is over {SLOW_FACTOR:g}x torch.matmul), queue primed behind a spin kernel, the same inputs (L2 "
+                 "warm), through torch.ops.cutegen.gemm_kernel; cuBLAS: the lower of torch.matmul before and after")
 _OPS: dict = {}
 
 
@@ -45,10 +46,20 @@ def _load(pack_dir: str, so: str):
 
 
 def _time_us(fn, warmup: int = WARMUP, iters: int = ITERS) -> tuple[float, list[float]]:
+    """Median microseconds of ``iters`` calls, each between two CUDA events, after ``warmup``. A spin kernel
+    (``torch.cuda._sleep``, SPIN_CYCLES_PER_CALL per call) is queued first, so the host has queued every timed
+    call before the GPU reaches them: a host stall (Python, the garbage collector, a slow launch path) cannot
+    leave the GPU idle inside an event pair, and a 20 us kernel is timed as 20 us whichever host path launched
+    it (the first tuning run, 2026-11-26, timed without it, had torch.matmul up to 1.6x slower at some small-M
+    shapes than the same call in the next run). The same method as ``cutegen tune`` (``_runner_worker``)."""
     import torch
     for _ in range(warmup):
         fn()
     evs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
+    torch.cuda.synchronize()
+    sleep = getattr(torch.cuda, "_sleep", None)
+    if sleep is not None:
+        sleep(SPIN_CYCLES_PER_CALL * iters)
     for s, e in evs:
         s.record()
         fn()
@@ -61,8 +72,18 @@ def _time_us(fn, warmup: int = WARMUP, iters: int = ITERS) -> tuple[float, list[
 def measure_group(item: tuple) -> dict:
     """One (N, K) (an executor GPU task): ``item`` = (pack_dir, so, group, kernels, todo, end_epoch) where
     ``todo`` maps M -> the kernel indices still to time there. Returns {"device", "shapes": [...], "skipped"}."""
+    import gc
     import torch
     pack_dir, so, group, kernels, todo, end_epoch = item
+    gc.collect()
+    gc.disable()          # no collection inside a timed loop (re-enabled when the group is done)
+    try:
+        return _measure_group(torch, pack_dir, so, group, kernels, todo, end_epoch)
+    finally:
+        gc.enable()
+
+
+def _measure_group(torch, pack_dir, so, group, kernels, todo, end_epoch) -> dict:
     ops = _load(pack_dir, so)
     props = torch.cuda.get_device_properties(0)
     gen = torch.Generator(device="cuda").manual_seed(group["n"] * 131 + group["k"])
@@ -88,8 +109,9 @@ def measure_group(item: tuple) -> dict:
         b = w.t()
         ref = a.float() @ b.float()
         scale = float(ref.abs().max().clamp_min(1e-6))
-        mm_us, _ = _time_us(lambda: torch.matmul(a, b))
-        row = {"m": m, "matmul_us": mm_us, "kernels": {}}
+        mm_before, _ = _time_us(lambda: torch.matmul(a, b))
+        row = {"m": m, "matmul_us": mm_before, "kernels": {}}
+        mm_us = mm_before
         for i in idx:
             try:
                 kout = ops.gemm_kernel(a, b, i)
@@ -104,6 +126,11 @@ def measure_group(item: tuple) -> dict:
             us, ts = _time_us(lambda: ops.gemm_kernel(a, b, i), *((1, 3) if slow else (WARMUP, ITERS)))
             row["kernels"][str(i)] = {"us": us, "times": [round(t, 3) for t in ts], "rel_err": err,
                                       "ok": err <= TOL, "slow": slow}
+        # torch.matmul again after the candidates: its time is the lower of the two (a drift in between, e.g.
+        # clocks, shows as the two disagreeing; both are kept)
+        mm_after, _ = _time_us(lambda: torch.matmul(a, b))
+        row["matmul_us"] = min(mm_before, mm_after)
+        row["matmul_us_before_after"] = [round(mm_before, 3), round(mm_after, 3)]
         out["shapes"].append(row)
         del a, w, b, ref
     return out
@@ -128,8 +155,9 @@ def run(pack_dir: str, so: str, db_path: str, end_epoch: float | None = None, sa
     started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     # what the database already holds (a resumed call): (problem key, config JSON) of this plan's records
     from ..results import problem_key
+    # (records of an older timing method do not count: they are timed again, and the selection reads the newest)
     have = {(problem_key(m.problem), m.config.to_json()) for m in db.measurements()
-            if m.source.startswith("cutegen-pack-tune") and m.is_benchmark}
+            if m.source.startswith("cutegen-pack-tune") and m.timing_method == TIMING_METHOD}
     tasks = []
     for g in plan["groups"]:
         mine = [k["index"] for k in kernels if k["class"] == g["class"]]
