@@ -91,17 +91,17 @@ def test_cluster_pow2(cm, cn, ok):
 # --- GROUPED-SMEM-CAPACITY --------------------------------------------------------------------------------------
 
 def test_smem_capacity_real_configs_where_the_ptr_array_extras_decide():
-    # bf16 128x168x64 cooperative: 6 stages fit the plain kernel (231,808 B <= 232,448) but not the ptr-array
-    # kernel (+896 B of tensor maps and scheduler state: 232,704 B); 5 stages fit both
+    # bf16 128x112x64 cooperative: 7 stages fit the plain kernel (231,936 B <= 232,448) but not the ptr-array
+    # kernel (+896 B of tensor maps and scheduler state: 232,832 B); 6 stages fit both and break no rule
     p = P(8, 4096, 4096, 4096)
-    six = check_grouped(p, C(128, 168, 64, stages=6))
-    five = check_grouped(p, C(128, 168, 64, stages=5))
-    assert six.smem_bytes == 232704 and "GROUPED-SMEM-CAPACITY" in [v.rule_id for v in six.violations]
-    assert five.smem_bytes == 194816 and "GROUPED-SMEM-CAPACITY" not in [v.rule_id for v in five.violations]
-    view, kc = gemm_view(p, C(128, 168, 64))
-    plain = check_config(view, kc.replace(stages=6))
-    assert plain.smem_bytes == 231808 and "RES-SMEM-CAPACITY" not in [v.rule_id for v in plain.violations]
-    assert six.smem_bytes - plain.smem_bytes == PTR_ARRAY_EXTRA_SMEM
+    seven = check_grouped(p, C(128, 112, 64, stages=7))
+    six = check_grouped(p, C(128, 112, 64, stages=6))
+    assert seven.smem_bytes == 232832 and [v.rule_id for v in seven.violations] == ["GROUPED-SMEM-CAPACITY"]
+    assert six.smem_bytes == 202112 and six.legal
+    view, kc = gemm_view(p, C(128, 112, 64))
+    plain = check_config(view, kc.replace(stages=7))
+    assert plain.smem_bytes == 231936 and plain.legal
+    assert seven.smem_bytes - plain.smem_bytes == PTR_ARRAY_EXTRA_SMEM
 
 
 @pytest.mark.parametrize("smem,ok", [(SMEM_PER_BLOCK, True), (SMEM_PER_BLOCK + 1, False)])
@@ -113,12 +113,12 @@ def test_smem_capacity_exact_bound(smem, ok):
 
 def test_auto_stages_leave_the_ptr_array_carveout():
     # the ptr-array builder takes 384 B (A/B maps + the scheduler pipeline) off the capacity and the epilogue's
-    # maps go into its carveout: 128x168x64 bf16 gets 5 stages where the plain builder gives 6
+    # maps go into its carveout: 128x112x64 bf16 gets 6 stages where the plain builder gives 7
     from cutegen import collective_builder as cb
     p = P(8, 4096, 4096, 4096)
-    c = C(128, 168, 64)
+    c = C(128, 112, 64)
     view, kc = gemm_view(p, c)
-    assert cb.resolve_stages(view, kc) == 6 and grouped_stages(p, c) == 5
+    assert cb.resolve_stages(view, kc) == 7 and grouped_stages(p, c) == 6
     # and the config's own maximum caps it (64x16x64 ping-pong: 22 by the formula, 16 in the config)
     assert grouped_stages(p, C(64, 16, 64, schedule="ptr_pingpong")) == 16
 
@@ -184,9 +184,10 @@ def test_legal_report_completes_the_stages():
 # --- launches: the tensor-map workspace -------------------------------------------------------------------------
 
 def test_workspace_bytes():
-    # 132 SMs: epilogue 2 D maps x 128 B x 132 = 33,792; mainloop A and B: 33,792; both multiples of 64
-    assert tensormap_workspace_bytes(132) == 67584
-    assert tensormap_workspace_bytes(132, has_c=True) == 3 * 128 * 132 + 2 * 128 * 132
+    # 132 SMs: epilogue C + 2 D maps x 128 B x 132 = 50,688 (the renderer declares a bf16 C); mainloop A and B:
+    # 33,792; both multiples of 64. Without C: 2 D maps
+    assert tensormap_workspace_bytes(132) == 3 * 128 * 132 + 2 * 128 * 132 == 84480
+    assert tensormap_workspace_bytes(132, has_c=False) == 67584
 
 
 @pytest.mark.parametrize("address,ok", [(0x7F0000001000, True), (0x7F0000001080, True), (0x7F0000001040, False),
