@@ -67,9 +67,15 @@ using Main = typename cutlass::gemm::collective::CollectiveBuilder<
     float, Tile, Cluster, {stages}, {KERNEL[cfg['schedule']]}>::CollectiveOp;
 using Kernel = cutlass::gemm::kernel::GemmUniversal<cutlass::gemm::GroupProblemShape<Shape3>, Main, Epi>;
 void report() {{
-  printf("{{\\"row\\": {i}, \\"kernel_bytes\\": %d, \\"epilogue_bytes\\": %d, \\"stages\\": %d}}\\n",
-         int(sizeof(typename Kernel::SharedStorage)), int(sizeof(typename Epi::SharedStorage)),
-         int(Main::DispatchPolicy::Stages));
+  using KS = typename Kernel::SharedStorage;
+  printf("{{\\"row\\": {i}, \\"kernel_bytes\\": %d, \\"epilogue_bytes\\": %d, \\"stages\\": %d, "
+         "\\"kernel_tensors\\": %d, \\"kernel_pipelines\\": %d, \\"kernel_tensormaps\\": %d, "
+         "\\"mainloop_tensors\\": %d, \\"epilogue_tensors\\": %d, \\"epilogue_stages_c\\": %d, "
+         "\\"epilogue_stages_d\\": %d}}\\n",
+         int(sizeof(KS)), int(sizeof(typename Epi::SharedStorage)), int(Main::DispatchPolicy::Stages),
+         int(sizeof(typename KS::TensorStorage)), int(sizeof(typename KS::PipelineStorage)),
+         int(sizeof(typename KS::TensorMapStorage)), int(sizeof(typename Main::TensorStorage)),
+         int(sizeof(typename Epi::TensorStorage)), int(Epi::DispatchPolicy::StagesC), int(Epi::DispatchPolicy::StagesD));
 }}
 }}  // namespace p{i}
 """
