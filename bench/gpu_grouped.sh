@@ -15,7 +15,8 @@
 #                library exists, while the rest builds; each tensor its own allocation
 #   3. run       bench/grouped_moe.py run: validate every kernel (the ragged cases, into a sentinel-filled
 #                output), refusal probes, the op under torch.compile and in a CUDA graph replayed with new
-#                sizes, then every case timed (every kernel of its class, the pick marked) beside the peers
+#                sizes, then every case timed (its ranked kernels, the other cases' picks of its class and the fixed
+#                alternatives; the pick marked) beside the peers
 # Files in $OUT (at most 8): log.txt, build.txt, run.txt, results.json, sanitize.txt.
 set -u -o pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -36,8 +37,8 @@ PY=${PYTHON:-python3}
 JOBS=${JOBS:-16}
 BUILD_END_S=${BUILD_END_S:-300}          # every nvcc is killed by then
 SANITIZE_TIMEOUT_S=${SANITIZE_TIMEOUT_S:-240}
-TIME_END_S=${TIME_END_S:-470}            # no case starts timing after this
-HARD_LIMIT_S=${HARD_LIMIT_S:-515}        # the run is killed here whatever it is doing
+TIME_END_S=${TIME_END_S:-475}            # no case starts timing after this
+HARD_LIMIT_S=${HARD_LIMIT_S:-520}        # the run is killed here whatever it is doing
 export PYTHONUNBUFFERED=1
 export CUTEGEN_CACHE=${CUTEGEN_CACHE:-/tmp/cutegen-cache}
 export CUTEGEN_CUTLASS_INCLUDE=${CUTEGEN_CUTLASS_INCLUDE:-$REPO/oracles/.cutlass}

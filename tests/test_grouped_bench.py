@@ -93,3 +93,19 @@ def test_floor_counts_used_experts_only():
     one = moe.floor_seconds(p, [100, 0, 0, 0])
     assert one < full     # three experts' weights are not read
     assert full == pytest.approx((4 * 128 * 256 * 2 + 100 * 256 * 2 + 100 * 128 * 2) / 4.8e12)
+
+
+def test_the_plot_and_table_read_a_run(tmp_path):
+    spec2 = importlib.util.spec_from_file_location("plot_grouped", ROOT / "bench" / "plot_grouped.py")
+    plot = importlib.util.module_from_spec(spec2)
+    spec2.loader.exec_module(plot)
+    k = {"ms": 1.0, "tflops": 100.0, "of_floor": 0.5, "ok": True, "config_name": "128x256x64", "ms_graph": 0.9}
+    case = {"name": "c1", "floor_ms": 0.5, "rows": 100, "empty_groups": 0, "pick": "h1", "best": "h1",
+            "kernels": {"h1": k}, "peers": {"torch_grouped_mm": {"ms": 1.5, "of_floor": 0.33},
+                                            "matmul_loop": {"error": "x"}, "padded_bmm": {"ms": 2.0, "of_floor": 0.25}}}
+    res = tmp_path / "r.json"
+    res.write_text(json.dumps({"device": "H200", "cases": [case, {"name": "c2", "error": "boom"}]}))
+    assert plot.main([str(res), "--png", str(tmp_path / "p.png"), "--md", str(tmp_path / "t.md")]) == 0
+    table = (tmp_path / "t.md").read_text()
+    assert "| c1 | 100 (0) | 0.500 | 128x256x64 | 1.000 (0.900) | 0.50 |" in table and "1.50x" in table
+    assert (tmp_path / "p.png").stat().st_size > 1000

@@ -38,11 +38,12 @@ def built(tmp_path_factory):
 
 
 def _call(lib, *, x=A, w=A, d=A, sizes=A, groups=32, tokens=512, n=4096, k=7168, ldx=None, ldw=None, ldd=None,
-          sx=None, sw=None, count=0):
+          wgs=None, sx=None, sw=None, count=0):
     ldx = k if ldx is None else ldx
     ldw = k if ldw is None else ldw
     ldd = n if ldd is None else ldd
-    status = lib.cutegen_grouped_gemm(x, w, d, sizes, groups, tokens, n, k, ldx, ldw, ldd, 0, n * ldw, 0,
+    wgs = n * ldw if wgs is None else wgs
+    status = lib.cutegen_grouped_gemm(x, w, d, sizes, groups, tokens, n, k, ldx, ldw, ldd, 0, wgs, 0,
                                       sx, sw, count, None, 0, None)
     return status, lib.cutegen_last_error().decode()
 
@@ -65,6 +66,9 @@ def test_the_library_exports_the_grouped_abi_and_describes_itself(built):
     (dict(groups=0), 1, "GROUPED-ABI-GROUPS"),
     (dict(groups=1025), 1, "GROUPED-ABI-GROUPS"),
     (dict(n=2**31), 1, "GROUPED-ABI-EXTENT"),
+    (dict(tokens=2**31), 1, "GROUPED-ABI-EXTENT"),
+    (dict(wgs=4096 * 7168 - 8), 1, "GROUPED-ABI-GROUP-STRIDE"),   # one row short of a whole expert: overlap
+    (dict(wgs=4096 * 7168 + 4), 1, "GROUPED-ABI-GROUP-STRIDE"),   # 8 bytes past: not 16-byte aligned
     (dict(sizes=None), 1, "GROUPED-ABI-NULL"),
     (dict(sx=A, sw=A, count=1), 1, "GROUPED-ABI-SCALE"),
     (dict(x=A + 8), 1, "GROUPED-ABI-PTR-ALIGN"),
@@ -83,5 +87,7 @@ def test_just_inside_the_bounds_is_not_refused_by_those_rules(built):
     # groups 1024 and 16-byte rows pass every host-side rule; without a GPU the call then stops at the
     # device query (status 3) or the workspace (2), never at a rule (1)
     _, _, lib = built
-    got, message = _call(lib, groups=1024, k=7168 - 8, ldx=7168, ldw=7168)
-    assert got in (2, 3), message
+    for kw in (dict(groups=1024, k=7168 - 8, ldx=7168, ldw=7168), dict(groups=1), dict(tokens=2**31 - 1),
+               dict(wgs=4096 * 7168 + 8)):
+        got, message = _call(lib, **kw)
+        assert got in (2, 3), (kw, message)

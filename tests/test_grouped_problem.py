@@ -132,3 +132,14 @@ def test_ragged_cases_cover_the_edges():
     assert any(m % 128 for m in cases["ragged_tile"]) and sum(cases["all_in_one"]) == 1000
     assert cases["very_uneven"][-1] == 0 and sum(cases["very_uneven"]) == 1000
     assert all(len(v) == 8 and min(v) >= 0 for v in cases.values())
+
+
+def test_fp8_fast_accum_is_an_fp8_choice_left_out_while_false():
+    p = GroupedGemmProblem(**MIXTRAL_W1, dtype="e4m3", scale="tensor")
+    fast = p.replace(fp8_fast_accum=True)
+    assert "fp8_fast_accum" not in p.to_dict() and fast.to_dict()["fp8_fast_accum"] is True
+    assert fast.name.endswith("_e4m3tensorfastacc_offs_uniform") and fast.kernel_key()["fp8_fast_accum"] is True
+    assert GroupedGemmProblem.from_dict(fast.to_dict()) == fast
+    for bad in (dict(dtype="bf16"), dict(dtype="e4m3", scale="block128")):
+        with pytest.raises(FieldError, match=r"^fp8_fast_accum: fast accumulation is an FP8 numerics choice"):
+            GroupedGemmProblem(**MIXTRAL_W1, fp8_fast_accum=True, **bad)

@@ -72,13 +72,21 @@ def test_rendering_is_deterministic_and_the_hash_names_the_kernel_class_and_conf
     assert described["hash"] == a.kernel_hash and described["abi"] == "grouped_gemm"
 
 
-def test_block_scales_are_refused_naming_the_rule_and_block128_stays_a_problem():
+def test_block128_renders_the_blockwise_mainloop_with_k_major_scales():
     p = P.replace(dtype="e4m3", scale="block128")
-    c = C.replace(tile_k=128)        # legal under the block128 rules (GROUPED-BLOCK128-TILE-K wants tile_k 128)
-    assert registry.backend_refusals(p, c, "cutlass_builder")[0].startswith("GROUPED-RENDER-BLOCK128: scale=block128")
-    with pytest.raises(CutegenError, match="GROUPED-RENDER-BLOCK128"):
-        registry.render(p, c)
-    assert registry.backend_refusals(P.replace(dtype="e4m3", scale="tensor"), C, "cutlass_builder") == []
+    c = C.replace(tile_k=128)        # GROUPED-BLOCK128-TILE-K wants tile_k 128, -TILE-N tile_n % 128 == 0
+    assert registry.backend_refusals(p, c, "cutlass_builder") == []
+    s = registry.render(p, c).source
+    assert "KernelPtrArrayTmaWarpSpecializedCooperativeFP8Blockwise;" in s
+    assert "Sm90BlockwiseScaleConfig<1, 128, 128," in s and "cute::GMMA::Major::K, cute::GMMA::Major::K>" in s
+    assert "cute::tuple<LayoutA*, LayoutSFA*>" in s and "a.ptr_sfa[i] = sx;" in s
+    assert "const float* sx = a.scale_x + start * kblocks;" in s and "fusion.alpha = 1.0f;" in s
+    # swapped: the weights are A, so their 128 x 128 blocks are the kernel's SFA
+    sw = registry.render(p, c.replace(swap_ab=True, tile_m=128, tile_n=16, schedule="ptr_pingpong")).source
+    assert "Sm90BlockwiseScaleConfig<128, 1, 128," in sw and "a.ptr_sfa[i] = sw;" in sw
+    masked = registry.render(p.replace(layout="masked", tokens=64), c).source
+    assert "const float* sx = a.scale_x + i * a.tokens * kblocks;" in masked
+    assert "FP8Blockwise" not in _src() and "LayoutSFA" not in _src()
 
 
 def test_manifest_reads_back_through_the_registry(tmp_path):
@@ -92,7 +100,25 @@ def test_every_abi_rule_id_is_declared_and_every_declared_one_is_in_the_template
     tpl = (ROOT / "templates" / "grouped_gemm" / "abi.inc.j2").read_text()
     assert set(re.findall(r"GROUPED-ABI-[A-Z-]+[A-Z]", tpl)) == set(abi.ABI_RULES)
     assert set(abi.EXPORTED_SYMBOLS) == {"cutegen_grouped_gemm", "cutegen_grouped_workspace_size",
-                                         "cutegen_describe", "cutegen_last_error"}
+                                         "cutegen_grouped_smem_bytes", "cutegen_describe", "cutegen_last_error"}
     kernel = (ROOT / "templates" / "grouped_gemm" / "kernel.cu.j2").read_text()
     for sym in abi.EXPORTED_SYMBOLS:
         assert f"CUTEGEN_EXPORT" in kernel and f" {sym}(" in kernel
+
+
+def test_generate_op_renders_the_searchs_pick_and_refuses_gemm_flags(tmp_path, capsys):
+    from cutegen.cli import main
+    out = tmp_path / "k"
+    problem = '{"groups": 8, "tokens": 256, "n": 512, "k": 1024}'
+    assert main(["generate", "--op", "grouped_gemm", "--no-build", "-o", str(out), "--problem", problem]) == 0
+    man = json.loads((out / "manifest.json").read_text())
+    assert man["problem"]["op"] == "grouped_gemm" and (out / "kernel.cu").is_file()
+    assert f"kernel {man['kernel_hash']} -> {out}" in capsys.readouterr().out
+    assert main(["generate", "--op", "grouped_gemm", "--m", "4", "--problem", problem]) == 2
+    assert "--problem: --op grouped_gemm takes its problem as --problem JSON (--m are GEMM flags)" in capsys.readouterr().err
+    assert main(["generate", "--op", "grouped_gemm", "--problem", '{"groups": 0, "tokens": 1, "n": 8, "k": 8}']) == 2
+    assert "--problem.groups: 0 is below the minimum 1" in capsys.readouterr().err
+    cfg = '{"tile_m": 64, "tile_n": 128, "tile_k": 64, "schedule": "ptr_pingpong"}'
+    assert main(["generate", "--op", "grouped_gemm", "--no-build", "-o", str(out), "--problem", problem,
+                 "--config", cfg]) == 0
+    assert json.loads((out / "manifest.json").read_text())["config"]["schedule"] == "ptr_pingpong"

@@ -53,15 +53,15 @@ def test_descriptor_switches_on_the_busiest_cta():
 
 
 def test_the_distribution_is_priced_not_its_mean():
-    # 1,024 rows over 8 experts: uniform 128 each (8 M tiles of 128); Zipf puts 376 rows on the first
-    # (3 tiles) and 47-94 on the tail (1 tile each): 11 M tiles, more waste, a slower kernel
+    # 1,024 rows over 8 experts: uniform 128 each (8 M tiles of 128); Zipf (s = 1.6) puts 561 rows on the first
+    # (5 tiles), 185 on the second (2) and 20-97 on the tail (1 tile each): 13 M tiles, more waste, a slower kernel
     cfg = C(128, 256, 64)
     uni = P(8, 14336, 4096, 1024)
     skew = uni.replace(distribution="skewed")
     st = check_grouped(uni, cfg).stages
     u_us, u = gc.grouped_cost(uni, cfg, st)
     s_us, s = gc.grouped_cost(skew, cfg, st)
-    assert u["tiles"] == 8 * 56 and s["tiles"] == 11 * 56
+    assert u["tiles"] == 8 * 56 and s["tiles"] == 13 * 56
     assert s["partial_tile_waste"] > u["partial_tile_waste"] == 0.0
     assert s_us > u_us
     # a histogram equal to the named law prices the same
@@ -141,21 +141,31 @@ def test_search_reports_what_the_rules_pruned():
     assert any("GROUPED-BLOCK128-TILE-K" in rej["rules"] for rej in r.rejected)
 
 
-def test_the_renderers_refusals_prune_like_rules():
-    # the default backend (cutlass_builder) does not render block128 scales yet: every judged candidate is refused
-    # with the renderer's rule, and nothing is ranked (no silent fallback to an unrenderable kernel)
+def _refuse_block128(monkeypatch):
+    """A renderer that refuses block128 scales (as the C++ template did before it rendered them)."""
+    from cutegen.ops.grouped_gemm import render as grouped_render
+    monkeypatch.setattr(grouped_render, "refusals", lambda p, c: (
+        [f"GROUPED-RENDER-TEST: scale={p.scale} refused"] if p.scale == "block128" else []))
+
+
+def test_the_renderers_refusals_prune_like_rules(monkeypatch):
+    # block128 renders (GROUPED-BLOCK128-* rules only); with a renderer that refuses it, every judged candidate is
+    # refused with the renderer's rule and nothing is ranked (no silent fallback to an unrenderable kernel)
     p = P(32, 4096, 7168, 8184, dtype="e4m3", scale="block128")
+    assert search(p, 3).ranked
+    _refuse_block128(monkeypatch)
     r = search(p, 3)
-    assert r.ranked == [] and r.candidates_legal == 0 and r.pruned_by_rule["GROUPED-RENDER-BLOCK128"] > 0
+    assert r.ranked == [] and r.candidates_legal == 0 and r.pruned_by_rule["GROUPED-RENDER-TEST"] > 0
     assert search(p, 3, backend=None).ranked          # the rules alone accept some
 
 
-def test_cli_says_why_nothing_is_ranked(capsys):
+def test_cli_says_why_nothing_is_ranked(capsys, monkeypatch):
     from cutegen.cli import main
+    _refuse_block128(monkeypatch)
     rc = main(["search", "--op", "grouped_gemm", "--groups", "32", "--tokens", "8184", "--n", "4096", "--k", "7168",
                "--dtype", "e4m3", "--scale", "block128"])
     err = capsys.readouterr().err
-    assert rc == 2 and "GROUPED-RENDER-BLOCK128" in err and "Traceback" not in err and len(err.splitlines()) == 1
+    assert rc == 2 and "GROUPED-RENDER-TEST" in err and "Traceback" not in err and len(err.splitlines()) == 1
 
 
 def test_search_refuses_other_problems_in_one_line():

@@ -14,7 +14,8 @@ E, T, N, K = 4, 40, 64, 32
 @pytest.fixture(scope="module")
 def handles():
     return {"offs": gg.register_stand_in("bf16", "offs"), "masked": gg.register_stand_in("bf16", "masked"),
-            "fp8": gg.register_stand_in("e4m3", "offs", "tensor")}
+            "fp8": gg.register_stand_in("e4m3", "offs", "tensor"),
+            "block": gg.register_stand_in("e4m3", "offs", "block128")}
 
 
 def _args(device="meta", dtype=torch.bfloat16):
@@ -93,3 +94,13 @@ def test_traces_under_torch_compile_without_running(handles):
 def test_missing_or_foreign_library_is_refused(tmp_path):
     with pytest.raises(Exception, match="no such kernel library"):
         gg.load(tmp_path)
+
+
+def test_block128_scales_are_checked_by_shape(handles):
+    a, b, offs = _args(dtype=torch.float8_e4m3fn)        # K = 32: one 128-block; N = 64: one
+    sa, sb = torch.ones(T, 1, device="meta"), torch.ones(E, 1, 1, device="meta")
+    assert gg.grouped_mm(a, b, offs, handles["block"], sa, sb).shape == (T, N)
+    with pytest.raises(GroupedArgumentError, match=r"^scale_a: expected contiguous float32 \(40, 1\) \(1 x 128 blocks"):
+        gg.grouped_mm(a, b, offs, handles["block"], torch.ones(T, device="meta"), sb)
+    with pytest.raises(GroupedArgumentError, match=r"^scale_b: expected contiguous float32 \(4, 1, 1\)"):
+        gg.grouped_mm(a, b, offs, handles["block"], sa, torch.ones(E, device="meta"))

@@ -22,6 +22,7 @@ extern "C" int cutegen_grouped_gemm(
     const float* scale_x, const float* scale_w, int64_t scale_w_count,
     void* workspace, size_t workspace_bytes, cudaStream_t stream);
 extern "C" size_t cutegen_grouped_workspace_size(int64_t groups);   /* 0: a group count the kernel refuses */
+extern "C" size_t cutegen_grouped_smem_bytes(void);  /* the CTA's shared memory (no GPU needed) */
 extern "C" const char* cutegen_describe(void);    /* JSON: {"abi": "grouped_gemm", "problem":..., "config":..., "hash":...} */
 extern "C" const char* cutegen_last_error(void);  /* message of the last non-zero status, naming the rule ID */
 """
@@ -70,6 +71,8 @@ def bind(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.cutegen_grouped_gemm.restype = ctypes.c_int
     lib.cutegen_grouped_workspace_size.argtypes = [ctypes.c_int64]
     lib.cutegen_grouped_workspace_size.restype = ctypes.c_size_t
+    lib.cutegen_grouped_smem_bytes.argtypes = []
+    lib.cutegen_grouped_smem_bytes.restype = ctypes.c_size_t
     lib.cutegen_describe.argtypes = []
     lib.cutegen_describe.restype = ctypes.c_char_p
     lib.cutegen_last_error.argtypes = []

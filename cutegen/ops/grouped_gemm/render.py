@@ -25,23 +25,22 @@ ABI = "grouped_gemm"       # cutegen_describe's "abi": which entry points the li
 
 _KERNEL_SCHEDULES = {"ptr_cooperative": "cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative",
                      "ptr_pingpong": "cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong"}
+# block128 FP8: the blockwise-scaling mainloop of the same schedule (sm90_mma_array_..._fp8_blockwise_scaling.hpp)
+_BLOCKWISE_SCHEDULES = {k: v + "FP8Blockwise" for k, v in _KERNEL_SCHEDULES.items()}
+# fp8_fast_accum: the FP8 mainloop without promotion (accumulates in the WGMMA accumulator alone)
+_FAST_ACCUM_SCHEDULES = {k: v + "FP8FastAccum" for k, v in _KERNEL_SCHEDULES.items()}
 _EPILOGUE_SCHEDULES = {"ptr_cooperative": "cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative",
                        "ptr_pingpong": "cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong"}
 _ELEMENTS = {"bf16": "cutlass::bfloat16_t", "e4m3": "cutlass::float_e4m3_t"}
 _RASTER = {"heuristic": "Heuristic", "along_m": "AlongM", "along_n": "AlongN"}
 
-# What this renderer refuses of a configuration the rules may allow: "RULE-ID: reason".
-RENDER_RULES = {
-    "GROUPED-RENDER-BLOCK128": "block-wise (1x128 / 128x128) FP8 scales are not rendered yet "
-                               "(CUTLASS's KernelPtrArrayTmaWarpSpecialized*FP8Blockwise, example 68)",
-}
+# What this renderer refuses of a configuration the rules may allow: "RULE-ID: reason". None today: block128
+# renders (its tile constraints are the rules GROUPED-BLOCK128-TILE-K and -TILE-N).
+RENDER_RULES: dict[str, str] = {}
 
 
 def refusals(problem: GroupedGemmProblem, config: GroupedGemmConfig) -> list[str]:
-    out = []
-    if problem.scale == "block128":
-        out.append(f"GROUPED-RENDER-BLOCK128: scale={problem.scale}: {RENDER_RULES['GROUPED-RENDER-BLOCK128']}")
-    return out
+    return []
 
 
 def describe(problem: GroupedGemmProblem, config: GroupedGemmConfig, khash: str) -> str:
@@ -58,9 +57,12 @@ def template_context(problem: GroupedGemmProblem, config: GroupedGemmConfig) -> 
         "version": __version__, "kernel_hash": khash, "problem_class": problem.kernel_class_name,
         "config_name": config.short_name(), "describe_json": describe(problem, config, khash),
         "layout": problem.layout, "dtype": problem.dtype, "element": _ELEMENTS[problem.dtype],
-        "scaled": problem.scale == "tensor", "swap_ab": config.swap_ab,
+        "scaled": problem.scale == "tensor", "blockwise": problem.scale == "block128", "swap_ab": config.swap_ab,
+        # (M, N) granularity of the scale blocks of the kernel's A and B: X's rows are 1 x 128, W's 128 x 128
+        "scale_granularity": [128, 1] if config.swap_ab else [1, 128],
         "tile": list(config.tile), "cluster": list(config.cluster[:2]), "stages": config.stages,
-        "kernel_schedule": _KERNEL_SCHEDULES[config.schedule],
+        "kernel_schedule": (_BLOCKWISE_SCHEDULES if problem.scale == "block128" else
+                            _FAST_ACCUM_SCHEDULES if problem.fp8_fast_accum else _KERNEL_SCHEDULES)[config.schedule],
         "epilogue_schedule": _EPILOGUE_SCHEDULES[config.schedule],
         "raster_option": f"cutlass::gemm::kernel::detail::RasterOrderOptions::{_RASTER[config.raster]}",
         "max_groups": MAX_GROUPS,
@@ -107,8 +109,8 @@ def render(problem: GroupedGemmProblem, config: GroupedGemmConfig, backend: str 
     if toolchain is None:
         toolchain = {"cutlass": manifest_mod.cutlass_version(), "nvcc": manifest_mod.nvcc_version()}
     legality = {"legal": True, "violations": [],
-                "rules": "the grouped_gemm operation's check (cutegen.core.registry.check) and "
-                         + ", ".join(sorted(RENDER_RULES))}
+                "rules": "the grouped_gemm operation's check (cutegen.core.registry.check)"
+                         + "".join(f", {r}" for r in sorted(RENDER_RULES))}
     man = manifest_mod.build_manifest(problem=problem, config=config, backend=BACKEND, source=source,
                                       legality=legality, cost=cost, toolchain=toolchain)
     man["abi"] = ABI

@@ -11,8 +11,10 @@ the cumulative end row of each group, on the device. The result is (T, N) bf16; 
 ``offs[-1]`` are left unwritten (as ``torch._grouped_mm`` leaves them). ``grouped_mm_masked(a, b, counts,
 kernel)`` is DeepGEMM's masked form: ``a`` (E, max_m, K), ``counts`` int32 (E,), result (E, max_m, N) with
 each group's first ``counts[i]`` rows written. FP8 (e4m3) kernels with per-tensor scales take ``scale_a``
-(float32, 1 element) and ``scale_b`` (float32, 1 or E elements). ``kernel`` is the handle ``load``
-returns.
+(float32, 1 element) and ``scale_b`` (float32, 1 or E elements); with DeepSeek-V3's block scales
+(``block128``), ``scale_a`` is float32 (T, ceil(K/128)) (masked: (E, max_m, ceil(K/128))), one scale per row
+and 128 of K, and ``scale_b`` float32 (E, ceil(N/128), ceil(K/128)), one per 128 x 128 block of each
+expert's ``w[N, K]``. ``kernel`` is the handle ``load`` returns.
 
 Both are ``torch.library`` custom ops with fake (meta) implementations: they trace under
 ``torch.compile`` and, since the group sizes are read on the device only, can be captured in a CUDA
@@ -109,7 +111,19 @@ def _check_common(k: GroupedKernel, a, b, sizes, sizes_name: str, scale_a, scale
           f"strides {tuple(b.stride())}")
     _need(a.shape[-1] == b.shape[1], f"a: K={a.shape[-1]} differs from b's K={b.shape[1]}")
     _need(a.shape[-1] == 0 or a.stride(-1) == 1, f"a: K must be contiguous (stride(-1) == 1); strides {tuple(a.stride())}")
-    if k.scaled:
+    if k.scale == "block128":
+        _need(scale_a is not None and scale_b is not None,
+              f"scale_a, scale_b: the kernel ({k.dtype}, scale {k.scale}) needs both block scales")
+        kb, nb = -(-a.shape[-1] // 128), -(-b.shape[2] // 128)
+        want_a = (a.shape[0], kb) if layout == "offs" else (a.shape[0], a.shape[1], kb)
+        _need(scale_a.dtype == torch.float32 and tuple(scale_a.shape) == want_a and scale_a.is_contiguous(),
+              f"scale_a: expected contiguous float32 {want_a} (1 x 128 blocks of a), got {scale_a.dtype} "
+              f"{tuple(scale_a.shape)}")
+        want_b = (groups, nb, kb)
+        _need(scale_b.dtype == torch.float32 and tuple(scale_b.shape) == want_b and scale_b.is_contiguous(),
+              f"scale_b: expected contiguous float32 {want_b} (128 x 128 blocks of each expert's w[N, K]), got "
+              f"{scale_b.dtype} {tuple(scale_b.shape)}")
+    elif k.scaled:
         _need(scale_a is not None and scale_b is not None,
               f"scale_a, scale_b: the kernel ({k.dtype}, scale {k.scale}) needs both per-tensor scales")
         _need(scale_a.dtype == torch.float32 and scale_a.numel() == 1, "scale_a: expected one float32")
