@@ -93,8 +93,8 @@ def gemm_view(problem, config):
     """The GEMM one group of the grouped kernel computes, as ``(GemmProblem, KernelConfig)``.
 
     D_i = X_i W_i^T: A = X_i (M_i x K, row-major, K-contiguous), B = W_i (N x K: the column-major K x N B),
-    D_i bf16 row-major, and a bf16 C with beta = 0 as the grouped renderer declares it
-    (templates/grouped_gemm/kernel.cu.j2: ElementC = ElementD, never read; its shared memory and tensor map exist). M_i is a run-time extent: the view takes the largest expected group (at least 1);
+    D_i bf16 row-major, no C (void), as the grouped renderer declares it (templates/grouped_gemm/kernel.cu.j2); FP8
+    fast accumulation as the problem asks (the FP8FastAccum schedules: no promotion, one accumulator). M_i is a run-time extent: the view takes the largest expected group (at least 1);
     no rule of the view depends on M except through descriptor extents, which every M_i >= 1 satisfies
     (a group with M_i = 0 has no tile, so its maps are never updated or used). A swapped config keeps the
     caller's orientation here and sets ``swap_ab``: ``check_config`` then judges the swap rules and the
@@ -107,8 +107,9 @@ def gemm_view(problem, config):
     align = 16 // problem.element_bytes
     m = _largest_group(problem)
     view = GemmProblem(m=m, n=problem.n, k=problem.k, dtype_a=problem.dtype, dtype_b=problem.dtype,
-                       dtype_c="bf16", dtype_d="bf16", layout_a="row", layout_b="col", layout_c="row",
-                       alignment_a=align, alignment_b=align, alignment_c=8)
+                       dtype_c="void", dtype_d="bf16", layout_a="row", layout_b="col", layout_c="row",
+                       alignment_a=align, alignment_b=align, alignment_c=8,
+                       fp8_fast_accum=bool(getattr(problem, "fp8_fast_accum", False)))
     coop = config.schedule == "ptr_cooperative"
     kc = KernelConfig(tile_shape=config.tile, cluster_shape=config.cluster, stages="auto",
                       mainloop_schedule="cooperative" if coop else "pingpong",
@@ -364,7 +365,7 @@ GROUPED_LAUNCH_RULES = RuleSet("grouped_gemm_launch")
 _launch = GROUPED_LAUNCH_RULES.rule
 
 
-def tensormap_workspace_bytes(sm_count: int, has_c: bool = True) -> int:
+def tensormap_workspace_bytes(sm_count: int, has_c: bool = False) -> int:
     """Bytes of the workspace the kernel's per-SM tensor maps need (epilogue part, then mainloop part, each
     rounded to 64: kernel :266-281, mainloop :280-285, epilogue :376-383; no fusion workspace for a linear
     combination)."""
@@ -381,7 +382,7 @@ class LaunchContext:
     workspace_bytes: int
     sm_count: int
     grid_ctas: int
-    has_c: bool = True             # the grouped renderer declares a bf16 C (never read): its maps exist
+    has_c: bool = False            # the grouped renderer declares no C (void): no C maps
 
 
 @_launch("GROUPED-TENSORMAP-WORKSPACE-ALIGN", rulebook="A01/A02 (grouped)",
