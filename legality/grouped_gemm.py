@@ -217,7 +217,7 @@ def ptr_array_storage_bytes(schedule: str, bits: int, tile: tuple, stages: int, 
     scheduler's PipelineAsync<8>, the mainloop's and the epilogue load's barriers, the load-order barrier, and
     ping-pong's math-warpgroup order barrier} (alignas 16), scheduler_response[8], TensorMapStorage {A, B; C, D x 2}
     (aligned_struct<128>), the whole a multiple of TensorStorage's alignment. The mainloop and epilogue tensors are
-    cutegen.smem's GEMM model; the whole equals nvcc's sizeof on 17 of 17 kernels
+    cutegen.smem's GEMM model; the whole equals nvcc's sizeof on 26 of 26 kernels
     (oracles/grouped_smem_probe_results.jsonl, tests/test_grouped_legality.py)."""
     from cutegen import smem
 
@@ -234,7 +234,7 @@ def ptr_array_storage_bytes(schedule: str, bits: int, tile: tuple, stages: int, 
     end = _round_up(end, 16) + SCHEDULER_STAGES * SCHEDULER_RESPONSE_BYTES
     end = _round_up(end, 128) + TENSORMAP_STORAGE_BYTES
     # the struct takes TensorStorage's alignment (the epilogue's swizzle alignment, up to 1024): its size is a
-    # multiple of it (nvcc: 17 of 17 probe rows)
+    # multiple of it (nvcc: 26 of 26 probe rows)
     return _round_up(end, max(128, epi_align))
 
 
@@ -307,7 +307,7 @@ def _cluster_pow2(c):
 @_rule("GROUPED-SMEM-CAPACITY", rulebook="D02/E07 (grouped)",
        source=f"{_KC}:178-207 (SharedStorage: tensors, pipelines incl. the scheduler's PipelineAsync<8>, "
               "scheduler_response[8], TensorMapStorage); the model (ptr_array_storage_bytes) equals nvcc's sizeof on "
-              "17 of 17 kernels (oracles/grouped_smem_probe_results.jsonl)",
+              "26 of 26 kernels (oracles/grouped_smem_probe_results.jsonl)",
        summary="sizeof(ptr-array GemmKernel::SharedStorage) <= 232,448 bytes")
 def _smem_capacity(c):
     from .resources import SMEM_PER_BLOCK
