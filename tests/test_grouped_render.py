@@ -84,6 +84,13 @@ def test_block128_renders_the_blockwise_mainloop_with_k_major_scales():
     # swapped: the weights are A, so their 128 x 128 blocks are the kernel's SFA
     sw = registry.render(p, c.replace(swap_ab=True, tile_m=128, tile_n=16, schedule="ptr_pingpong")).source
     assert "Sm90BlockwiseScaleConfig<128, 1, 128," in sw and "a.ptr_sfa[i] = sw;" in sw
+    # swapped with 256-row tiles: CUTLASS's scale/accumulator shapes differ (nvcc 13.0); 128 renders
+    refused = registry.backend_refusals(p, c.replace(swap_ab=True, tile_m=256, tile_n=16, schedule="ptr_pingpong"),
+                                        "cutlass_builder")
+    assert refused and refused[0].startswith("GROUPED-RENDER-BLOCK128-SWAP-TILE-M: block128 swapped with tile_m=256")
+    assert registry.backend_refusals(p, c.replace(swap_ab=True, tile_m=128, tile_n=16), "cutlass_builder") == []
+    assert registry.backend_refusals(p.replace(scale="tensor"), c.replace(swap_ab=True, tile_m=256, tile_n=16),
+                                     "cutlass_builder") == []
     masked = registry.render(p.replace(layout="masked", tokens=64), c).source
     assert "const float* sx = a.scale_x + i * a.tokens * kblocks;" in masked
     assert "FP8Blockwise" not in _src() and "LayoutSFA" not in _src()

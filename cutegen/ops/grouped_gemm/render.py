@@ -34,13 +34,23 @@ _EPILOGUE_SCHEDULES = {"ptr_cooperative": "cutlass::epilogue::PtrArrayTmaWarpSpe
 _ELEMENTS = {"bf16": "cutlass::bfloat16_t", "e4m3": "cutlass::float_e4m3_t"}
 _RASTER = {"heuristic": "Heuristic", "along_m": "AlongM", "along_n": "AlongN"}
 
-# What this renderer refuses of a configuration the rules may allow: "RULE-ID: reason". None today: block128
-# renders (its tile constraints are the rules GROUPED-BLOCK128-TILE-K and -TILE-N).
-RENDER_RULES: dict[str, str] = {}
+# What this renderer refuses of a configuration the rules may allow: "RULE-ID: reason" (block128's tile_k and
+# weight-side tile are the rules GROUPED-BLOCK128-TILE-K and -TILE-N).
+RENDER_RULES: dict[str, str] = {
+    # nvcc 13.0 + CUTLASS 4.2 (2026-11-26, this machine): block128 swapped 256x16x128 ping-pong fails
+    # fp8_accumulation.hpp:119 static_assert "Accumulator and scaleA must have same shape" (the weights' 128-row
+    # scale blocks give 2 scales per 256-row tile); 128x16x128 ping-pong swapped compiles.
+    "GROUPED-RENDER-BLOCK128-SWAP-TILE-M": "block128 with swap_ab needs tile_m == 128 (one weight scale block per "
+                                           "tile along M; CUTLASS fp8_accumulation.hpp:119)",
+}
 
 
 def refusals(problem: GroupedGemmProblem, config: GroupedGemmConfig) -> list[str]:
-    return []
+    out = []
+    if problem.scale == "block128" and config.swap_ab and config.tile_m != 128:
+        out.append(f"GROUPED-RENDER-BLOCK128-SWAP-TILE-M: block128 swapped with tile_m={config.tile_m}: "
+                   f"{RENDER_RULES['GROUPED-RENDER-BLOCK128-SWAP-TILE-M'].split(' needs ', 1)[1]}")
+    return out
 
 
 def describe(problem: GroupedGemmProblem, config: GroupedGemmConfig, khash: str) -> str:
