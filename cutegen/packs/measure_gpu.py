@@ -141,7 +141,10 @@ def _problem(shape: dict):
     return GemmProblem.from_dict(shape["problem"])
 
 
-def run(pack_dir: str, so: str, db_path: str, end_epoch: float | None = None, say=print) -> dict:
+def run(pack_dir: str, so: str, db_path: str, end_epoch: float | None = None, say=print, executor=None) -> dict:
+    """Time what ``db_path`` lacks of the plan in ``pack_dir``; ``executor`` (a ``cutegen.executor.Executor``;
+    None: this process) runs each (N, K) as one GPU task (a Dask GPU worker needs ``pack_dir`` and ``so`` at the
+    same paths); the records are written here, after each task."""
     from .. import __version__
     from ..config import KernelConfig
     from ..executor import LocalExecutor
@@ -172,7 +175,7 @@ def run(pack_dir: str, so: str, db_path: str, end_epoch: float | None = None, sa
     pairs = sum(len(v) for _, t in tasks for v in t.values())
     say(f"pack-tune: {len(plan['groups'])} (N, K), {sum(len(g['shapes']) for g in plan['groups'])} shapes, "
         f"{len(kernels)} candidates; {pairs} (shape, candidate) pairs to time, {len(have)} already in {db_path}")
-    ex = LocalExecutor(progress=open(os.devnull, "w"))
+    ex = executor or LocalExecutor(progress=open(os.devnull, "w"))
     summary = {"pairs_todo": pairs, "recorded": 0, "failed_validation": [], "errors": 0, "skipped_shapes": 0,
                "tasks_failed": []}
     t0 = time.time()
@@ -229,8 +232,11 @@ def main(argv=None) -> int:
     p.add_argument("db")
     p.add_argument("--end-epoch", type=float, default=None, help="start no shape after this time.time()")
     p.add_argument("--summary", help="write the run's summary JSON here")
+    from .. import executor as X
+    X.add_arguments(p)          # --executor dask --scheduler ADDRESS: one GPU task per (N, K) on the cluster
     a = p.parse_args(argv)
-    summary = run(a.pack_dir, a.extension, a.db, a.end_epoch)
+    with X.from_args(a) as ex:
+        summary = run(a.pack_dir, a.extension, a.db, a.end_epoch, executor=None if ex.name == "local" else ex)
     print(json.dumps({k: (v[:20] if isinstance(v, list) else v) for k, v in summary.items()}, indent=1))
     if a.summary:
         Path(a.summary).write_text(json.dumps(summary, indent=1) + "\n")
