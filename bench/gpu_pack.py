@@ -1,6 +1,7 @@
 """GPU half of bench/gpu_pack.sh: validate and time a built kernel pack's PyTorch op against torch.matmul.
 
     python3 bench/gpu_pack.py PACK_DIR EXTENSION.so OUT_JSON [--budget-s 240] [--off-sample 3,24,...]
+        [--held-out 5,40,...] [--no-per-kernel]
 
 Needs only torch (no cutegen import: the GPU machine has no egglog). Phases, each checked against the
 budget so the run ends in time:
@@ -111,7 +112,14 @@ def main():
     off = [int(x) for x in sys.argv[sys.argv.index("--off-sample") + 1].split(",")] if "--off-sample" in sys.argv else []
     nks = sorted({(n, k) for _, n, k, _ in set_shapes})
     samples = {(m, n, k) for m, n, k, _ in set_shapes}
+    # a measured pack (pack --tune) holds its off-sample points too: each row says which it is
+    sampled_points = {(r["m"], r["n"], r["k"]) for r in rows if r.get("point", "sampled") == "sampled"}
     off_shapes = [(m, n, k, f"off-sample m{m}n{n}k{k}") for n, k in nks for m in off if (m, n, k) not in samples]
+    # --held-out: M values never measured while tuning (pack --tune times the sampled and off-sample ones)
+    held = [int(x) for x in sys.argv[sys.argv.index("--held-out") + 1].split(",")] if "--held-out" in sys.argv else []
+    off_shapes += [(m, n, k, f"held-out m{m}n{n}k{k}") for n, k in nks for m in held
+                   if (m, n, k) not in samples and m not in off]
+    per_kernel = "--no-per-kernel" not in sys.argv
     print(f"phase 2: time {len(set_shapes)} set shapes and {len(off_shapes)} off-sample shapes", flush=True)
     for m, n, k, label in set_shapes + off_shapes:
         if left() < budget * 0.2:
@@ -125,12 +133,13 @@ def main():
         t_op = time_us(lambda: ops.gemm(a, b))
         t_mm = time_us(lambda: torch.matmul(a, b))
         row = {"shape": label, "m": m, "n": n, "k": k, "op_us": t_op, "matmul_us": t_mm,
-               "speedup": t_mm / t_op, "sampled": (m, n, k) in samples, "rel_err": err,
+               "speedup": t_mm / t_op, "sampled": (m, n, k) in sampled_points, "rel_err": err,
+               "held_out": label.startswith("held-out"),
                "ok": err <= TOL, "kernel": ops.explain(a, b).split(":")[0],
                "path": "torch.matmul fallback" if ops.pack_fallbacks() > before else "pack"}
         # every kernel of the pack at this shape, through the same op past the dispatcher (what a measured
         # selection would choose from, issue 22): validated once, then timed like the op
-        if left() > budget * 0.35:
+        if per_kernel and left() > budget * 0.35:
             row["per_kernel_us"] = {}
             for i, kname in enumerate(names):
                 try:
@@ -201,7 +210,9 @@ def main():
     with open(out_json, "w") as f:
         json.dump(res, f, indent=1)
     for what, rows in (("sampled", [t for t in res["time"] if t["sampled"]]),
-                       ("off-sample", [t for t in res["time"] if not t["sampled"]])):
+                       ("off-sample", [t for t in res["time"] if not t["sampled"] and not t.get("held_out")]),
+                       ("held-out", [t for t in res["time"] if t.get("held_out")]),
+                       ("all", res["time"])):
         ratios = [t["speedup"] for t in rows]
         res[f"{what}_summary"] = {
             "shapes": len(ratios),
@@ -236,7 +247,7 @@ def main():
               f"{h['matmul_host_us']:7.2f} | {h['matmul_total_us']:7.2f}")
     print(f"\nend to end through the op vs torch.matmul: {len(sp)} shapes, geomean {res['geomean_speedup']}, "
           f"min {res['min_speedup']}; under 0.9x: {sum(1 for s in sp if s < 0.9)}")
-    for what in ("sampled", "off-sample", "best_kernel"):
+    for what in ("sampled", "off-sample", "held-out", "all", "best_kernel"):
         print(f"  {what}: {res.get(what + '_summary')}")
     worst = sorted(res["time"], key=lambda t: t["speedup"])[:8]
     for t in worst:

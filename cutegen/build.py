@@ -37,7 +37,7 @@ from typing import IO, TYPE_CHECKING, Iterable
 
 from ._atomic import atomic_write, scratch_directory
 from .errors import CutegenError
-from .toolchain import _cutlass_version_at, cutlass_include_dirs, find_nvcc, nvcc_full_version  # noqa: F401  (re-exported)
+from .toolchain import _cutlass_version_at, cutlass_include_dirs, example_include_dirs, find_nvcc, nvcc_full_version  # noqa: F401  (re-exported)
 
 if TYPE_CHECKING:
     from .progress import Steps
@@ -246,6 +246,7 @@ class Builder:
         self.progress = progress
         self.timeout = timeout
         self.include_dirs = cutlass_include_dirs()
+        self.include_dirs += example_include_dirs(self.include_dirs[0])   # attention's FMHA headers
         self.nvcc_version = nvcc_full_version(self.nvcc)
         self.cutlass_version = _cutlass_version_at(self.include_dirs[0])
         self._slots: queue.Queue[int] = queue.Queue()

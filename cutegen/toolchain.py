@@ -45,6 +45,16 @@ def cutlass_include_dirs() -> list[str]:
     return [str(include), str(source / "tools" / "util" / "include")]
 
 
+def example_include_dirs(include_dir: str | os.PathLike | None = None) -> list[str]:
+    """Example headers some operations build on, beside the CUTLASS include dir: the Hopper FMHA example's
+    ``examples/88_hopper_fmha`` (attention). Listed only where present (the wheel's source, or a carried
+    oracles/.cutlass made by oracles/prepare_cutlass_headers.sh); adding an include path changes no GEMM
+    kernel's bytes, and the build cache key covers the CUTLASS version, not the paths."""
+    include = Path(include_dir) if include_dir else Path(cutlass_include_dirs()[0])
+    fmha = include.parent / "examples" / "88_hopper_fmha"
+    return [str(fmha)] if (fmha / "kernel" / "fmha_options.hpp").is_file() else []
+
+
 def find_nvcc() -> str | None:
     found = shutil.which("nvcc")
     if found:

@@ -48,10 +48,16 @@ def _escape(text: str) -> str:
 
 
 class RulesDirective(Directive):
-    """``.. cutegen-rules::`` -- one table row per legality rule: ID, contract, predicate, source."""
+    """``.. cutegen-rules::`` -- one table row per legality rule: ID, contract, predicate, source.
+    ``.. cutegen-rules:: attention``: the attention (CUTLASS 88 FMHA) rules of legality/attention.py."""
+
+    optional_arguments = 1
 
     def run(self):
-        from cutegen.legality import all_rules
+        if self.arguments and self.arguments[0] == "attention":
+            from cutegen.legality.attention import all_attention_rules as all_rules
+        else:
+            from cutegen.legality import all_rules
 
         lines = [".. list-table::", "   :header-rows: 1", "   :widths: 22 10 40 28", "",
                  "   * - rule", "     - contract", "     - predicate", "     - source"]

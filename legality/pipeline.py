@@ -139,7 +139,9 @@ def _phase_alternation(c: PipelineCheck):
             elif kind == "empty":
                 want = (j + 1) & 1
             elif kind == "order":
-                first = op.barrier.split("@")[0] == "order0"
+                # the barriers of the warpgroup that goes first: order0, or every ring's first group
+                # (an OrderedSequenceBarrier of depth > 1: the term lists them in meta["order_first"])
+                first = op.barrier.split("@")[0] in c.term.meta.get("order_first", ("order0",))
                 want = ((j + 1) if first else j) & 1
             else:
                 continue

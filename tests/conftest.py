@@ -71,10 +71,12 @@ class SkipLedger:
 
 
 LEDGER = SkipLedger()
+_CONFIG: list = []   # the session's config (a collect report carries none)
 
 
 def pytest_configure(config):
     LEDGER.__init__()
+    _CONFIG[:] = [config]
 
 
 def pytest_runtest_logreport(report):
@@ -82,9 +84,16 @@ def pytest_runtest_logreport(report):
         LEDGER.add(report, "gpu" in report.keywords)
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collectreport(report):
     if report.skipped:  # a whole module skipped while importing: it has no marker to look at
         LEDGER.add(report, False)
+        config = _CONFIG[0] if _CONFIG else None
+        if config is not None and hasattr(config, "workerinput") and config.getoption("--no-cpu-skips"):
+            # Under pytest-xdist (-n) a worker sends the controller only failed collect reports, so a module
+            # skipped at import would never reach the controller's ledger: make it a collection error here.
+            report.outcome = "failed"
+            report.longrepr = f"module skipped at collection (--no-cpu-skips): {SkipLedger.reason(report)}"
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):

@@ -392,6 +392,9 @@ def _commands(f: str, tmp: Path) -> list[list[str]]:
         ["pack", f, "-o", str(tmp / "p")],
         ["generate", "--no-build", "--config", text, "-o", str(tmp / "g")],
         ["generate", "--no-build", "--problem", text, "-o", str(tmp / "g")],
+        ["attention", "generate", "--no-build", "--config", text, "-o", str(tmp / "a")],
+        ["attention", "generate", "--no-build", "--problem", text, "-o", str(tmp / "a")],
+        ["attention", "search", "--problem", text],
     ]
 
 
@@ -403,6 +406,9 @@ NUMERIC = [
     ["pack", "shapes.toml", "-o", "p", "--tolerance", "nan"], ["tune", "--m", "8", "--n", "8", "--k", "8", "--iters", "-5"],
     ["validate", "x", "--timeout", "inf"], ["bench", "--deadline", "nan"], ["build", "x", "--timeout", "-inf"],
     ["nonsense"], ["db", "nonsense"],
+    ["attention", "search", "--head-dim", "nan"], ["attention", "search", "--scale", "inf"],
+    ["attention", "search", "--batch", "-2"], ["attention", "search", "--seqlen-q", "99999999999999"],
+    ["attention", "generate", "--no-build", "--top-k", "0", "-o", "a"], ["attention", "nonsense"],
 ]
 
 

@@ -44,3 +44,22 @@ def test_gpu_skips_are_allowed_and_printed(suite, monkeypatch):
     assert outcomes.get("skipped", 0) + outcomes.get("passed", 0) == 2
     if outcomes.get("skipped"):
         result.stdout.fnmatch_lines(["*allowed (gpu)*test_c.py: 2 test(s)*", "skips: 2 gpu-marked (allowed), 0 other"])
+
+
+def test_under_xdist_a_cpu_skip_and_a_module_skip_still_fail_the_run(suite):
+    # The README's test command runs two pytest-xdist workers (-n 2): a worker forwards only failed collect
+    # reports, so a module skipped at import must become a collection error there, and a test's skip must
+    # still reach the controller's ledger.
+    pytest.importorskip("xdist")
+    suite.makepyfile(test_b="import pytest\npytest.importorskip('no_such_module_here')\n"
+                            "def test_x():\n    pass\n")
+    modules = suite.runpytest("--no-cpu-skips", "-n", "2")
+    assert modules.ret != pytest.ExitCode.OK
+    modules.stdout.fnmatch_lines(["*module skipped at collection (--no-cpu-skips)*no_such_module_here*"])
+    (suite.path / "test_b.py").unlink()
+    suite.makepyfile(test_a="import pytest\ndef test_ok():\n    pass\n"
+                            "def test_cpu():\n    pytest.skip('optional thing missing')\n")
+    tests = suite.runpytest("--no-cpu-skips", "-n", "2")
+    assert tests.ret == pytest.ExitCode.TESTS_FAILED
+    tests.stdout.fnmatch_lines(["*FORBIDDEN*test_a.py::test_cpu: optional thing missing*"])
+    assert suite.runpytest("-n", "2").ret == pytest.ExitCode.OK

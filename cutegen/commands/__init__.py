@@ -4,4 +4,4 @@ Each module here exposes ``HELP`` (one line), ``add_arguments(parser)`` and ``ru
 A module may instead expose ``SUBCOMMANDS``: a dict name -> (help, add_arguments, run) for a
 command with its own subcommands (``cutegen check tensor-map``).
 """
-COMMANDS = ("check", "search", "generate", "build", "regen", "validate", "bench", "db", "tune", "pack")
+COMMANDS = ("check", "search", "generate", "build", "regen", "validate", "bench", "db", "tune", "pack", "attention")

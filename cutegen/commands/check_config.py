@@ -61,10 +61,16 @@ def check_lines(lines: Iterable[str], out: IO[str], reasons: bool = False) -> in
                 data = loads_json(line)
             except json.JSONDecodeError as e:
                 raise FieldError("input", f"not valid JSON ({e.msg}; column {e.colno})") from None
-            problem, config = parse_case(data)
+            if _is_attention(data):
+                problem, config = _attention_case(data)
+            else:
+                problem, config = parse_case(data)
         except FieldError as e:
             bad += 1
             out.write(json.dumps({"error": f"line {n}: {e.field}: {e.message}"}) + "\n")
+            continue
+        if _is_attention(data):
+            out.write(json.dumps(_attention_verdict(problem, config, reasons)) + "\n")
             continue
         out.write(json.dumps(verdict(problem, config, reasons)) + "\n")
     return bad
@@ -120,7 +126,49 @@ def run(args) -> int:
         data = loads_json(_read(args.file))
     except json.JSONDecodeError as e:
         raise FieldError("input", f"{args.file} is not valid JSON ({e.msg}; line {e.lineno})") from None
+    if _is_attention(data):
+        problem, config = _attention_case(data)
+        text, legal = _attention_explain(problem, config)
+        print(text)
+        return 0 if legal else 1
     problem, config = parse_case(data)
     print(explain(problem, config))
     from ..legality import check_config
     return 0 if check_config(problem, config).legal else 1
+
+
+# --- attention problems ("problem": {"op": "attention", ...}): legality/attention.py ----------------------
+def _is_attention(data: Any) -> bool:
+    return isinstance(data, dict) and isinstance(data.get("problem"), dict) and data["problem"].get("op") == "attention"
+
+
+def _attention_case(data: dict):
+    from ..core.registry import config_from_dict, problem_from_dict
+    unknown = sorted(set(data) - {"problem", "config"})
+    if unknown:
+        raise FieldError(unknown[0], "unknown field (expected problem and config)")
+    if "config" not in data:
+        raise FieldError("config", "missing")
+    return problem_from_dict(data["problem"], "problem"), config_from_dict("attention", data["config"], "config")
+
+
+def _attention_verdict(problem, config, reasons: bool = False) -> dict:
+    from ..legality.attention import check_attention
+    report = check_attention(problem, config).to_dict()
+    keys = ("legal", "rules", "warnings", "smem_bytes", "registers") + (("reasons",) if reasons else ())
+    return {k: report[k] for k in keys}
+
+
+def _attention_explain(problem, config) -> tuple[str, bool]:
+    from ..legality.attention import all_attention_rules, check_attention
+    report = check_attention(problem, config)
+    by_id = {r.id: r for r in all_attention_rules()}
+    lines = [f"{'LEGAL' if report.legal else 'ILLEGAL'}: {problem.name} {config.short_name()}",
+             f"  shared memory: {report.smem_bytes if report.smem_bytes is not None else '-'} of 232448 bytes; "
+             f"registers per consumer thread: {report.registers.get('total')}"]
+    for kind, vs in (("violates", report.violations), ("warning", report.warnings)):
+        for v in vs:
+            lines.append(f"  {kind} {v}")
+            if v.rule_id in by_id:
+                lines.append(f"      source: {by_id[v.rule_id].source}")
+    return "\n".join(lines), report.legal

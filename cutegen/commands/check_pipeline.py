@@ -1,6 +1,7 @@
 """`cutegen check pipeline FILE.json`: the temporal contract of one kernel's TMA/mbarrier pipeline.
 
-FILE.json is ``{"problem": {...}, "config": {...}}`` as for ``cutegen check config``. The pipeline the
+FILE.json is ``{"problem": {...}, "config": {...}}`` as for ``cutegen check config``; a problem with
+``"op": "attention"`` checks the FMHA kernel's protocol instead (``check_pipeline_attention``). The pipeline the
 configuration builds (``cutegen.pipelines``) is checked by ``cutegen.legality.pipeline`` over every
 interleaving of its roles, bounded; the verdict names each broken rule with its role, tile, k-block
 and stage, and ``--json`` adds the shortest interleaving that breaks it.
@@ -25,7 +26,8 @@ CLUSTER_STAGES = 0
 
 
 def add_arguments(p) -> None:
-    p.add_argument("file", metavar="FILE.json", help='{"problem": {...}, "config": {...}}')
+    p.add_argument("file", metavar="FILE.json", help='{"problem": {...}, "config": {...}}; a problem with "op": '
+                   '"attention" checks the FMHA kernel (its rules and its K/V, Q and order-barrier protocol)')
     p.add_argument("--backend", choices=("cutlass", "dsl"), default="cutlass",
                    help="whose pipeline: CUTLASS's PipelineTmaAsync or cutegen's CuTe DSL template")
     p.add_argument("--json", action="store_true", help="print the report as JSON, with counterexample traces")
@@ -60,6 +62,9 @@ def run(args) -> int:
         raise FieldError("--cluster-stages", f"{args.cluster_stages} is negative")
     if args.max_states < 1:
         raise FieldError("--max-states", f"{args.max_states} is not positive")
+    if isinstance(data, dict) and isinstance(data.get("problem"), dict) and data["problem"].get("op") == "attention":
+        from .check_pipeline_attention import run_attention
+        return run_attention(args, data)
     problem, config = parse_case(data)
     try:
         term, rebuild = pipeline_of(problem, config, args.backend)

@@ -42,10 +42,44 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "measured-fastest kernel, and each (N, K) with measurements dispatches M by measured segments "
                         "whose boundaries are where two kernels' measured curves cross; COVERAGE.md adds "
                         "torch.matmul's time. No GPU: the measurements are read from the file")
+    p.add_argument("--no-vendor", dest="vendor", action="store_false",
+                   help="route nothing to cuBLASLt. By default (the vendor tactic), with --measured, the M segments and "
+                        "set shapes where no generated kernel came within --tolerance of torch.matmul's measured time "
+                        "(cuBLAS) run on cuBLASLt through the same plan API and PyTorch op, and the CMake package links "
+                        "CUDA::cublasLt; without measurements nothing is routed to it (never on prediction alone)")
     p.add_argument("--summary-only", action="store_true",
                    help="write (or with --check compare) only pack.json and COVERAGE.md, the record of what was "
                         "selected and why; the sources are regenerated from the shapes file by the same command "
                         "without this flag. Other files in OUT/<target>/ are left alone")
+    g = p.add_argument_group("measured selection (--tune; cutegen/packs/tune.py)")
+    g.add_argument("--tune", action="store_true",
+                   help="select by measurement. With --plan-only: search and render the candidates (the search's "
+                        "top k per search, nvMMH's pick per sampled shape, the CUTLASS default; de-duplicated, capped) "
+                        "as a candidate pack plus tune.json in OUT/<target>/, for bench/gpu_pack.sh to build and time "
+                        "on the GPU into a results database. Without it: select from that database (--db; no GPU): "
+                        "the cover and each (N, K)'s M segments come from the measured times, boundaries where two "
+                        "kernels' measured curves cross")
+    g.add_argument("--records", metavar="JSONL[.gz]",
+                   help="with --tune: select from these measurement records (JSON lines, as --export-records writes "
+                        "them) instead of a results database")
+    g.add_argument("--export-records", metavar="JSONL[.gz]",
+                   help="with --tune: also write the records the selection read (every pack --tune record of the "
+                        "set's shapes on the target), so that the selection can be checked without the database")
+    g.add_argument("--exclude-measured", metavar="DB|JSONL[.gz]",
+                   help="with --tune --plan-only: leave out the candidates this database (or records file) already "
+                        "measured at the set's shapes; the cap takes the next ones (a second tuning round whose "
+                        "records join the first's)")
+    g.add_argument("--plan-only", action="store_true", help="with --tune: make the candidates, then stop (CPU half)")
+    g.add_argument("--off-sample", metavar="M,M,...",
+                   help="with --tune: M values timed at every (N, K) besides the sampled ones, fixed before tuning "
+                        "(default: 3,12,24,48,96,100,200,300,700,1500,3000,6000; those inside each range and not "
+                        "sampled)")
+    g.add_argument("--tune-top-k", type=int, default=3, help="with --tune: the search's top k per search (default 3)")
+    g.add_argument("--tune-max-candidates", type=int, default=56,
+                   help="with --tune: at most this many candidates (default 56: about 2.5 minutes of 16 nvcc jobs on "
+                        "the H200 machine); the rest are left out with a warning")
+    g.add_argument("--no-nvmmh", action="store_true", help="with --tune: leave nvMMH's picks out")
+    g.add_argument("--no-default", action="store_true", help="with --tune: leave the CUTLASS default out")
     from .. import executor
     executor.add_arguments(p)  # dask: the per-shape searches run on the cluster's workers
 
@@ -58,6 +92,18 @@ def _open_db(spec: str | None):
     except ImportError:
         raise CutegenError("--db: cutegen.results (the results database, issue 11) is not installed here") from None
     return ResultsDB(None if spec == "default" else spec)
+
+
+def _records_or_db(spec: str | None):
+    """A results database, or the records of a JSON-lines file (.jsonl, .jsonl.gz) in one."""
+    if spec is None:
+        return None
+    from ..packs import tune as pack_tune
+    if spec.endswith((".jsonl", ".jsonl.gz")):
+        return pack_tune.read_records(spec)
+    if not Path(spec).is_file():
+        raise CutegenError(f"--exclude-measured: {spec}: no such file")
+    return _open_db(spec)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -91,8 +137,26 @@ def _run(args: argparse.Namespace, ex) -> int:
         raise CutegenError(f"-o/--out: {args.out} exists and is not a directory")
     if args.prior and args.db:
         raise FieldError("--prior", "cannot be combined with --db (--db ranks by its measurements)")
+    if args.plan_only and not args.tune:
+        raise FieldError("--plan-only", "needs --tune")
+    if args.tune and args.measured:
+        raise FieldError("--measured", "cannot be combined with --tune (--tune reads the results database)")
+    if args.tune and args.summary_only and args.plan_only:
+        raise FieldError("--summary-only", "a --plan-only candidate pack is built on the GPU: it needs its sources")
+    if args.tune_max_candidates < 1:
+        raise FieldError("--tune-max-candidates", f"expected a positive integer, got {args.tune_max_candidates}")
+    from ..packs import tune as pack_tune
+    off_sample = pack_tune.parse_off_sample(args.off_sample)
     targets = list(dict.fromkeys(args.target or [ranking.resolve_kind(None)[0]]))
-    db = _open_db(args.db)
+    if (args.records or args.export_records) and (not args.tune or args.plan_only):
+        raise FieldError("--records" if args.records else "--export-records", "needs --tune (without --plan-only)")
+    if args.exclude_measured and not (args.tune and args.plan_only):
+        raise FieldError("--exclude-measured", "needs --tune --plan-only")
+    if args.records and args.db:
+        raise FieldError("--records", "give a results database (--db) or records (--records), not both")
+    if args.tune and not args.plan_only and not args.records:
+        args.db = args.db or "default"
+    db = pack_tune.read_records(args.records) if args.records else _open_db(args.db)
     say = lambda msg: print(msg, file=sys.stderr)  # noqa: E731
     stale_total = 0
     if db is None and not args.prior:
@@ -108,8 +172,30 @@ def _run(args: argparse.Namespace, ex) -> int:
             rk = ranking.choose(device=kind, kind_from="--target")
             say(rk.describe())
             used = ranking.open_db() if rk.method != "prior" else None
-        files = packs.make_pack(args.shapes, kind, max_kernels=args.max_kernels, tolerance=args.tolerance,
-                                name=args.name, db=used, say=say, executor=ex, progress=True, measured=args.measured)
+        if args.tune and args.plan_only:
+            predictor = None
+            if used is not None and not args.prior:
+                from ..search.learned import cache
+                predictor = cache.predictor(kind, used)
+            files = packs.make_tune_plan(args.shapes, kind, name=args.name, say=say, executor=ex, progress=True,
+                                         off_sample=off_sample, top_k=args.tune_top_k, cap=args.tune_max_candidates,
+                                         with_nvmmh=not args.no_nvmmh, with_default=not args.no_default,
+                                         predictor=predictor, exclude_db=_records_or_db(args.exclude_measured))
+        elif args.tune:
+            files = packs.make_tuned_pack(args.shapes, kind, db, max_kernels=args.max_kernels,
+                                          tolerance=args.tolerance, name=args.name, say=say, executor=ex,
+                                          off_sample=off_sample, vendor=args.vendor)
+            if args.export_records:
+                from ..packs import targets as pack_targets
+                t = pack_targets.target(kind)
+                _, pts, off = pack_tune.timed_shapes(args.shapes, t, off_sample)
+                recs = pack_tune.records_of(db, t, pts + off)
+                pack_tune.write_records(args.export_records, recs)
+                say(f"  wrote {args.export_records}: {len(recs)} records")
+        else:
+            files = packs.make_pack(args.shapes, kind, max_kernels=args.max_kernels, tolerance=args.tolerance,
+                                    name=args.name, db=used, say=say, executor=ex, progress=True,
+                                    measured=args.measured, vendor=args.vendor)
         root = Path(args.out) / kind
         prune = not args.summary_only
         if args.summary_only:

@@ -6,13 +6,16 @@ import sys
 
 from cutegen.errors import FieldError
 
-HELP = "search the legal Hopper kernel configurations of a GEMM problem and rank them by cost"
+HELP = "search the legal Hopper kernel configurations of a GEMM (or grouped GEMM) problem and rank them by cost"
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--m", type=int, required=True)
-    p.add_argument("--n", type=int, required=True)
-    p.add_argument("--k", type=int, required=True)
+    p.add_argument("--op", default="gemm", choices=("gemm", "grouped_gemm"),
+                   help="the operation: gemm (default; needs --m, --n, --k) or grouped_gemm (needs --groups, "
+                        "--tokens, --n, --k)")
+    p.add_argument("--m", type=int)
+    p.add_argument("--n", type=int)
+    p.add_argument("--k", type=int)
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--dtype", default="bf16", help="input type of A and B: bf16 f16 tf32 e4m3 e5m2")
     p.add_argument("--dtype-c", default=None, help="C type (f32 bf16 f16 void); default follows --dtype")
@@ -30,6 +33,8 @@ def add_arguments(p) -> None:
     p.add_argument("--explain", action="store_true",
                    help="rewrite chain, cost breakdown, why runners-up lose, where each prediction came from")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    from .search_grouped import add_arguments as add_grouped_arguments
+    add_grouped_arguments(p)
 
 
 def problem_from_args(args):
@@ -37,6 +42,9 @@ def problem_from_args(args):
 
     from .generate import ld_fields
 
+    missing = [f"--{n}" for n in ("m", "n", "k") if getattr(args, n) is None]
+    if missing:
+        raise FieldError(missing[0], f"a GEMM search needs {', '.join(missing)}")
     data = {"m": args.m, "n": args.n, "k": args.k, "batch": args.batch, "dtype": args.dtype, "layout": args.layout,
             **ld_fields(args)}
     if args.dtype_c is not None:
@@ -65,6 +73,9 @@ def device_from_args(args):
 
 
 def run(args) -> int:
+    if args.op == "grouped_gemm":
+        from .search_grouped import run as run_grouped
+        return run_grouped(args)
     from cutegen.search import search
 
     if args.top_k < 1 or args.top_k > 100:

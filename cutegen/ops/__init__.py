@@ -9,6 +9,8 @@ import importlib
 
 KNOWN: dict[str, str] = {
     "gemm": "cutegen.ops.gemm",
+    "attention": "cutegen.ops.attention",
+    "grouped_gemm": "cutegen.ops.grouped_gemm",
 }
 
 

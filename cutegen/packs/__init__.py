@@ -9,10 +9,11 @@ Modules, in the order the command uses them:
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from .._atomic import atomic_directory, leftovers
-from ..errors import FieldError
+from ..errors import CutegenError, FieldError
 
 
 # PACK-SHAPES-MAX: every sample point is priced with every candidate of its class and has a row in the
@@ -25,10 +26,12 @@ SEARCH_S_ESTIMATE = 1.0  # seconds per search on one core (issue 22: 0.3-1.5 s o
 
 def make_pack(shapes_file: str, target_kind: str, *, max_kernels: int = 16, tolerance: float = 0.03,
               name: str = "cutegen_pack", db=None, say=lambda msg: None, executor=None,
-              progress: bool = False, measured: str | None = None) -> dict[str, str]:
+              progress: bool = False, measured: str | None = None, vendor: bool = True) -> dict[str, str]:
     """Every file of the pack for one target: {path relative to the pack's folder: text}. ``executor`` (a
     ``cutegen.executor.Executor``; None: this process) runs the searches, per (N, K) and M bucket and per
-    class's fallback; the files are the same wherever they ran. ``progress``: progress bars on stderr."""
+    class's fallback; the files are the same wherever they ran. ``progress``: progress bars on stderr.
+    ``vendor`` (False: ``--no-vendor``): with ``measured``, segments and shapes where no generated kernel comes
+    within the tolerance of cuBLAS run on cuBLASLt (cutegen/packs/vendor.py); without measurements, none do."""
     from . import render, select, shapes, targets
     if not render.pack_name_ok(name):
         raise FieldError("--name", f"{name!r} is not a C/CMake identifier (letters, digits, _; 64 at most)")
@@ -41,7 +44,54 @@ def make_pack(shapes_file: str, target_kind: str, *, max_kernels: int = 16, tole
                         progress=progress)
     fallbacks = render.add_fallbacks(sel, say=say, executor=executor)
     points = render.apply_measured(sel, measured, name) if measured else None
-    return render.pack_files(sel, fallbacks, name, Path(shapes_file).name, measured=points)
+    return render.pack_files(sel, fallbacks, name, Path(shapes_file).name, measured=points, vendor_on=vendor)
+
+
+def make_tune_plan(shapes_file: str, target_kind: str, *, name: str = "cutegen_pack", say=lambda msg: None,
+                   executor=None, progress: bool = False, off_sample: tuple[int, ...] | None = None,
+                   top_k: int | None = None, cap: int | None = None, with_nvmmh: bool = True,
+                   with_default: bool = True, predictor=None, exclude_db=None) -> dict[str, str]:
+    """``pack --tune --plan-only``: the candidate pack and its ``tune.json`` (cutegen/packs/tune.py).
+    ``exclude_db``: a results database whose pack --tune records' configurations are not planned again."""
+    from . import render, targets, tune
+    if not render.pack_name_ok(name):
+        raise FieldError("--name", f"{name!r} is not a C/CMake identifier (letters, digits, _; 64 at most)")
+    t = targets.target(target_kind)
+    entries, points, off = tune.timed_shapes(shapes_file, t, off_sample or tune.DEFAULT_OFF_SAMPLE)
+    check_size(shapes_file, points, say)
+    tune.check_timed(shapes_file, points + off)
+    say(f"{t.kind}: {len(points)} sampled and {len(off)} off-sample shapes from {len(entries)} entries of {shapes_file}")
+    exclude = tune.measured_keys(exclude_db, t, points + off) if exclude_db is not None else None
+    cands, notes = tune.candidates(points, t, top_k=top_k or tune.TOP_K, cap=cap or tune.MAX_CANDIDATES,
+                                   with_nvmmh=with_nvmmh, with_default=with_default, predictor=predictor, say=say,
+                                   executor=executor, progress=progress, exclude=exclude)
+    if not cands:
+        raise CutegenError("--tune --plan-only: no candidate left to measure (every one is in --exclude-measured)")
+    files = tune.plan_files(shapes_file, t, cands, points, off, name, notes)
+    est = json.loads(files[tune.PLAN_FILE])["estimate_s"]
+    say(f"  {len(cands)} candidates ({sum(1 for c in cands if any(o.startswith('search') for o in c.origins))} from "
+        f"the search, {sum(1 for c in cands if any(o.startswith('nvmmh') for o in c.origins))} nvMMH picks, "
+        f"{sum(1 for c in cands if 'cutlass_default' in c.origins)} CUTLASS default) to time at {len(points) + len(off)} "
+        f"shapes; GPU estimate: build {est['build']} s (16 jobs), timing {est['time']} s")
+    return files
+
+
+def make_tuned_pack(shapes_file: str, target_kind: str, db, *, max_kernels: int = 16, tolerance: float = 0.03,
+                    name: str = "cutegen_pack", say=lambda msg: None, executor=None,
+                    off_sample: tuple[int, ...] | None = None, vendor: bool = True) -> dict[str, str]:
+    """``pack --tune`` after the GPU step: the pack selected from ``db``'s measurements (no GPU); with ``vendor``,
+    measured segments where no generated kernel comes within the tolerance of cuBLAS run on cuBLASLt."""
+    from . import render, targets, tune
+    if not render.pack_name_ok(name):
+        raise FieldError("--name", f"{name!r} is not a C/CMake identifier (letters, digits, _; 64 at most)")
+    t = targets.target(target_kind)
+    entries, points, off = tune.timed_shapes(shapes_file, t, off_sample or tune.DEFAULT_OFF_SAMPLE)
+    check_size(shapes_file, points, say)
+    sel, measured_points = tune.select_measured(points + off, len(points), t, db, max_kernels=max_kernels,
+                                                tolerance=tolerance, say=say)
+    fallbacks = render.add_fallbacks(sel, say=say, executor=executor)
+    return render.pack_files(sel, fallbacks, name, Path(shapes_file).name, measured=measured_points,
+                             vendor_on=vendor)
 
 
 def check_size(shapes_file: str, points: list, say=lambda msg: None) -> int:
@@ -90,7 +140,7 @@ def _owned(rel: Path) -> bool:
     """Files a pack writes (a build folder or anything else a user puts there is left alone)."""
     top = rel.parts[0]
     return top in ("kernels", "src", "include", "cmake", "torch") or str(rel) in (
-        "CMakeLists.txt", "COVERAGE.md", "pack.json")
+        "CMakeLists.txt", "COVERAGE.md", "pack.json", "tune.json")
 
 
 def write(root: Path, files: dict[str, str], prune: bool = True) -> list[str]:

@@ -75,6 +75,8 @@ def _pick(kernels: list[int], sel: Selection, problems: list[GemmProblem]) -> in
     order). Only when no kernel runs every problem are all pairs judged."""
     pricer = sel.pricer or Pricer(sel.target.rates)
     cfgs = [sel.kernels[j].config for j in kernels]
+    for j, c in zip(kernels, cfgs):                     # the pricer's JSON memo, from the kernels' own
+        pricer._json.setdefault(c, sel.kernels[j].key)
     ests = [pricer.estimates(p, cfgs) for p in problems]
     bests = []
     for p, est in zip(problems, ests):
@@ -101,10 +103,14 @@ def _pick(kernels: list[int], sel: Selection, problems: list[GemmProblem]) -> in
     return min(zip(totals, kernels))[1]
 
 
-def tables(sel: Selection, fallbacks: dict[str, Fallback], kernel_names: list[str], measured=None) -> dict:
+def tables(sel: Selection, fallbacks: dict[str, Fallback], kernel_names: list[str], measured=None,
+           vendor: bool = True) -> dict:
     """The template context of the dispatcher (templates/pack_dispatch.cpp.j2). ``measured``: (N, K) ->
     ``measured.Point`` list (``--measured``): an (N, K) with measurements dispatches M by the measured
-    segments (``measured.segments``) instead of the predicted buckets."""
+    segments (``measured.segments``) instead of the predicted buckets. ``vendor`` (``--no-vendor``: False):
+    cuBLASLt is offered at every measured point (``vendor.offer``) and takes the segments where no generated
+    kernel comes within the tolerance of cuBLAS; it is kernel ``len(sel.kernels) + class``."""
+    from . import vendor as vendor_tactic
     from .measured import segments as measured_segments
     from .select import Row  # noqa: F401  (documentation: rows are select.Row)
     cls_index = {c: i for i, c in enumerate(sel.classes)}
@@ -121,6 +127,8 @@ def tables(sel: Selection, fallbacks: dict[str, Fallback], kernel_names: list[st
         loss = row.loss or 0.0
         why = (f"exact shape {row.shape.label} of the pack's set: {row.source} {row.time_us:.1f} us, "
                f"best known {row.best_us:.1f} us (+{loss:.1%})")
+        if row.kernel >= len(sel.kernels):             # the vendor (render.apply_measured says why in the note)
+            why = f"exact shape {row.shape.label} of the pack's set: {row.note}"
         exact_items.append(((c, p.m, p.n, p.k, p.batch),
                             {"M": p.m, "N": p.n, "K": p.k, "batch": p.batch, "cls": c, "kernel": row.kernel,
                              "why": why}))
@@ -128,19 +136,25 @@ def tables(sel: Selection, fallbacks: dict[str, Fallback], kernel_names: list[st
     exact_items.sort(key=lambda x: x[0])
     exact, exact_probes = hash_table(exact_items, {"M": 0, "N": 0, "K": 0, "batch": 0, "cls": -1, "kernel": -1,
                                                    "why": ""})
-    nk_rows, nk_items, seg_rows, segs = [], [], [], []
+    nk_rows, nk_items, seg_rows, segs, figures = [], [], [], [], []
     for (c, n, k), p in sorted(nk_keys.items()):
         row = [_pick(by_class[c], sel, [p.replace(m=m) for m in bucket_points(b)]) for b in range(BUCKETS)]
         nk_items.append(((c, 0, n, k, 0), {"N": n, "K": k, "cls": c, "row": len(nk_rows)}))
         nk_rows.append(row)
         from .measured import Point
         mine = set(by_class[c])
-        pts = [Point(q.m, {j: t for j, t in q.times.items() if j in mine}, q.matmul_us)
-               for q in (measured or {}).get((n, k), [])]
-        found = measured_segments([q for q in pts if q.times])
+        measured_here = (measured or {}).get((n, k), [])
+        pts = [Point(q.m, {j: t for j, t in q.times.items() if j in mine}, q.matmul_us) for q in measured_here]
+        # the vendor hook: cuBLASLt offered at each measured point, at cuBLAS's time plus the tolerance
+        vi = len(sel.kernels) + c if vendor and vendor_tactic.unsupported(p) is None else None
+        offered = [vendor_tactic.offer(q, vi, sel.tolerance) for q in pts]
+        found = measured_segments([q for q in offered if q.times])
         seg_rows.append((len(segs), len(found)))
-        segs += [{"lo": g.lo, "kernel": g.kernel, "why": g.why} for g in found]
-    classes = []
+        segs += [{"lo": g.lo, "kernel": g.kernel, "n": n, "k": k,
+                  "why": g.why + (vendor_tactic.segment_note(sel.tolerance) if g.kernel == vi else "")}
+                 for g in found]
+        figures += vendor_tactic.figure_rows(measured_here, pts, offered, vi)
+    classes, class_problems = [], []
     for c, key in enumerate(sel.classes):
         ps = [p for (cc, _, _), p in sorted(nk_keys.items()) if cc == c]
         proto = ps[0] if ps else None
@@ -150,11 +164,19 @@ def tables(sel: Selection, fallbacks: dict[str, Fallback], kernel_names: list[st
         first = sel.kernels[by_class[c][0]] if c in by_class else None
         p = first.problem if first else proto
         classes.append(class_context(p, by_bucket, fb))
+        class_problems.append(p)
     nk, nk_probes = hash_table(nk_items, {"N": 0, "K": 0, "cls": -1, "row": -1})
+    uses_vendor = any(g["kernel"] >= len(sel.kernels) for g in segs) or any(
+        e["kernel"] >= len(sel.kernels) for _, e in exact_items)
     return {"exact": exact, "exact_probes": exact_probes, "exact_count": len(exact_items),
             "nk": nk, "nk_probes": nk_probes, "nk_rows": nk_rows or [[-1] * BUCKETS], "classes": classes,
             "seg_rows": seg_rows or [(0, 0)], "segments": segs or [{"lo": 0, "kernel": -1, "why": ""}],
-            "measured": bool(segs)}
+            "measured": bool(segs),
+            # the vendor tactic: one kernel-table entry per class after the generated kernels, only when used
+            "vendor": uses_vendor,
+            "vendor_classes": [{**vendor_tactic.context(p), "a_k": cc["a_k"], "b_k": cc["b_k"], "c_n": cc["c_n"]}
+                               for p, cc in zip(class_problems, classes)] if uses_vendor else [],
+            "figures": vendor_tactic.figures(figures) if figures else None}
 
 
 def class_context(p: GemmProblem, by_bucket: list[int], fb: Fallback) -> dict:

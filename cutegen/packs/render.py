@@ -13,6 +13,7 @@ from .. import __version__
 from ..abi import EXPORTED_SYMBOLS
 from ..search import cost as costmod
 from ..swap_ab import kernel_problem
+from . import vendor
 from .dispatch import Fallback, find_fallback, tables
 from .select import Kernel, Selection, class_key, geomean, run_searches
 from .shapes import SAMPLING_NOTE
@@ -61,9 +62,12 @@ def coverage(sel: Selection) -> dict:
                      "time_us": None if r.time_us is None else round(r.time_us, 3),
                      "best_us": None if r.best_us is None else round(r.best_us, 3),
                      "loss": None if r.loss is None else round(r.loss, 5), "source": r.source, "note": r.note})
-        if r.cublas_us is not None:
+        if r.cublas_us is not None and r.time_us:
             rows[-1]["cublas_us"] = round(r.cublas_us, 3)
             rows[-1]["cublas_ratio"] = round(r.cublas_us / r.time_us, 4)
+        if r.point is not None:
+            rows[-1]["point"] = r.point
+            rows[-1]["predicted_us"] = None if r.predicted_us is None else round(r.predicted_us, 3)
     losses = [r.loss for r in sel.rows if r.loss is not None]
     within = sum(1 for x in losses if x <= sel.tolerance + 1e-9)
     wsum = sum(r.shape.weight for r in sel.rows if r.loss is not None)
@@ -77,6 +81,8 @@ def coverage(sel: Selection) -> dict:
 
 
 def kernel_name(sel: Selection, j: int) -> str:
+    if j >= len(sel.kernels):                      # the vendor tactic's entry of class j - len(kernels)
+        return vendor.entry_name(j - len(sel.kernels))
     k = sel.kernels[j]
     return f"k{j:02d}_{k.config.short_name()}" + ("_fallback" if k.cls.startswith("fallback:") else "")
 
@@ -88,6 +94,8 @@ def coverage_markdown(sel: Selection, cov: dict, notes: list[str]) -> str:
              f"weighted mean loss {cov['weighted_mean_loss']:.2%}. Times are the cost model's predictions for "
              f"{sel.target.note} unless the source column says measured.", ""]
     lines += [f"- {n}" for n in notes]
+    if any("point" in r for r in cov["rows"]):
+        return "\n".join(lines + _tuned_table(cov)) + "\n"
     measured = any("cublas_us" in r for r in cov["rows"])
     extra = " torch.matmul (us) | its time / the pack's |" if measured else ""
     lines += ["", "| shape | weight | kernel | time (us) | source | best (us) | loss |" + extra,
@@ -104,12 +112,66 @@ def coverage_markdown(sel: Selection, cov: dict, notes: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _tuned_table(cov: dict) -> list[str]:
+    """pack --tune: per shape the measured and predicted time of the kernel that serves it, torch.matmul's
+    measured time and the ratio, and whether the shape is a sample point or an off-sample point (both measured;
+    every other M of an (N, K) is served by interpolation: the segments below)."""
+    rows = cov["rows"]
+    ratios = [r["cublas_ratio"] for r in rows if "cublas_ratio" in r and r["source"] == "measured"]
+    out = []
+    if ratios:
+        from .tune import geo
+        served = ("as served, with cuBLASLt where the vendor tactic took the shape"
+                  if any(str(r["kernel"]).startswith("vendor_") for r in rows) else "generated kernels alone")
+        out += ["", f"Measured against torch.matmul ({served}, {len(ratios)} measured shapes): geomean "
+                    f"{geo(ratios):.3f}x, {sum(1 for x in ratios if x < 0.9)} under 0.9x, "
+                    f"{sum(1 for x in ratios if x < 0.75)} under 0.75x, worst {min(ratios):.3f}x."]
+    out += ["", "| shape | point | weight | kernel | measured (us) | predicted (us) | torch.matmul (us) | its time / "
+                "the pack's | source | loss |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        meas = f"{r['time_us']:.2f}" if r["time_us"] is not None and r["source"] == "measured" else "-"
+        pred = f"{r['predicted_us']:.2f}" if r.get("predicted_us") is not None else (
+            f"{r['time_us']:.2f}" if r["time_us"] is not None and r["source"] == "predicted" else "-")
+        cub = f"{r['cublas_us']:.2f}" if "cublas_us" in r else "-"
+        ratio = f"{r['cublas_ratio']:.3f}x" if "cublas_ratio" in r else "-"
+        loss = "-" if r["loss"] is None else f"{r['loss']:+.1%}"
+        out.append(f"| {r['shape']} | {r['point']} | {r['weight']:.4g} | {r['kernel'] or 'NOT COVERED: ' + r['note']} | "
+                   f"{meas} | {pred} | {cub} | {ratio} | {r['source']} | {loss} |")
+    return out
+
+
+def segments_markdown(sel: Selection, disp: dict, names: list[str], measured: dict) -> list[str]:
+    """The measured M segments of every (N, K): which kernel serves which M range, and at which M it was
+    measured (every other M in a segment is interpolated)."""
+    out = ["", "## Dispatch by M (measured segments; every M not listed as measured is interpolated)", ""]
+    keys = sorted({(c, n, k) for (c, n, k) in _nk_keys(sel)})
+    for (c, n, k), (start, count) in zip(keys, disp["seg_rows"]):
+        if not count:
+            continue
+        pts = measured.get((n, k), [])
+        out.append(f"- N={n} K={k} (class {c}), measured at M = {', '.join(str(p.m) for p in pts)}:")
+        segs = disp["segments"][start:start + count]
+        for a, g in enumerate(segs):
+            hi = segs[a + 1]["lo"] - 1 if a + 1 < len(segs) else None
+            rng = f"M {g['lo']}-{hi}" if hi is not None else f"M >= {g['lo']}"
+            out.append(f"  - {rng}: {names[g['kernel']]} ({g['why']})")
+    return out
+
+
+def _nk_keys(sel: Selection) -> list[tuple[int, int, int]]:
+    cls_index = {c: i for i, c in enumerate(sel.classes)}
+    return [(cls_index[class_key(r.shape.problem)], r.shape.problem.n, r.shape.problem.k)
+            for r in sel.rows if r.kernel is not None]
+
+
 def apply_measured(sel: Selection, path: str, name: str) -> dict:
     """``--measured PATH`` (bench/gpu_pack.py's results for this pack): every measured shape of the set runs on
     its measured-fastest kernel, with its measured time and torch.matmul's; returns (N, K) -> points for the
-    dispatch tables (cutegen/packs/measured.py)."""
+    dispatch tables (cutegen/packs/measured.py). (The vendor tactic acts later, in ``pack_files``.)"""
     from .measured import load
-    names = [kernel_name(sel, j) for j in range(len(sel.kernels))]
+    n_gen = len(sel.kernels)
+    # results of a pack with vendor entries name them too (vendor_cublaslt_c<class>: kernel n_gen + class)
+    names = [kernel_name(sel, j) for j in range(n_gen)] + [vendor.entry_name(c) for c in range(len(sel.classes))]
     points = load(path, name, names)
     by_shape = {(nk[0], nk[1], p.m): p for nk, pts in points.items() for p in pts}
     used = 0
@@ -118,8 +180,8 @@ def apply_measured(sel: Selection, path: str, name: str) -> dict:
         p = by_shape.get((q.n, q.k, q.m))
         if p is None or r.kernel is None:
             continue
-        mine = {j: t for j, t in p.times.items() if sel.kernels[j].cls in (sel.kernels[r.kernel].cls,
-                                                                          "fallback:" + sel.kernels[r.kernel].cls)}
+        mine = {j: t for j, t in p.times.items() if j < n_gen and sel.kernels[j].cls in (
+            sel.kernels[r.kernel].cls, "fallback:" + sel.kernels[r.kernel].cls)}
         if not mine:
             continue
         j, t = min(mine.items(), key=lambda kv: (kv[1], kv[0]))
@@ -132,7 +194,7 @@ def apply_measured(sel: Selection, path: str, name: str) -> dict:
 
 
 def pack_files(sel: Selection, fallbacks: dict[str, Fallback], name: str, shapes_file: str,
-               render_kernel=None, measured: dict | None = None) -> dict[str, str]:
+               render_kernel=None, measured: dict | None = None, vendor_on: bool = True) -> dict[str, str]:
     from .. import render as render_mod
     render_kernel = render_kernel or render_mod.render
     env = render_mod._environment()
@@ -159,10 +221,20 @@ def pack_files(sel: Selection, fallbacks: dict[str, Fallback], name: str, shapes
     for cls, fb in fallbacks.items():
         if fb.kernel is None:
             notes.append(f"class {cls_index[cls]}: {fb.uncovered}")
-    disp = tables(sel, fallbacks, [k["name"] for k in kernels_ctx], measured)
-    ctx = {"pack_name": name, "target": sel.target.kind, "kernels": kernels_ctx, "version": _cmake_version(),
-           **disp}
+    if measured and vendor_on:
+        vendor.route_rows(sel, measured)           # measured set shapes no generated kernel serves well: cuBLASLt
+    disp = tables(sel, fallbacks, [k["name"] for k in kernels_ctx], measured, vendor=vendor_on)
+    generated = list(kernels_ctx)
+    if disp["vendor"]:
+        # the vendor tactic (cutegen/packs/vendor.py): one entry per class after the generated kernels
+        kernels_ctx += [{"name": vendor.entry_name(c), "cls": c, "vendor": True} for c in range(len(sel.classes))]
+        notes.append(vendor.coverage_note(sel.tolerance))
+    ctx = {"pack_name": name, "target": sel.target.kind, "kernels": kernels_ctx, "generated": generated,
+           "version": _cmake_version(), **disp}
     files["src/dispatch.cpp"] = env.get_template("pack_dispatch.cpp.j2").render(**ctx)
+    if disp["vendor"]:
+        files["src/vendor_cublaslt.cpp"] = env.get_template("pack_vendor_cublaslt.cpp.j2").render(**ctx)
+        files["cmake/cutegen_cublaslt.cmake"] = env.get_template("pack_cublaslt.cmake.j2").render(**ctx)
     files["include/cutegen_pack.h"] = env.get_template("pack_header.h.j2").render(**ctx)
     files["CMakeLists.txt"] = env.get_template("pack_CMakeLists.txt.j2").render(**ctx)
     files[f"cmake/{name}Config.cmake.in"] = env.get_template("pack_config.cmake.in.j2").render(**ctx)
@@ -173,6 +245,9 @@ def pack_files(sel: Selection, fallbacks: dict[str, Fallback], name: str, shapes
         py_out_dtypes=[(TORCH_DTYPES[a][1], TORCH_DTYPES[d][1]) for a, d in dts], **ctx)
     cov = coverage(sel)
     files["COVERAGE.md"] = coverage_markdown(sel, cov, notes)
+    if measured and disp["measured"] and any(r.point is not None for r in sel.rows):
+        files["COVERAGE.md"] += "\n".join(segments_markdown(sel, disp, [k["name"] for k in kernels_ctx], measured)) + "\n"
+    files["COVERAGE.md"] += vendor.coverage_section(disp, kernels_ctx)
     files["pack.json"] = json.dumps({
         "name": name, "target": {"kind": sel.target.kind, "sms": sel.target.sms,
                                  "hbm_bytes_per_s": sel.target.hbm_bytes_per_s,
@@ -187,6 +262,7 @@ def pack_files(sel: Selection, fallbacks: dict[str, Fallback], name: str, shapes
                      "shapes": sum(1 for r in sel.rows if r.kernel == j)}
                     for j, (kc, k) in enumerate(zip(kernels_ctx, sel.kernels))],
         "coverage": cov,
+        **vendor.pack_json_fields(disp, kernels_ctx, sel.tolerance),
     }, indent=1, sort_keys=True) + "\n"
     return files
 

@@ -40,7 +40,9 @@ class Row:
     best_us: float | None
     source: str                 # "predicted" (prior), or with --db: "measured", "learned" or "prior"
     note: str = ""
-    cublas_us: float | None = None   # torch.matmul's measured time (--measured), else None
+    cublas_us: float | None = None   # torch.matmul's measured time (--measured, --tune), else None
+    point: str | None = None         # --tune: "sampled" or "off-sample" (both measured); None otherwise
+    predicted_us: float | None = None   # --tune: the cost model's time for the serving kernel
 
     @property
     def loss(self) -> float | None:
@@ -57,7 +59,11 @@ class Kernel:
 
     @property
     def key(self) -> str:
-        return self.config.to_json()
+        # memoised per configuration object (to_json builds a dict and dumps it; dispatch asks very often)
+        cached = self.__dict__.get("_key")
+        if cached is None or cached[0] is not self.config:
+            cached = self.__dict__["_key"] = (self.config, self.config.to_json())
+        return cached[1]
 
 
 @dataclass
@@ -100,9 +106,18 @@ class Pricer:
         self.rates = rates
         self._legal: dict[tuple[GemmProblem, str], tuple[KernelConfig, int] | None] = {}
         self._time: dict[tuple[GemmProblem, str], float | None] = {}
+        self._json: dict[KernelConfig, str] = {}     # to_json is a dict and a json.dumps; equal configs, equal JSON
+        self._est: dict[tuple, list[float]] = {}
+
+    def key(self, config: KernelConfig) -> str:
+        """``config.to_json()``, memoised (selection asks for it hundreds of thousands of times)."""
+        k = self._json.get(config)
+        if k is None:
+            k = self._json[config] = config.to_json()
+        return k
 
     def legal(self, problem: GemmProblem, config: KernelConfig) -> tuple[KernelConfig, int] | None:
-        key = (problem, config.to_json())
+        key = (problem, self.key(config))
         if key not in self._legal:
             from ..legality import check_config
             rep = check_config(problem, config)
@@ -111,7 +126,7 @@ class Pricer:
 
     def times(self, problem: GemmProblem, configs: list[KernelConfig]) -> list[float | None]:
         """Predicted microseconds of each configuration on ``problem``; None where a rule forbids the pair."""
-        keys = [c.to_json() for c in configs]
+        keys = [self.key(c) for c in configs]
         rows = []
         for key, cfg in zip(keys, configs):
             if (problem, key) in self._time:
@@ -128,6 +143,9 @@ class Pricer:
     def estimates(self, problem: GemmProblem, configs: list[KernelConfig]) -> list[float]:
         """The same prices before any rule is judged (the configurations' own stages): what a legal pair
         will cost. A configuration without stages is judged first (its stages come from the rules)."""
+        memo = (problem, tuple(self.key(c) for c in configs))
+        if memo in self._est:
+            return list(self._est[memo])
         out = [None] * len(configs)
         rows, where = [], []
         for i, cfg in enumerate(configs):
@@ -135,10 +153,11 @@ class Pricer:
                 t = self.time(problem, cfg)
                 out[i] = math.inf if t is None else t
             else:
-                rows.append((cfg.to_json(), cfg, cfg.stages))
+                rows.append((memo[1][i], cfg, cfg.stages))
                 where.append(i)
         for i, t in zip(where, self._price(problem, rows)):
             out[i] = t
+        self._est[memo] = list(out)
         return out
 
     def _price(self, problem: GemmProblem, rows: list[tuple[str, KernelConfig, int]]) -> list[float]:
@@ -194,11 +213,99 @@ def search_task(item: tuple) -> list[KernelConfig]:
     return [r.config for r in search(problem, top_k, device=kind, predictor=predictor, staging=False).ranked]
 
 
+# Searches are CPU-bound Python (egglog, the rules, numpy) and independent: without an executor they run in
+# worker processes, one per core up to CUTEGEN_PACK_PROCESSES (default 2; 1 runs them here). Results come
+# back in order, so the selection does not depend on it. Objects every item holds (the learned model) are
+# sent to each worker once. Fewer items than this run here (a worker's start costs about a second).
+PARALLEL_MIN_ITEMS = 8
+
+
+def _processes() -> int:
+    import os
+    try:
+        want = int(os.environ.get("CUTEGEN_PACK_PROCESSES", "2"))
+    except ValueError:
+        raise FieldError("CUTEGEN_PACK_PROCESSES", f"expected an integer, got {os.environ['CUTEGEN_PACK_PROCESSES']!r}")
+    return max(1, min(want, os.cpu_count() or 1))
+
+
+def _main_is_importable() -> bool:
+    """Whether a worker process may import the main module (``multiprocessing`` does, under another name):
+    ``python -m pkg`` (a ``__main__`` module is skipped), an interactive session, or a script whose code runs
+    under an ``if __name__ == "__main__"`` guard (console scripts; pytest). A script without one would run
+    again in every worker: then the work stays in this process."""
+    import sys
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    path = getattr(main, "__file__", None)
+    if main is None or path is None or (spec is not None and spec.name.endswith("__main__")):
+        return True
+    try:
+        text = open(path, encoding="utf-8", errors="replace").read()
+    except OSError:
+        return False
+    return "if __name__ ==" in text
+
+
+def _picklable(fn) -> bool:
+    import pickle
+    try:
+        pickle.dumps(fn)
+        return True
+    except Exception:        # noqa: BLE001 - a lambda or a local function (a test's stand-in): run here
+        return False
+
+
+class _Shared:
+    """Stands in an item for an object every item holds; each worker process receives it once."""
+    def __init__(self, slot: int):
+        self.slot = slot
+
+
+_WORKER_SHARED: dict[int, Any] = {}
+
+
+def _worker_init(shared: dict) -> None:
+    _WORKER_SHARED.clear()
+    _WORKER_SHARED.update(shared)
+
+
+def _worker_call(fn, item):
+    if isinstance(item, tuple):
+        item = tuple(_WORKER_SHARED[x.slot] if isinstance(x, _Shared) else x for x in item)
+    return fn(item)
+
+
+def _run_in_processes(fn, items: list, progress: str | None) -> list:
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    from .progress import bar
+    shared: dict[int, Any] = {}
+    if all(isinstance(it, tuple) for it in items) and len({len(it) for it in items}) == 1:
+        for j, x in enumerate(items[0]):
+            if x is not None and not isinstance(x, (bool, int, float, str)) and all(it[j] is x for it in items):
+                shared[j] = x
+    if shared:
+        items = [tuple(_Shared(j) if j in shared else x for j, x in enumerate(it)) for it in items]
+    # forkserver: a fresh interpreter per worker (egglog's threads do not survive a fork)
+    ctx = multiprocessing.get_context("forkserver")
+    out = []
+    with ProcessPoolExecutor(_processes(), mp_context=ctx, initializer=_worker_init, initargs=(shared,)) as pool, \
+            bar(progress, len(items)) as advance:
+        for fut in [pool.submit(_worker_call, fn, it) for it in items]:
+            out.append(fut.result())
+            advance()
+    return out
+
+
 def run_searches(fn, items: list, names: list[str], executor=None, progress: str | None = None) -> list:
     """``fn(item)`` for every item, in order: in this process, or as CPU tasks of ``executor``. A task that
     failed is an error naming it (the same error a search raises here, so both executors stop alike).
     ``progress``: the description of a progress bar with an estimate of the time left (this process only;
     the executor reports its own progress); None shows none."""
+    if (executor is None and len(items) >= PARALLEL_MIN_ITEMS and _processes() > 1 and _picklable(fn)
+            and _main_is_importable()):
+        return _run_in_processes(fn, items, progress)
     if executor is None:
         from .progress import bar
         out = []
@@ -274,26 +381,56 @@ def select(shapes: list[Shape], target: Target, *, max_kernels: int, tolerance: 
             # Only the pairs the cover can use are judged by the rules: in estimated order until the first
             # legal one (the best), then those within the tolerance of it. The rest stay unjudged (a
             # chosen kernel's time on a shape it does not cover is priced when the rows are made).
-            cfgs = list(pool[class_key(s.problem)].values())
-            est = pricer.estimates(s.problem, cfgs)
+            keys, cfgs = zip(*pool[class_key(s.problem)].items())
+            est = pricer.estimates(s.problem, list(cfgs))
             best_t = None
-            for e, cfg in sorted(zip(est, cfgs), key=lambda x: (x[0], x[1].to_json())):
+            for e, key, cfg in sorted(zip(est, keys, cfgs), key=lambda x: (x[0], x[1])):
                 if best_t is not None and e > best_t * (1.0 + tolerance) + 1e-9:
                     break
                 t = pricer.time(s.problem, cfg)
                 if t is not None:
-                    row[cfg.to_json()] = (t, "predicted")
+                    row[key] = (t, "predicted")
                     best_t = t if best_t is None else min(best_t, t)
         else:
-            from ..legality import check_config
-            legal = []
-            for key, cfg in pool[class_key(s.problem)].items():
-                rep = check_config(s.problem, cfg)
-                if rep.legal:
-                    legal.append((key, rep.config, rep.stages))
-            for (key, _, _), pred in zip(legal, predictor.predict(s.problem, [(c, st) for _, c, st in legal])):
+            # The same lazy judging with the learned model: every candidate predicted at its own stages in one
+            # call, then judged in predicted order until the first legal one and those within the tolerance
+            # of it. A pair the rules complete differently (other stages) is predicted again as judged.
+            keys, cfgs = zip(*pool[class_key(s.problem)].items())
+            preds = predictor.predict(s.problem, [(c, c.stages) for c in cfgs])
+            best_t = None
+            for pred, key, cfg in sorted(zip(preds, keys, cfgs), key=lambda x: (x[0].us, x[1])):
+                if best_t is not None and pred.us > best_t * (1.0 + tolerance) + 1e-9:
+                    break
+                rep = pricer.legal(s.problem, cfg)
+                if rep is None:
+                    continue
+                if rep != (cfg, cfg.stages):      # the rules completed it otherwise: predict it as judged
+                    pred = predictor.predict(s.problem, [rep])[0]
                 row[key] = (pred.us, pred.source)
+                best_t = pred.us if best_t is None else min(best_t, pred.us)
         times[i] = row
+    if predictor is None:
+        def fill(problem, cfgs):
+            return [None if t is None else (t, "predicted") for t in pricer.times(problem, cfgs)]
+    else:
+        def fill(problem, cfgs):
+            reps = [pricer.legal(problem, c) for c in cfgs]
+            legal = [r for r in reps if r is not None]
+            preds = iter(predictor.predict(problem, legal) if legal else [])
+            return [None if r is None else (lambda p: (p.us, p.source))(next(preds)) for r in reps]
+    return cover(shapes, target, classes, pool, times, max_kernels=max_kernels, tolerance=tolerance, notes=notes,
+                 pricer=pricer, fill=fill)
+
+
+def cover(shapes: list[Shape], target: Target, classes: list[str], pool: dict[str, dict[str, KernelConfig]],
+          times: dict[int, dict[str, tuple[float, str]]], *, max_kernels: int, tolerance: float,
+          notes: list[str] | None = None, pricer: "Pricer | None" = None, fill=None) -> Selection:
+    """The weighted greedy set cover over ``times`` (shape index -> config JSON -> (us, source)) of the
+    candidates ``pool`` (class -> config JSON -> config), and each shape's row on the fastest chosen kernel.
+    ``fill(problem, configs) -> [(us, source) | None]``: the times of chosen kernels on a shape the lazy judging
+    left without one (predicted selection); None (measured selection): it does not serve that shape."""
+    notes = [] if notes is None else notes
+    pricer = pricer or Pricer(target.rates)
     n_classes = sum(1 for c in classes if any(times[i] for i, s in enumerate(shapes) if class_key(s.problem) == c))
     if max_kernels < n_classes:
         raise FieldError("--max-kernels", f"{max_kernels} is fewer than the {n_classes} kernel classes "
@@ -341,12 +478,11 @@ def select(shapes: list[Shape], target: Target, *, max_kernels: int, tolerance: 
         if best[i] is None:
             rows.append(Row(s, None, None, None, "-", "the search found no legal kernel"))
             continue
-        if predictor is None:          # the chosen kernels the lazy judging skipped on this shape
-            for k in kernels:
-                if k.cls == class_key(s.problem) and k.key not in times[i]:
-                    t = pricer.time(s.problem, k.config)
-                    if t is not None:
-                        times[i][k.key] = (t, "predicted")
+        if fill is not None:           # the chosen kernels the lazy judging skipped on this shape
+            missing = [k for k in kernels if k.cls == class_key(s.problem) and k.key not in times[i]]
+            for k, got in zip(missing, fill(s.problem, [k.config for k in missing]) if missing else []):
+                if got is not None:
+                    times[i][k.key] = got
         opts = [(times[i][k.key][0], j) for j, k in enumerate(kernels) if k.cls == class_key(s.problem)
                 and k.key in times[i]]
         if not opts:

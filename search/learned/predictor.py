@@ -56,6 +56,7 @@ class Predictor:
             if s.harness == "bench":
                 exact.setdefault(_key(s.problem, s.config), []).append(s.measured_us)
         self.exact = exact
+        self._exact_problems = {p for p, _ in exact}    # a problem with none skips the per-candidate lookups
         problems = len({s.problem for s in everything})
         if (correction is None and fit and len(everything) >= MIN_SAMPLES and len(samples) >= MIN_OWN
                 and problems >= MIN_PROBLEMS):
@@ -78,8 +79,9 @@ class Predictor:
         samples = samples_for(problem, list(candidates), self.device_kind)
         out: list[Prediction | None] = [None] * len(samples)
         todo = []
+        exact = problem in getattr(self, "_exact_problems", {problem})
         for i, s in enumerate(samples):
-            times = self.exact.get(_key(problem, s.config))
+            times = self.exact.get(_key(problem, s.config)) if exact else None
             if times:
                 spread = float(np.std(np.log(times))) if len(times) > 1 else None
                 out[i] = Prediction(float(np.median(times)), "measured", s.prior_us, spread, 0.0, len(times))

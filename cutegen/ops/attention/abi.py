@@ -1,0 +1,62 @@
+"""The C ABI every attention kernel library exports (templates/attention/fmha_sm90.cu.j2).
+
+Same conventions as GEMM's (``cutegen.abi``): status codes, a workspace query, ``cutegen_describe`` (JSON)
+and ``cutegen_last_error`` (the message of the last non-zero status, naming the rule).
+
+All pointers are device pointers. Q is (batch, heads_q, seqlen_q, head_dim), K and V are
+(batch, heads_kv, seqlen_kv, head_dim), O is (batch, heads_q, seqlen_q, head_dim), each with the head dim
+contiguous and the three other strides given in elements (``stride_x_b``, ``_h``, ``_s``): BSHD and BHSD
+tensors are both just strides. ``LSE`` is a contiguous float32 (batch, heads_q, seqlen_q) log-sum-exp
+(natural log, of the scaled scores), or NULL: the kernel then writes it into the workspace
+(``cutegen_attention_workspace_size`` bytes; 0 is enough when LSE is given). ``scale`` multiplies Q K^T.
+A grouped (GQA/MQA) kernel needs batch strides that are heads x head stride (BHSD has them) unless batch
+is 1 (rule ATTN-ABI-GQA-STRIDES).
+"""
+from __future__ import annotations
+
+import ctypes
+
+from ...abi import CANNOT_IMPLEMENT, INIT_FAILED, LAUNCH_FAILED, OK, STATUS, WORKSPACE_TOO_SMALL  # noqa: F401  (re-exported: the same codes)
+
+C_DECLARATIONS = r"""
+extern "C" int cutegen_attention(
+    const void* Q, const void* K, const void* V, void* O, float* LSE,
+    int64_t batch, int64_t heads_q, int64_t heads_kv, int64_t seqlen_q, int64_t seqlen_kv, int64_t head_dim,
+    int64_t stride_q_b, int64_t stride_q_h, int64_t stride_q_s,
+    int64_t stride_k_b, int64_t stride_k_h, int64_t stride_k_s,
+    int64_t stride_v_b, int64_t stride_v_h, int64_t stride_v_s,
+    int64_t stride_o_b, int64_t stride_o_h, int64_t stride_o_s,
+    float scale, void* workspace, size_t workspace_bytes, cudaStream_t stream);
+extern "C" size_t cutegen_attention_workspace_size(int64_t batch, int64_t heads_q, int64_t seqlen_q);
+extern "C" const char* cutegen_describe(void);
+extern "C" const char* cutegen_last_error(void);
+"""
+
+ATTENTION_ARGTYPES = (
+    [ctypes.c_void_p] * 5            # Q, K, V, O, LSE
+    + [ctypes.c_int64] * 6           # batch, heads_q, heads_kv, seqlen_q, seqlen_kv, head_dim
+    + [ctypes.c_int64] * 12          # strides (b, h, s) of Q, K, V, O
+    + [ctypes.c_float]               # scale
+    + [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]   # workspace, bytes, stream
+)
+
+
+def bind(lib: ctypes.CDLL) -> ctypes.CDLL:
+    """Declare the ABI's argument and result types on a loaded attention library."""
+    lib.cutegen_attention.argtypes = ATTENTION_ARGTYPES
+    lib.cutegen_attention.restype = ctypes.c_int
+    lib.cutegen_attention_workspace_size.argtypes = [ctypes.c_int64] * 3
+    lib.cutegen_attention_workspace_size.restype = ctypes.c_size_t
+    lib.cutegen_describe.argtypes = []
+    lib.cutegen_describe.restype = ctypes.c_char_p
+    lib.cutegen_last_error.argtypes = []
+    lib.cutegen_last_error.restype = ctypes.c_char_p
+    return lib
+
+
+def is_attention_library(lib: ctypes.CDLL) -> bool:
+    try:
+        lib.cutegen_attention
+    except AttributeError:
+        return False
+    return True

@@ -1,0 +1,232 @@
+"""Rendering of attention kernels: explicit CUTLASS C++ on the Hopper FMHA example's collectives, with a C ABI.
+
+``render(problem, config)`` returns the kernel directory's files (``kernel.cu``, ``manifest.json``), a pure
+function of the problem's kernel key and the config. ``backend_refusals`` lists what this renderer cannot
+build, each ``"RULE-ID: reason"`` (the search prunes on them like on rules); ``render`` raises on any.
+
+The kernel compiles with ``-I <CUTLASS>/examples/88_hopper_fmha`` (``cutegen.build`` adds it when the headers
+are there: the nvidia-cutlass wheel's source, or oracles/.cutlass after oracles/prepare_cutlass_headers.sh).
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ...errors import CutegenError, FieldError
+from .config import AttentionConfig
+from .problem import AttentionProblem
+
+BACKEND = "cutlass"
+TEMPLATE = "attention/fmha_sm90.cu.j2"
+ELEMENT = {"bf16": "cutlass::bfloat16_t", "f16": "cutlass::half_t", "e4m3": "cutlass::float_e4m3_t"}
+ACC = {"f32": "float", "f16": "cutlass::half_t"}
+WGMMA_M = 64                      # rows of one wgmma.mma_async (every Hopper WGMMA shape is 64 x N x K)
+WGMMA_K_16BIT = 16                # K of one 16-bit WGMMA: the head mode of the tile is a multiple of it
+SOURCE_88 = "examples/88_hopper_fmha"
+SMEM_LIMIT = 232448               # bytes: sm_90's opt-in shared memory per block (CUDA guide, compute capability 9.0)
+
+# What this renderer refuses, by ID: the summary and where the limit comes from. The hardware rules
+# (WGMMA shapes, shared memory, registers, TMA) are legality/attention*'s; these are the template's.
+REFUSALS = {
+    "ATTN-RENDER-FP8": ("e4m3 is not rendered yet",
+                        "88 FwdRunner: 8-bit V is read MN-major (StrideV (_1, int, ...)); the ABI makes no transposed copy yet"),
+    "ATTN-RENDER-HEAD-DIM-V": ("head_dim_v must equal head_dim",
+                               "88 TileShape has one head mode for Q K^T's K and P V's N"),
+    "ATTN-RENDER-VARLEN": ("variable-length batches are not rendered",
+                           "88 fusions are stateless (Fusion{} in fmha_collective_tma_warpspecialized.hpp) and the "
+                           "problem shape is one (Q, K) per launch: no per-sequence lengths reach the kernel"),
+    "ATTN-RENDER-TMA-OPTIONS": ("schedule tma takes one MMA warpgroup, no persistence, no separate Q load, f32 accumulation",
+                                "88 fmha_collective_tma.hpp: one TiledMma (KernelTmaWarpSpecialized builder), "
+                                "IndividualTileScheduler, one ElementAccumulator"),
+    "ATTN-RENDER-TMA-TILE-Q": ("schedule tma takes tile_q 64 (one 64-row WGMMA atom per thread)",
+                               "88 fmha_collective_tma.hpp:410 and :483 static_assert size<1>(layout_qk_input) == 1; "
+                               "nvcc failed 128x64 and 128x96 tma kernels on the H200 run"),
+    "ATTN-RENDER-TMA-GQA": ("schedule tma cannot share KV heads (grouped problems)",
+                            "88 fmha_collective_tma.hpp: LayoutQKV is fixed to (int, _1, (int, int))"),
+    "ATTN-RENDER-WS-CLUSTER": ("warp-specialized schedules run without clusters",
+                               "88 fmha_collective_tma_warpspecialized.hpp: ClusterShape = Shape<_1,_1,_1>"),
+    "ATTN-RENDER-WS-BLOCKS-PER-SM": ("warp-specialized schedules run one CTA per SM",
+                                     "88 fmha_kernel_tma_warpspecialized.hpp: MinBlocksPerMultiprocessor = 1"),
+    "ATTN-RENDER-PINGPONG-OPTIONS": ("ws_pingpong is persistent and loads Q separately",
+                                     "88 fmha_kernel_builder.hpp: the Pingpong builder adds kIsPersistent and kLoadsQSeparately"),
+    "ATTN-RENDER-ONE-SPELLING": ("ws_cooperative with persistent and loads_q_separately is the ws_pingpong kernel",
+                                 "88 fmha_kernel_builder.hpp (the same instantiation): one config per kernel"),
+    "ATTN-RENDER-88-STAGES": ("stages_q >= mma_warpgroups and stages_kv >= 2 (warp-specialized)",
+                              "88 fmha_collective_tma_warpspecialized.hpp:81-82 static_asserts"),
+    "ATTN-RENDER-88-TILE-Q": ("tile_q / mma_warpgroups is a multiple of 64 (one WGMMA M per warpgroup)",
+                              "88 TileShapeQK = tile_q / NumMmaWarpGroups; PTX ISA wgmma M = 64"),
+}
+
+
+def head_tile(problem: AttentionProblem) -> int:
+    """The tile's head mode: the head dim rounded up to a 16-element WGMMA K step (TMA zero-fills the rest)."""
+    return -(-problem.head_dim // WGMMA_K_16BIT) * WGMMA_K_16BIT
+
+
+def backend_refusals(problem: AttentionProblem, config: AttentionConfig, backend: str = BACKEND) -> list[str]:
+    """What the explicit CUTLASS template cannot build of (problem, config): ``"RULE-ID: reason"`` each."""
+    out: list[str] = []
+
+    def refuse(rule: str, detail: str) -> None:
+        out.append(f"{rule}: {detail} ({REFUSALS[rule][1]})")
+
+    if backend != BACKEND:
+        return [f"ATTN-RENDER-BACKEND: backend {backend!r} is not one of attention's ({BACKEND})"]
+    p, c = problem, config
+    if p.dtype == "e4m3":
+        refuse("ATTN-RENDER-FP8", "dtype e4m3")
+    if p.head_dim_v is not None:
+        refuse("ATTN-RENDER-HEAD-DIM-V", f"head_dim {p.head_dim}, head_dim_v {p.head_dim_v}")
+    if p.varlen:
+        refuse("ATTN-RENDER-VARLEN", "varlen true")
+    grouped = p.heads_q != p.heads_kv
+    if c.schedule == "tma":
+        bad = [f"{k}={v}" for k, v, ok in (("mma_warpgroups", c.mma_warpgroups, c.mma_warpgroups == 1),
+                                            ("persistent", c.persistent, not c.persistent),
+                                            ("loads_q_separately", c.loads_q_separately, not c.loads_q_separately),
+                                            ("acc_qk", c.acc_qk, c.acc_qk == "f32")) if not ok]
+        if bad:
+            refuse("ATTN-RENDER-TMA-OPTIONS", ", ".join(bad))
+        if c.tile_q != WGMMA_M:
+            refuse("ATTN-RENDER-TMA-TILE-Q", f"tile_q {c.tile_q}")
+        if grouped:
+            refuse("ATTN-RENDER-TMA-GQA", f"heads_q {p.heads_q}, heads_kv {p.heads_kv}")
+    else:
+        if c.cluster_m != 1:
+            refuse("ATTN-RENDER-WS-CLUSTER", f"cluster_m {c.cluster_m}")
+        if c.blocks_per_sm != 1:
+            refuse("ATTN-RENDER-WS-BLOCKS-PER-SM", f"blocks_per_sm {c.blocks_per_sm}")
+        if c.schedule == "ws_pingpong" and not (c.persistent and c.loads_q_separately):
+            refuse("ATTN-RENDER-PINGPONG-OPTIONS", f"persistent={c.persistent}, loads_q_separately={c.loads_q_separately}")
+        if c.schedule == "ws_cooperative" and c.persistent and c.loads_q_separately:
+            refuse("ATTN-RENDER-ONE-SPELLING", "spell it schedule ws_pingpong")
+        if c.stages_q < c.mma_warpgroups or c.stages_kv < 2:
+            refuse("ATTN-RENDER-88-STAGES", f"stages_q {c.stages_q}, mma_warpgroups {c.mma_warpgroups}, stages_kv {c.stages_kv}")
+    if c.tile_q % (c.mma_warpgroups * WGMMA_M):
+        refuse("ATTN-RENDER-88-TILE-Q", f"tile_q {c.tile_q} over {c.mma_warpgroups} warpgroup(s)")
+    return out
+
+
+# --- the template context ----------------------------------------------------------------------------
+def _describe(problem: AttentionProblem, config: AttentionConfig, khash: str) -> str:
+    from ... import __version__
+    return json.dumps({"backend": BACKEND, "config": config.to_dict(), "cutegen": __version__, "hash": khash,
+                       "problem": problem.kernel_key()}, sort_keys=True, separators=(",", ":"))
+
+
+def kernel_hash(problem: AttentionProblem, config: AttentionConfig) -> str:
+    from ...manifest import kernel_hash as digest
+    return digest(problem, config, BACKEND)
+
+
+def _config_lines(problem: AttentionProblem, config: AttentionConfig) -> list[str]:
+    c = config
+    lines = [f"tile {c.tile_q} x {c.tile_kv} x {head_tile(problem)} (Q rows x KV rows x head dim {problem.head_dim})",
+             f"schedule {c.schedule}, {c.mma_warpgroups} MMA warpgroup(s)",
+             f"stages: Q {c.stages_q}, K/V {c.stages_kv}",
+             f"persistent {str(c.persistent).lower()}, loads Q separately {str(c.loads_q_separately).lower()}",
+             f"cluster {c.cluster_m}x1x1, {c.blocks_per_sm} CTA(s) per SM, Q K^T accumulates in {c.acc_qk}"]
+    return lines
+
+
+def _context(problem: AttentionProblem, config: AttentionConfig) -> dict[str, Any]:
+    from ... import __version__
+    khash = kernel_hash(problem, config)
+    c = config
+    return {
+        "version": __version__, "kernel_hash": khash, "problem_class": problem.kernel_class_name,
+        "config_name": c.short_name(), "config_lines": _config_lines(problem, config),
+        "element": ELEMENT[problem.dtype], "element_out": ELEMENT[problem.output_dtype],
+        "dtype": problem.dtype, "acc_qk": c.acc_qk, "element_acc_qk": ACC[c.acc_qk],
+        "head_dim": problem.head_dim, "head_tile": head_tile(problem), "causal": problem.causal,
+        "grouped": problem.heads_q != problem.heads_kv, "tile_q": c.tile_q, "tile_kv": c.tile_kv,
+        "warp_specialized": c.warp_specialized, "schedule": c.schedule, "mma_warpgroups": c.mma_warpgroups,
+        "stages_q": c.stages_q, "stages_kv": c.stages_kv, "persistent": c.persistent,
+        "loads_q_separately": c.loads_q_separately, "cluster_m": c.cluster_m, "blocks_per_sm": c.blocks_per_sm,
+        "describe_json": _describe(problem, config, khash), "smem_limit": SMEM_LIMIT,
+    }
+
+
+_ENV = None
+
+
+def _environment():
+    global _ENV
+    if _ENV is None:
+        import jinja2
+        import cutegen.templates as templates_pkg
+        from ...render_common import _cstring
+        _ENV = jinja2.Environment(
+            loader=jinja2.FileSystemLoader(os.path.dirname(templates_pkg.__file__)),
+            undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
+        _ENV.filters["cstring"] = _cstring
+    return _ENV
+
+
+def render_source(problem: AttentionProblem, config: AttentionConfig) -> str:
+    return _environment().get_template(TEMPLATE).render(**_context(problem, config))
+
+
+@dataclass
+class RenderedAttention:
+    """The files of one attention kernel: ``kernel.cu`` and ``manifest.json``."""
+    problem: AttentionProblem
+    config: AttentionConfig
+    backend: str
+    kernel_hash: str
+    files: dict[str, str] = field(repr=False)
+    manifest: dict[str, Any] = field(repr=False)
+
+    @property
+    def source(self) -> str:
+        return self.files["kernel.cu"]
+
+    def differences(self, directory: str | os.PathLike) -> list[Path]:
+        directory = Path(directory)
+        return [directory / n for n in sorted(self.files)
+                if not (directory / n).exists() or (directory / n).read_bytes() != self.files[n].encode()]
+
+    def write(self, directory: str | os.PathLike) -> list[Path]:
+        """Write the kernel directory whole (atomically: a concurrent writer cannot mix files); returns
+        the paths whose bytes changed. A built kernel.so there is kept."""
+        from ..._atomic import atomic_directory, leftovers
+        directory = Path(directory)
+        if directory.exists() and not directory.is_dir():
+            raise CutegenError(f"{directory}: exists and is not a directory (the kernel directory)")
+        changed = self.differences(directory)
+        if not changed and not leftovers(directory):
+            return []
+        with atomic_directory(directory) as new:
+            changed = self.differences(new)
+            for path in changed:
+                (new / path.name).write_bytes(self.files[path.name].encode())
+        return [directory / p.name for p in changed]
+
+
+def render(problem: AttentionProblem, config: AttentionConfig, backend: str = BACKEND, *,
+           cost: Any = None, toolchain: dict[str, Any] | None = None, legality: Any = None) -> RenderedAttention:
+    """kernel.cu and manifest.json for (problem, config); a one-line CutegenError for what the template refuses."""
+    if not isinstance(problem, AttentionProblem):
+        raise FieldError("problem", f"expected an AttentionProblem, got {type(problem).__name__}")
+    if not isinstance(config, AttentionConfig):
+        raise FieldError("config", f"expected an AttentionConfig, got {type(config).__name__}")
+    if backend != BACKEND:
+        raise FieldError("backend", f"{backend!r} is not one of {BACKEND}")
+    reasons = backend_refusals(problem, config, backend)
+    if reasons:
+        raise CutegenError("the attention renderer cannot build this configuration: " + "; ".join(reasons))
+    from ... import manifest as manifest_mod
+    source = render_source(problem, config)
+    if toolchain is None:
+        toolchain = {"cutlass": manifest_mod.cutlass_version(), "nvcc": manifest_mod.nvcc_version()}
+    man = manifest_mod.build_manifest(problem=problem, config=config, backend=backend, source=source,
+                                      legality=legality if legality is not None else {"checked_by": "renderer refusals"},
+                                      cost=cost, toolchain=toolchain)
+    man["op"] = "attention"
+    man["abi"] = "cutegen_attention"
+    man["include_dirs"] = [SOURCE_88]
+    return RenderedAttention(problem, config, backend, man["kernel_hash"],
+                             {"kernel.cu": source, "manifest.json": manifest_mod.dumps(man)}, man)

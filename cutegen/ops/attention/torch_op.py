@@ -1,0 +1,155 @@
+"""The PyTorch op: cutegen attention kernels with ``torch.nn.functional.scaled_dot_product_attention``'s signature.
+
+    from cutegen.ops.attention.torch_op import AttentionKernels
+    attn = AttentionKernels(["out/attn/kernel_a", "out/attn/kernel_b"])   # built kernel directories
+    o = attn.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+
+Covered: q (B, Hq, Sq, D), k and v (B, Hkv, Skv, D) CUDA tensors of the kernel's dtype and head dim, any
+strides with a contiguous head dim (BSHD and BHSD views alike), ``is_causal`` (top-left, as SDPA), ``scale``
+(default 1/sqrt(D)), ``enable_gqa`` (Hq a multiple of Hkv). Not covered, and refused in one line naming the
+rule: ``attn_mask`` (ATTN-OP-MASK), ``dropout_p`` != 0 (ATTN-OP-DROPOUT), a problem no loaded kernel computes
+(ATTN-OP-NO-KERNEL). Variable-length batches (flash-attention's ``flash_attn_varlen_func``) have no entry
+point: the renderer refuses them (ATTN-RENDER-VARLEN; cutegen/ops/attention/render.py says why).
+
+The kernel runs behind ``torch.library.custom_op("cutegen::attention_fwd")``: opaque to ``torch.compile``
+(its fake implementation gives the shapes) and capturable in CUDA graphs (it launches on the current stream,
+allocates only through torch, and never synchronizes). The library's dynamic shared-memory attribute is set
+on its first call: call once before capturing.
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import math
+import os
+import threading
+from pathlib import Path
+from typing import Iterable
+
+import torch
+
+from . import abi
+
+TORCH_DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16}
+_LOCK = threading.Lock()
+_LIBS: dict[str, tuple[ctypes.CDLL, dict]] = {}
+
+
+def _library_path(path: str | os.PathLike) -> str:
+    p = Path(path)
+    if p.is_dir():
+        p = p / "kernel.so"
+    if not p.is_file():
+        raise FileNotFoundError(f"{p}: no built attention kernel (cutegen build <kernel dir> first)")
+    return str(p.resolve())
+
+
+def load_library(path: str | os.PathLike) -> tuple[ctypes.CDLL, dict]:
+    """The bound library and its ``cutegen_describe`` JSON, loaded once per path."""
+    key = _library_path(path)
+    with _LOCK:
+        got = _LIBS.get(key)
+        if got is None:
+            lib = ctypes.CDLL(key)
+            if not abi.is_attention_library(lib):
+                raise ValueError(f"{key}: not an attention kernel (no cutegen_attention symbol)")
+            abi.bind(lib)
+            got = (lib, json.loads(lib.cutegen_describe().decode()))
+            _LIBS[key] = got
+    return got
+
+
+def _fit_strides(t: torch.Tensor, group_merge: bool, heads: int, batch: int) -> torch.Tensor:
+    """``t`` as the kernel takes it: contiguous head dim, 16-byte aligned base and strides, and (for a
+    grouped kernel with batch > 1) batch stride == heads x head stride. A tensor that is not gets one copy."""
+    ok = t.stride(-1) == 1 and t.data_ptr() % 16 == 0 and all(s * t.element_size() % 16 == 0 for s in t.stride()[:3])
+    if ok and group_merge and batch > 1:
+        ok = t.stride(0) == heads * t.stride(1)
+    return t if ok else t.contiguous()
+
+
+@torch.library.custom_op("cutegen::attention_fwd", mutates_args=())
+def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, library: str,
+                  scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(O, LSE) of the kernel library at ``library`` for q (B, Hq, Sq, D), k and v (B, Hkv, Skv, D)."""
+    lib, desc = load_library(library)
+    B, Hq, Sq, D = q.shape
+    Hkv, Skv = k.shape[1], k.shape[2]
+    grouped = bool(desc["problem"].get("grouped"))
+    q = _fit_strides(q, grouped, Hq, B)
+    k = _fit_strides(k, grouped, Hkv, B)
+    v = _fit_strides(v, grouped, Hkv, B)
+    out = torch.empty_like(q)              # q's memory order (BSHD or BHSD), so O's strides match a BSHD caller
+    if grouped and B > 1 and out.stride(0) != Hq * out.stride(1):
+        out = torch.empty((B, Hq, Sq, D), dtype=q.dtype, device=q.device)
+    lse = torch.empty((B, Hq, Sq), dtype=torch.float32, device=q.device)
+    stream = torch.cuda.current_stream(q.device).cuda_stream
+    with torch.cuda.device(q.device):
+        status = lib.cutegen_attention(
+            q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
+            B, Hq, Hkv, Sq, Skv, D, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
+            float(scale), None, 0, stream)
+    if status != 0:
+        raise RuntimeError(f"cutegen attention kernel {desc['hash']}: status {status} "
+                           f"({abi.STATUS.get(status, '?')}): {lib.cutegen_last_error().decode()}")
+    return out, lse
+
+
+@attention_fwd.register_fake
+def _attention_fwd_fake(q, k, v, library, scale):
+    torch._check(q.dim() == 4 and k.dim() == 4 and v.dim() == 4, lambda: "cutegen::attention_fwd: 4-d q, k, v")
+    B, Hq, Sq, D = q.shape
+    return q.new_empty((B, Hq, Sq, v.shape[-1])), q.new_empty((B, Hq, Sq), dtype=torch.float32)
+
+
+class AttentionKernels:
+    """A set of built attention kernels; each call runs the one whose kernel key matches the inputs."""
+
+    def __init__(self, kernels: Iterable[str | os.PathLike]):
+        self.entries = []
+        for path in kernels:
+            _, desc = load_library(path)
+            self.entries.append((_library_path(path), desc))
+        if not self.entries:
+            raise ValueError("AttentionKernels: no kernel given")
+
+    def pick(self, dtype: str, head_dim: int, causal: bool, grouped: bool) -> str:
+        """The library path of the first kernel computing this kind of problem; a grouped kernel also
+        serves MHA calls (group 1), an MHA kernel only MHA."""
+        for path, desc in self.entries:
+            p = desc["problem"]
+            if (p["dtype"], p["head_dim"], p["causal"]) == (dtype, head_dim, causal) and (p["grouped"] or not grouped):
+                return path
+        raise ValueError(f"ATTN-OP-NO-KERNEL: no loaded kernel computes dtype {dtype}, head_dim {head_dim}, "
+                         f"causal {causal}, grouped {grouped}")
+
+    def scaled_dot_product_attention(self, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
+                                     scale=None, enable_gqa=False):
+        """``torch.nn.functional.scaled_dot_product_attention`` for the cases the kernels cover."""
+        if attn_mask is not None:
+            raise ValueError("ATTN-OP-MASK: attn_mask is not supported (is_causal is)")
+        if dropout_p != 0.0:
+            raise ValueError(f"ATTN-OP-DROPOUT: dropout_p {dropout_p} is not supported (forward inference only)")
+        if query.dim() != 4 or key.dim() != 4 or value.dim() != 4:
+            raise ValueError("ATTN-OP-SHAPE: query, key and value must be 4-d (batch, heads, sequence, head dim)")
+        B, Hq, Sq, D = query.shape
+        if key.shape[0] != B or value.shape[0] != B or key.shape[1] != value.shape[1] or key.shape[2] != value.shape[2]:
+            raise ValueError(f"ATTN-OP-SHAPE: key {tuple(key.shape)} and value {tuple(value.shape)} do not match "
+                             f"query {tuple(query.shape)}")
+        if key.shape[3] != D or value.shape[3] != D:
+            raise ValueError(f"ATTN-OP-HEAD-DIM: head dims q {D}, k {key.shape[3]}, v {value.shape[3]} must be equal")
+        Hkv = key.shape[1]
+        if Hkv != Hq and not enable_gqa:
+            raise ValueError(f"ATTN-OP-GQA: {Hq} query heads and {Hkv} KV heads need enable_gqa=True (as SDPA)")
+        if Hq % Hkv:
+            raise ValueError(f"ATTN-OP-GQA: {Hkv} KV heads do not divide {Hq} query heads")
+        dtype = next((k for k, v in TORCH_DTYPES.items() if v == query.dtype), None)
+        if dtype is None or key.dtype != query.dtype or value.dtype != query.dtype:
+            raise ValueError(f"ATTN-OP-DTYPE: q, k, v must all be bfloat16 or float16, got "
+                             f"{query.dtype}, {key.dtype}, {value.dtype}")
+        library = self.pick(dtype, D, bool(is_causal), Hkv != Hq)
+        s = 1.0 / math.sqrt(D) if scale is None else float(scale)
+        out, _ = torch.ops.cutegen.attention_fwd(query, key, value, library, s)
+        return out
+
+    __call__ = scaled_dot_product_attention

@@ -1,0 +1,210 @@
+"""The vendor library as a tactic (issue 22 part 3): where no generated kernel of a pack comes within the
+tolerance of cuBLAS on a *measured* segment, the pack routes that segment to cuBLASLt, through the same plan
+API (templates/pack_vendor_cublaslt.cpp.j2) and the same PyTorch op.
+
+Never on prediction: only a measured point (``measured.Point``, with torch.matmul's measured time, which is
+cuBLAS) can send an M to the vendor. The hook is one function, ``offer``: it adds cuBLASLt to a point's
+candidates at cuBLAS's time times (1 + tolerance), so the measured-segment logic (``measured.segments``, the
+crossings of measured curves) picks it exactly where every generated kernel is slower than cuBLAS by more
+than the tolerance, and a kernel within the tolerance (or tied with it) keeps the M. ``--no-vendor`` passes
+``enabled=False``: the vendor is offered nowhere and the pack is byte-identical to one made before it existed.
+
+In the rendered pack the vendor is one more entry of the kernel table per class, after the generated kernels
+(index ``len(kernels) + class``), named ``vendor_cublaslt_c<class>``; it exists only when some segment or
+exact shape uses it, and only then does the CMake package link ``CUDA::cublasLt``.
+
+Rules (which classes the vendor computes; a class outside them is never routed to it, and its table entry
+refuses a plan with the rule's message):
+  VENDOR-EPILOGUE   bias or activation != none: the tactic computes alpha * A @ B + beta * C only (cuBLASLt's
+                    bias epilogue broadcasts along the other mode of D than cutegen's per-row bias here).
+  VENDOR-TYPES      the (A, B, C, D) types are not a cuBLASLt matmul with an f32 accumulator: 16-bit inputs of one
+                    type with C = D of that type or f32; tf32 with f32 C and D; FP8 (not e5m2 x e5m2) with C = D
+                    in bf16, f16 or f32; C void or of D's type.
+  VENDOR-FP8-LAYOUT FP8 inputs not both K-contiguous (cuBLASLt runs FP8 as TN only).
+"""
+from __future__ import annotations
+
+from ..problem import GemmProblem
+from .measured import Point
+
+NAME = "cuBLASLt"
+FP8 = ("e4m3", "e5m2")
+# cuBLASLt's data type per cutegen dtype (library_types.h)
+CUDA_TYPES = {"bf16": "CUDA_R_16BF", "f16": "CUDA_R_16F", "tf32": "CUDA_R_32F", "f32": "CUDA_R_32F",
+              "e4m3": "CUDA_R_8F_E4M3", "e5m2": "CUDA_R_8F_E5M2"}
+
+
+def entry_name(cls: int) -> str:
+    """The vendor's name in the pack's kernel table (what cutegen_pack_explain and COVERAGE.md show)."""
+    return f"vendor_cublaslt_c{cls}"
+
+
+def unsupported(p: GemmProblem) -> str | None:
+    """Why cuBLASLt cannot compute ``p``'s class in this pack (the rule ID first), or None when it can."""
+    if p.bias or p.activation != "none":
+        return (f"VENDOR-EPILOGUE: the class has bias={'yes' if p.bias else 'no'}, activation {p.activation}; the "
+                "vendor tactic computes alpha * A @ B + beta * C only")
+    a, b, c, d = p.dtype_a, p.dtype_b, p.dtype_c, p.dtype_d
+    if c not in ("void", d):
+        return f"VENDOR-TYPES: C is {c} and D is {d}; cuBLASLt needs C of D's type"
+    if a in FP8 or b in FP8:
+        if not (a in FP8 and b in FP8) or (a, b) == ("e5m2", "e5m2") or d not in ("bf16", "f16", "f32"):
+            return f"VENDOR-TYPES: cuBLASLt has no FP8 matmul with A {a}, B {b}, D {d}"
+        if not (p.a_k_major and p.b_k_major):
+            return (f"VENDOR-FP8-LAYOUT: A is {p.layout_a}-major and B {p.layout_b}-major; cuBLASLt runs FP8 only "
+                    "with both operands K-contiguous (TN)")
+        return None
+    if a != b:
+        return f"VENDOR-TYPES: A is {a} and B is {b}; cuBLASLt needs one input type outside FP8"
+    if a == "tf32" and d != "f32":
+        return f"VENDOR-TYPES: tf32 inputs with D {d}; cuBLASLt's TF32 matmul writes f32"
+    if a in ("bf16", "f16") and d not in (a, "f32"):
+        return f"VENDOR-TYPES: {a} inputs with D {d}; cuBLASLt writes {a} or f32 from {a}"
+    return None
+
+
+def offer(point: Point, vendor: int | None, tolerance: float) -> Point:
+    """The selection hook: ``point`` (one measured M of one (N, K), its times restricted to the class's
+    generated kernels) with cuBLASLt added as kernel ``vendor`` at torch.matmul's measured time times
+    (1 + ``tolerance``). ``vendor`` None (``--no-vendor``, or a class the vendor cannot compute), or no
+    torch.matmul time at the point: the point unchanged, so nothing is routed to the vendor there."""
+    if vendor is None or not point.matmul_us or point.matmul_us <= 0:
+        return point
+    return Point(point.m, {**point.times, vendor: point.matmul_us * (1.0 + tolerance)}, point.matmul_us)
+
+
+def route_rows(sel, measured: dict) -> int:
+    """The same hook for the exact shapes of the set: a measured row (the measured time of the kernel that serves
+    it, the fastest of its class, and torch.matmul's, ``Row.cublas_us``) more than the tolerance slower than cuBLAS
+    runs on cuBLASLt, at the vendor's own measured time where ``measured`` ((N, K) -> ``measured.Point`` list)
+    holds one, else at cuBLAS's. The comparison is ``offer``'s, so a shape and the segment around it agree.
+    Returns the number of rows routed. Rows already on the vendor, predicted rows and classes the vendor
+    cannot compute (``unsupported``) are left alone."""
+    from .select import class_key
+    n = len(sel.kernels)
+    cls_index = {c: i for i, c in enumerate(sel.classes)}
+    own = {(nk[0], nk[1], p.m): p for nk, pts in (measured or {}).items() for p in pts}
+    routed = 0
+    for r in sel.rows:
+        if (r.kernel is None or r.kernel >= n or r.source != "measured" or not r.cublas_us or r.time_us is None
+                or unsupported(r.shape.problem) is not None):
+            continue
+        if r.time_us <= r.cublas_us * (1.0 + sel.tolerance):
+            continue
+        q = r.shape.problem
+        vi = n + cls_index[class_key(q)]
+        p = own.get((q.n, q.k, q.m))
+        t = (p.times.get(vi) if p is not None else None) or r.cublas_us
+        r.note = (f"measured: no generated kernel within {sel.tolerance:.1%} of cuBLAS (best {r.time_us:.1f} us, "
+                  f"torch.matmul {r.cublas_us:.1f} us): cuBLASLt (vendor)")
+        r.kernel, r.time_us, r.best_us = vi, t, t
+        routed += 1
+    return routed
+
+
+def context(p: GemmProblem) -> dict:
+    """One class's row of the vendor's class table (templates/pack_vendor_cublaslt.cpp.j2)."""
+    why = unsupported(p)
+    fp8 = p.dtype_a in FP8
+    return {"unsupported": why, "a": CUDA_TYPES[p.dtype_a], "b": CUDA_TYPES[p.dtype_b], "d": CUDA_TYPES[p.dtype_d],
+            "compute": "CUBLAS_COMPUTE_32F_FAST_TF32" if p.dtype_a == "tf32" else "CUBLAS_COMPUTE_32F",
+            "c_void": "true" if p.dtype_c == "void" else "false",
+            "fast_accum": "true" if (fp8 and p.fp8_fast_accum) else "false"}
+
+
+def segment_note(tolerance: float) -> str:
+    return f"; cuBLASLt (vendor): no generated kernel of the pack came within {tolerance:.1%} of cuBLAS there"
+
+
+def figure_rows(measured: list[Point], generated: list[Point], offered: list[Point], vendor: int | None) -> list[dict]:
+    """One (N, K)'s measured points as the two figures see them: torch.matmul's time, the generated kernels'
+    best (each measured M runs on its measured winner: a segment boundary never passes a measured point), and
+    the pack as shipped (the offered winner; the vendor at its own measured time where the results hold one,
+    else at cuBLAS's). Points without torch.matmul's time or without a generated kernel's are left out."""
+    rows = []
+    for orig, gen, off in zip(measured, generated, offered):
+        if not orig.matmul_us or not gen.times:
+            continue
+        best = min(gen.times.values())
+        win = min(off.times.items(), key=lambda kv: (kv[1], kv[0]))[0]
+        by_vendor = vendor is not None and win == vendor
+        rows.append({"m": orig.m, "matmul_us": orig.matmul_us, "generated_us": best,
+                     "shipped_us": orig.times.get(vendor, orig.matmul_us) if by_vendor else best,
+                     "vendor": by_vendor})
+    return rows
+
+
+def figures(rows: list[dict]) -> dict:
+    """The pack's two figures against torch.matmul (its time / the pack's: above 1 is faster), over every
+    measured point: as shipped (the vendor where it took the segment) and its generated kernels alone."""
+    import math
+
+    def summary(ratios: list[float]) -> dict:
+        return {"geomean": round(math.exp(sum(math.log(r) for r in ratios) / len(ratios)), 4),
+                "min": round(min(ratios), 4), "under_0.97": sum(1 for r in ratios if r < 0.97),
+                "under_0.9": sum(1 for r in ratios if r < 0.9)}
+    return {"basis": "measured points (--measured): torch.matmul's time / the time of the tactic that serves each",
+            "points": len(rows), "vendor_points": sum(1 for r in rows if r["vendor"]),
+            "as_shipped": summary([r["matmul_us"] / r["shipped_us"] for r in rows]),
+            "generated_only": summary([r["matmul_us"] / r["generated_us"] for r in rows])}
+
+
+def coverage_note(tolerance: float) -> str:
+    return (f"vendor tactic: the M segments and shapes where, measured, no generated kernel came within {tolerance:.1%} "
+            f"of cuBLAS run on cuBLASLt through the same plan API (kernels named vendor_cublaslt_c<class>); the "
+            "CMake package links CUDA::cublasLt. `cutegen pack --no-vendor` routes none")
+
+
+def _vendor_routes(disp: dict, n_gen: int) -> tuple[list[dict], list[dict]]:
+    """(segments, exact shapes) of the dispatch tables that the vendor serves."""
+    segs = []
+    for first, count in disp["seg_rows"]:
+        row = disp["segments"][first:first + count]
+        for i, g in enumerate(row):
+            if g["kernel"] >= n_gen:
+                segs.append({"class": g["kernel"] - n_gen, "n": g["n"], "k": g["k"], "m_first": g["lo"],
+                             "m_last": row[i + 1]["lo"] - 1 if i + 1 < len(row) else 2**31 - 1})
+    exact = [{"class": e["cls"], "m": e["M"], "n": e["N"], "k": e["K"], "batch": e["batch"]}
+             for e in disp["exact"] if e["kernel"] >= n_gen]
+    return segs, sorted(exact, key=lambda e: (e["class"], e["n"], e["k"], e["m"], e["batch"]))
+
+
+def pack_json_fields(disp: dict, kernels: list[dict], tolerance: float) -> dict:
+    """pack.json's vendor fields: ``measured_figures`` (the two figures, with measurements) and ``vendor``
+    (what routes to cuBLASLt, when anything does). Nothing for a pack made without measurements."""
+    out = {}
+    if disp.get("figures"):
+        out["measured_figures"] = disp["figures"]
+    if disp.get("vendor"):
+        n_gen = sum(1 for k in kernels if not k.get("vendor"))
+        segs, exact = _vendor_routes(disp, n_gen)
+        out["vendor"] = {"library": NAME, "tolerance": tolerance, "segments": segs, "exact_shapes": exact,
+                         "entries": [{"name": k["name"], "class": k["cls"],
+                                      "unsupported": disp["vendor_classes"][k["cls"]]["unsupported"]}
+                                     for k in kernels if k.get("vendor")]}
+    return out
+
+
+def coverage_section(disp: dict, kernels: list[dict]) -> str:
+    """COVERAGE.md's closing section: the two figures and which segments and shapes are vendor."""
+    lines = []
+    fig = disp.get("figures")
+    if fig:
+        lines += ["", "## Against torch.matmul, measured (its time / the pack's)", "",
+                  f"Over {fig['points']} measured points ({fig['vendor_points']} served by cuBLASLt):", ""]
+        for key, what in (("as_shipped", "the pack as shipped"), ("generated_only", "its generated kernels alone")):
+            f = fig[key]
+            lines.append(f"- {what}: geomean {f['geomean']:.3f}x, min {f['min']:.3f}x, {f['under_0.97']} under 0.97x, "
+                         f"{f['under_0.9']} under 0.9x")
+    if disp.get("vendor"):
+        n_gen = sum(1 for k in kernels if not k.get("vendor"))
+        segs, exact = _vendor_routes(disp, n_gen)
+        lines += ["", "## Vendor segments (cuBLASLt)", "",
+                  "| class | N | K | M from | M to | runs on |", "|---|---|---|---|---|---|"]
+        lines += [f"| {g['class']} | {g['n']} | {g['k']} | {g['m_first']} | "
+                  f"{'2^31-1' if g['m_last'] == 2**31 - 1 else g['m_last']} | {entry_name(g['class'])} |" for g in segs]
+        if exact:
+            lines += ["", "Shapes of the set that run on cuBLASLt: " + ", ".join(
+                f"class {e['class']} m{e['m']}n{e['n']}k{e['k']}" + (f"b{e['batch']}" if e["batch"] != 1 else "")
+                for e in exact)]
+    return "\n".join(lines) + ("\n" if lines else "")

@@ -1,0 +1,188 @@
+"""The analytic cost of an FMHA forward kernel (CUTLASS 88's collectives), priced from its pipeline.
+
+Per CTA tile (tile_q query rows of one batch and query head) the kernel runs ``trips`` KV tiles; per KV tile:
+
+* **tensor cores**: Q K^T (2 tile_q tile_kv head_dim FLOPs) and P V (2 tile_q tile_kv head_dim_v) at the SM90
+  dense rate per SM (989 TFLOP/s bf16/f16 over 132 SMs at the clock the GEMM model sustains: 4096 FLOP per
+  SM clock; 8192 for e4m3), each divided by the WGMMA efficiency of its instruction width N (narrow
+  instructions issue more often for the same work);
+* **softmax**: one exp2 per score on the MUFU (16 per SM per clock, the FlashAttention-3 paper's figure),
+  plus about 4 FP32 operations per score (scale, max, subtract, sum; 128 lanes per SM) and the O rescale;
+* **overlap** by schedule: two consumer warpgroups (ws_*) interleave one's softmax with the other's GEMMs,
+  T = max(mma, softmax) + OVERLAP_LOSS x min(mma, softmax); one warpgroup (tma) serializes them except the
+  softmax steps the collective interleaves with P V (fmha_collective_tma.hpp:412-426), unless a second block
+  shares the SM (blocks_per_sm=2 and the shared memory fits two);
+* **loads**: the K and V tile bytes through L2 at the SM's share of L2 bandwidth (the CTAs of one head read
+  the same K/V; HBM sees them about once, priced separately as the problem's minimal bytes over HBM), and the
+  TMA latency not covered by the fills the ring holds ahead of the consumer (stages_kv - 3 for ws, which hold
+  three stages; stages_kv - 2 for tma);
+* per tile: the prologue (Q and the first K land: one TMA latency, hidden for a persistent kernel except at
+  its first tile) and the epilogue (O through shared memory and a TMA store).
+
+Tiles over SMs: a persistent kernel assigns tile t to CTA t mod grid (the example's PersistentTileScheduler,
+m-block fastest), priced exactly as the busiest SM's sum; a non-persistent grid is list-scheduled by the
+hardware (ceil(tiles / slots) waves of equal tiles; with the causal mask's unequal tiles, total / slots plus
+half a mean tile, at least the longest). Causal trip counts follow the top-left mask of the problem. A decode-like
+grouped problem on BHSD tensors is priced as the C ABI runs it: one (group x seqlen_q)-row problem per KV head.
+
+Constants are physical figures but one: OVERLAP_LOSS was fitted (search/attention/calibration.py) to the
+issue's CUTLASS 88 figures on an H100 (forward fp16 TFLOP/s of the example's best kernel) on the non-causal
+head-dim-128 shapes only; the causal and head-dim-64 shapes are held out (tests/test_attention_search.py
+states both errors). Nothing else was calibrated.
+"""
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import numpy as np
+
+from ..cost import HBM_BYTES_PER_S, SM_CLOCK_HZ, SMS
+
+TENSOR_FLOPS_PER_SM_CLK = {16: 4096.0, 8: 8192.0}    # dense, by input bits
+MUFU_PER_SM_CLK = 16.0                               # exp2 (FlashAttention-3, §3.1)
+FP32_PER_SM_CLK = 128.0
+SOFTMAX_OPS_PER_SCORE = 4.0
+OVERLAP_LOSS = 0.30                                  # fitted: calibration.fit_overlap_loss()
+INTERLEAVE_SHARE = 0.3                               # the softmax share tma's interleaved P V hides
+L2_BYTES_PER_S = 7.0e12
+TMA_LATENCY_CLK = 1200.0
+EPILOGUE_LATENCY_CLK = 800.0
+LAUNCH_US = 3.0
+SMEM_PER_SM = 233472
+
+
+def wgmma_efficiency(n: int) -> float:
+    """Share of the tensor peak a 64xN WGMMA stream reaches: issue overhead of ~16 columns per instruction."""
+    return n / (n + 16.0)
+
+
+def instruction_n(extent: int) -> int:
+    return next(n for n in (256, 192, 128, 96, 64, 32, 16, 8) if extent % n == 0)
+
+
+def packs_gqa(problem, config) -> bool:
+    """The C ABI's decode-like GQA packing (templates/attention/fmha_sm90.cu.j2, FA3's PackGQA): without a mask,
+    a warp-specialized grouped kernel with fewer query rows than a Q tile, on BHSD tensors, runs one
+    (group x seqlen_q)-row problem per KV head instead of one seqlen_q-row problem per query head."""
+    group = problem.heads_q // problem.heads_kv
+    return (group > 1 and not problem.causal and config.schedule != "tma" and problem.seqlen_q < config.tile_q
+            and getattr(problem, "layout", "bshd") == "bhsd")
+
+
+def kernel_rows_heads(problem, config) -> tuple[int, int]:
+    """(query rows per problem, problems) as the kernel sees them: (seqlen_q, batch x heads_q), or packed."""
+    if packs_gqa(problem, config):
+        return problem.seqlen_q * (problem.heads_q // problem.heads_kv), problem.batch * problem.heads_kv
+    return problem.seqlen_q, problem.batch * problem.heads_q
+
+
+@lru_cache(maxsize=4096)
+def trip_counts(problem, tile_q: int, tile_kv: int, rows: int | None = None) -> np.ndarray:
+    """KV tiles each Q block (m-block) runs: all of them, or under the top-left causal mask those up to its
+    last row (at least one). ``rows``: the kernel's query rows when the ABI packs GQA (default seqlen_q)."""
+    n_m = math.ceil((problem.seqlen_q if rows is None else rows) / tile_q)
+    n_kv = math.ceil(problem.seqlen_kv / tile_kv)
+    if not problem.causal:
+        return np.full(n_m, n_kv, dtype=np.int64)
+    last_row = np.minimum((np.arange(n_m) + 1) * tile_q, problem.seqlen_q)     # rows 0 .. last_row - 1
+    return np.clip(np.ceil(last_row / tile_kv).astype(np.int64), 1, n_kv)
+
+
+def config_cost(problem, config, smem_bytes: int | None = None) -> tuple[float, dict]:
+    """Predicted microseconds and the terms that make them."""
+    bits = 8 if problem.dtype == "e4m3" else 16
+    esize = bits // 8
+    d, dv = problem.head_dim, problem.dv
+    tq, tkv = config.tile_q, config.tile_kv
+    ws = config.schedule != "tma"
+    wgs = config.mma_warpgroups if ws else 1
+    persistent = ws and config.persistent
+    rate = TENSOR_FLOPS_PER_SM_CLK[bits]
+
+    # --- one KV tile of one CTA, in SM clocks ---------------------------------------------------------
+    n_qk = instruction_n(tkv)
+    n_pv = instruction_n(d)
+    mma = 2.0 * tq * tkv * d / rate / wgmma_efficiency(n_qk) + 2.0 * tq * tkv * dv / rate / wgmma_efficiency(n_pv)
+    scores = tq * tkv
+    softmax = scores / MUFU_PER_SM_CLK + scores * SOFTMAX_OPS_PER_SCORE / FP32_PER_SM_CLK + tq * dv / FP32_PER_SM_CLK
+    if config.acc_qk == "f16":
+        softmax *= 0.85          # half the accumulator registers to convert and scan
+    two_blocks = (not ws and config.blocks_per_sm == 2 and smem_bytes is not None
+                  and 2 * (smem_bytes + 1024) <= SMEM_PER_SM)
+    if ws and wgs >= 2:
+        compute = max(mma, softmax) + OVERLAP_LOSS * min(mma, softmax)
+        overlap = "two consumer warpgroups"
+    elif two_blocks:
+        # two blocks per SM interleave like two warpgroups: each block's KV tile takes the pair's time
+        compute = 2.0 * (max(mma, softmax) + OVERLAP_LOSS * min(mma, softmax))
+        overlap = "two blocks per SM"
+    else:
+        compute = mma + (1.0 - INTERLEAVE_SHARE) * softmax
+        overlap = "one warpgroup (softmax interleaved with P V)"
+    clk = SM_CLOCK_HZ
+    load_bytes = tkv * (d + dv) * esize
+    l2_per_sm_clk = L2_BYTES_PER_S / SMS / clk
+    load = load_bytes / l2_per_sm_clk * (2.0 if two_blocks else 1.0)
+    ahead = max(0, config.stages_kv - (3 if ws else 2))          # fills in flight beyond what the consumer holds
+    exposed = max(0.0, TMA_LATENCY_CLK - ahead / 2.0 * max(compute, load))
+    per_kv = max(compute, load) + exposed
+
+    # --- one CTA tile ----------------------------------------------------------------------------------
+    q_bytes = tq * d * esize
+    out_bytes = tq * dv * (2 if problem.dtype != "e4m3" else 2)
+    prologue = TMA_LATENCY_CLK + q_bytes / l2_per_sm_clk
+    epilogue = EPILOGUE_LATENCY_CLK + out_bytes / l2_per_sm_clk
+    rows, heads = kernel_rows_heads(problem, config)
+    trips = trip_counts(problem, tq, tkv, rows)
+    if persistent:
+        q_ahead = config.stages_q >= 2 * wgs
+        tile_fixed = (0.25 if q_ahead else 0.5) * prologue + epilogue
+    else:
+        tile_fixed = prologue + epilogue
+    work_m = tile_fixed + trips * per_kv                         # clocks per m-block
+    n_m = len(trips)
+    n_tiles = n_m * heads
+    slots = SMS * (config.blocks_per_sm if two_blocks else 1)
+    if persistent:
+        grid = min(n_tiles, SMS)
+        counts, trip_sums = _persistent_assignment(problem, tq, tkv, grid, rows, heads)
+        busiest = float((counts * tile_fixed + trip_sums * per_kv).max()) + 0.5 * prologue
+        schedule = f"persistent: {grid} CTAs, busiest SM {busiest:.0f} clk"
+    elif trips.min() == trips.max():
+        waves = math.ceil(n_tiles / slots)
+        busiest = waves * float(work_m[0])
+        schedule = f"{waves} wave(s) of {slots} slots"
+    else:
+        total = float(work_m.sum()) * heads
+        busiest = max(float(work_m.max()), total / slots + 0.5 * float(work_m.mean()))
+        schedule = f"list-scheduled over {slots} slots (unequal causal tiles)"
+    t_sm_us = busiest / clk * 1e6
+    hbm_us = problem.bytes_min / HBM_BYTES_PER_S * 1e6
+    total_us = max(t_sm_us, hbm_us) + LAUNCH_US
+    breakdown = {
+        "mma_clk_per_kv_tile": round(mma, 1), "softmax_clk_per_kv_tile": round(softmax, 1),
+        "load_clk_per_kv_tile": round(load, 1), "exposed_latency_clk": round(exposed, 1),
+        "per_kv_tile_clk": round(per_kv, 1), "overlap": overlap, "bound": "tensor" if mma >= max(softmax, load) else
+        ("softmax" if softmax >= load else "loads"),
+        "kv_tiles_per_cta": [int(trips.min()), int(trips.max())], "cta_tiles": n_tiles, "schedule": schedule,
+        "sm_us": round(t_sm_us, 3), "packed_gqa": rows != problem.seqlen_q, "hbm_us": round(hbm_us, 3), "instruction_n": [n_qk, n_pv],
+    }
+    return total_us, breakdown
+
+
+@lru_cache(maxsize=4096)
+def _persistent_assignment(problem, tile_q: int, tile_kv: int, grid: int, rows: int,
+                           heads: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per persistent CTA: how many tiles it takes and their KV trips in total (PersistentTileScheduler: tile t
+    to CTA t mod grid, m-block fastest: fmha_tile_scheduler.hpp get_block_coord)."""
+    trips = trip_counts(problem, tile_q, tile_kv, rows)
+    n_m = len(trips)
+    t = np.arange(n_m * heads)
+    cta = t % grid
+    return (np.bincount(cta, minlength=grid).astype(float),
+            np.bincount(cta, weights=trips[t % n_m].astype(float), minlength=grid))
+
+
+def tflops(problem, us: float) -> float:
+    return problem.flops / (us * 1e-6) / 1e12
