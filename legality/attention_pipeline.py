@@ -251,7 +251,7 @@ def fmha_tma_cluster(*, stages_kv: int, kv_tiles: Sequence[int], bytes_q: int, b
     multicast, each CTA's producer loading its 1/n slice into every CTA (the collective's SM90_TMA_LOAD_MULTICAST
     B operand, fmha_collective_tma.hpp:259-267), each full barrier armed with the whole tile, each consumer
     releasing the stage to every CTA that wrote into it. CTA c runs ``kv_tiles[c]`` KV tiles: equal without a
-    mask, unequal under the causal mask (ATTN-CLUSTER-CAUSAL)."""
+    mask, unequal under the causal mask when tile_kv is not a multiple of cluster_m x tile_q (ATTN-CLUSTER-CAUSAL)."""
     ctas = len(kv_tiles)
     S = stages_kv
     names = tuple(range(ctas))
@@ -369,16 +369,31 @@ def kv_trip_counts(params: ProtocolParams) -> list[tuple[int, ...]]:
     return [(1,), (2,), (wrap,)]
 
 
+def cluster_trips_unequal(causal: bool, tile_q: int, tile_kv: int, cluster_m: int) -> bool:
+    """Whether the ``cluster_m`` consecutive Q blocks of a tma cluster can run different KV trip counts.
+
+    Under the causal mask Q block b runs ceil((b + 1) * tile_q / tile_kv) tiles (fmha_fusion.hpp:136-146); the
+    blocks c*j .. c*j + c - 1 of a cluster end their diagonals inside one KV tile, so their counts agree for every
+    j, exactly when tile_kv is a multiple of cluster_m * tile_q (their diagonal ends lie in one interval
+    (j/n, (j+1)/n] of the KV tiles, n = tile_kv / (cluster_m * tile_q)). The H200 run of 2026-11-26 validated the
+    64 x 128 cluster-2 causal kernel (equal trips: 128 = 2 x 64) on every case."""
+    return bool(causal) and cluster_m > 1 and tile_kv % (cluster_m * tile_q) != 0
+
+
 def build_terms(problem: Any, config: Any, trips: Sequence[Sequence[int]] | None = None) -> list[Pipeline]:
     """The terms ``check_attention_pipeline`` explores: one CTA at each KV trip count (``kv_trip_counts``), and
     for a tma kernel in a cluster both CTAs, with equal trips (no mask) or unequal ones (the causal mask)."""
     meta = {"schedule": config.schedule, "config": config.to_dict(), "problem": problem.to_dict()}
-    return build_terms_from_params(protocol_params(problem, config), causal=bool(getattr(problem, "causal", False)),
-                                   cluster_m=getattr(config, "cluster_m", 1), trips=trips, meta=meta)
+    cluster_m = getattr(config, "cluster_m", 1)
+    unequal = cluster_trips_unequal(getattr(problem, "causal", False), config.tile_q, config.tile_kv, cluster_m)
+    return build_terms_from_params(protocol_params(problem, config), causal=unequal, cluster_m=cluster_m, trips=trips,
+                                   meta=meta)
 
 
 def build_terms_from_params(p: ProtocolParams, *, causal: bool = False, cluster_m: int = 1,
                             trips: Sequence[Sequence[int]] | None = None, meta: dict | None = None) -> list[Pipeline]:
+    """``causal``: the cluster's CTAs run unequal KV trips (``cluster_trips_unequal``: the causal mask with a
+    tile_kv that is not a multiple of cluster_m x tile_q)."""
     meta = dict(meta or {})
     out = []
     if p.kernel == "fmha_tma" and cluster_m > 1 and trips is None:
@@ -412,4 +427,5 @@ def check_attention_pipeline(problem: Any, config: Any, trips=None, max_states: 
 
 
 __all__ = ["fmha_warp_specialized", "fmha_tma", "fmha_tma_cluster", "ProtocolParams", "protocol_params", "kv_trip_counts",
+           "cluster_trips_unequal",
            "build_terms", "build_terms_from_params", "check_terms", "check_attention_pipeline"]
