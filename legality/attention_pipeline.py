@@ -369,21 +369,11 @@ def kv_trip_counts(params: ProtocolParams) -> list[tuple[int, ...]]:
     return [(1,), (2,), (wrap,)]
 
 
-def cluster_trips_unequal(causal: bool, tile_q: int, tile_kv: int, cluster_m: int) -> bool:
-    """Whether the ``cluster_m`` consecutive Q blocks of a tma cluster can run different KV trip counts.
-
-    Under the causal mask Q block b runs ceil((b + 1) * tile_q / tile_kv) tiles (fmha_fusion.hpp:136-146); the
-    blocks c*j .. c*j + c - 1 of a cluster end their diagonals inside one KV tile, so their counts agree for every
-    j, exactly when tile_kv is a multiple of cluster_m * tile_q (their diagonal ends lie in one interval
-    (j/n, (j+1)/n] of the KV tiles, n = tile_kv / (cluster_m * tile_q)). The H200 run of 2026-11-26 validated the
-    64 x 128 cluster-2 causal kernel (equal trips: 128 = 2 x 64) on every case."""
-    return bool(causal) and cluster_m > 1 and tile_kv % (cluster_m * tile_q) != 0
-
-
 def build_terms(problem: Any, config: Any, trips: Sequence[Sequence[int]] | None = None) -> list[Pipeline]:
     """The terms ``check_attention_pipeline`` explores: one CTA at each KV trip count (``kv_trip_counts``), and
     for a tma kernel in a cluster both CTAs, with equal trips (no mask) or unequal ones (the causal mask)."""
     meta = {"schedule": config.schedule, "config": config.to_dict(), "problem": problem.to_dict()}
+    from .attention import cluster_trips_unequal
     cluster_m = getattr(config, "cluster_m", 1)
     unequal = cluster_trips_unequal(getattr(problem, "causal", False), config.tile_q, config.tile_kv, cluster_m)
     return build_terms_from_params(protocol_params(problem, config), causal=unequal, cluster_m=cluster_m, trips=trips,
@@ -427,5 +417,4 @@ def check_attention_pipeline(problem: Any, config: Any, trips=None, max_states: 
 
 
 __all__ = ["fmha_warp_specialized", "fmha_tma", "fmha_tma_cluster", "ProtocolParams", "protocol_params", "kv_trip_counts",
-           "cluster_trips_unequal",
            "build_terms", "build_terms_from_params", "check_terms", "check_attention_pipeline"]

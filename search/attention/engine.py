@@ -332,7 +332,8 @@ def search(problem, top_k: int = 5, *, explain: bool = False, backend: str | Non
 
 
 def _pipeline_violations(problem, config) -> list[str]:
-    from cutegen.legality.attention_pipeline import cluster_trips_unequal, protocol_params
+    from cutegen.legality.attention import cluster_trips_unequal
+    from cutegen.legality.attention_pipeline import protocol_params
     unequal = cluster_trips_unequal(problem.causal, config.tile_q, config.tile_kv, config.cluster_m)
     return list(_protocol_verdict(protocol_params(problem, config), unequal, config.cluster_m))
 
