@@ -528,14 +528,30 @@ def _tma_stages_kv(c: AttentionContext):
     return None
 
 
+def cluster_trips_unequal(causal: bool, tile_q: int, tile_kv: int, cluster_m: int) -> bool:
+    """Whether the ``cluster_m`` consecutive Q blocks of a tma cluster can run different KV trip counts.
+
+    Under the causal mask Q block b runs ceil((b + 1) * tile_q / tile_kv) tiles (fmha_fusion.hpp:136-146); the
+    blocks c*j .. c*j + c - 1 of a cluster end their diagonals inside one KV tile, so their counts agree for every
+    j, exactly when tile_kv is a multiple of cluster_m * tile_q (their diagonal ends lie in one interval
+    (j/n, (j+1)/n] of the KV tiles, n = tile_kv / (cluster_m * tile_q)). The H200 run of 2026-11-26 validated the
+    64 x 128 cluster-2 causal kernel (equal trips: 128 = 2 x 64) on every case."""
+    return bool(causal) and cluster_m > 1 and tile_kv % (cluster_m * tile_q) != 0
+
+
 @_f("ATTN-CLUSTER-CAUSAL", source=f"{_COLL_TMA}:233,259-266 (K/V multicast to the cluster's CTAs; each CTA's trip "
-    f"count from its own Q block); {_EX}/collective/fmha_fusion.hpp:136-146 (causal trip count grows with the Q block)",
-    summary="cluster_m == 2 (K/V multicast between two Q blocks) only without the causal mask: causal Q blocks of "
-            "one cluster run different KV trip counts, and the longer one waits for multicast halves never sent")
+    f"count from its own Q block); {_EX}/collective/fmha_fusion.hpp:136-146 (causal trip count grows with the Q block); "
+    "the H200 run of 2026-11-26 (bench/results/attention/2026-11-26-h200-run3-*): 64 x 128 with cluster_m 2 and the "
+    "causal mask, whose two Q blocks run equal trips, validated on every case",
+    summary="cluster_m > 1 with the causal mask only if tile_kv is a multiple of cluster_m x tile_q: otherwise the Q "
+            "blocks of one cluster run different KV trip counts, and the longer one waits for multicast halves never "
+            "sent")
 def _cluster_causal(c: AttentionContext):
-    if c.config.cluster_m == 2 and getattr(c.problem, "causal", False):
-        return ("cluster_m=2 with the causal mask: the two Q blocks of a cluster need different KV tile counts, the "
-                "multicast K/V loads of the shorter one stop (hang)")
+    cfg = c.config
+    if cluster_trips_unequal(getattr(c.problem, "causal", False), cfg.tile_q, cfg.tile_kv, cfg.cluster_m):
+        return (f"cluster_m={cfg.cluster_m} with the causal mask and tile_kv={cfg.tile_kv}, not a multiple of "
+                f"{cfg.cluster_m} x tile_q={cfg.cluster_m * cfg.tile_q}: the Q blocks of a cluster need different KV "
+                f"tile counts, the multicast K/V loads of the shorter one stop (hang)")
     return None
 
 

@@ -251,7 +251,7 @@ def fmha_tma_cluster(*, stages_kv: int, kv_tiles: Sequence[int], bytes_q: int, b
     multicast, each CTA's producer loading its 1/n slice into every CTA (the collective's SM90_TMA_LOAD_MULTICAST
     B operand, fmha_collective_tma.hpp:259-267), each full barrier armed with the whole tile, each consumer
     releasing the stage to every CTA that wrote into it. CTA c runs ``kv_tiles[c]`` KV tiles: equal without a
-    mask, unequal under the causal mask (ATTN-CLUSTER-CAUSAL)."""
+    mask, unequal under the causal mask when tile_kv is not a multiple of cluster_m x tile_q (ATTN-CLUSTER-CAUSAL)."""
     ctas = len(kv_tiles)
     S = stages_kv
     names = tuple(range(ctas))
@@ -373,12 +373,17 @@ def build_terms(problem: Any, config: Any, trips: Sequence[Sequence[int]] | None
     """The terms ``check_attention_pipeline`` explores: one CTA at each KV trip count (``kv_trip_counts``), and
     for a tma kernel in a cluster both CTAs, with equal trips (no mask) or unequal ones (the causal mask)."""
     meta = {"schedule": config.schedule, "config": config.to_dict(), "problem": problem.to_dict()}
-    return build_terms_from_params(protocol_params(problem, config), causal=bool(getattr(problem, "causal", False)),
-                                   cluster_m=getattr(config, "cluster_m", 1), trips=trips, meta=meta)
+    from .attention import cluster_trips_unequal
+    cluster_m = getattr(config, "cluster_m", 1)
+    unequal = cluster_trips_unequal(getattr(problem, "causal", False), config.tile_q, config.tile_kv, cluster_m)
+    return build_terms_from_params(protocol_params(problem, config), causal=unequal, cluster_m=cluster_m, trips=trips,
+                                   meta=meta)
 
 
 def build_terms_from_params(p: ProtocolParams, *, causal: bool = False, cluster_m: int = 1,
                             trips: Sequence[Sequence[int]] | None = None, meta: dict | None = None) -> list[Pipeline]:
+    """``causal``: the cluster's CTAs run unequal KV trips (``cluster_trips_unequal``: the causal mask with a
+    tile_kv that is not a multiple of cluster_m x tile_q)."""
     meta = dict(meta or {})
     out = []
     if p.kernel == "fmha_tma" and cluster_m > 1 and trips is None:

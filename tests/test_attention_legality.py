@@ -83,8 +83,12 @@ CASES = [
      ({"head_dim": 64}, dict(tile_q=64, schedule="tma", mma_warpgroups=1, stages_q=1, stages_kv=2))),
     ("ATTN-CLUSTER-EXIT", {"head_dim": 64}, dict(tile_q=64, cluster_m=1, **TMA1),
      ({"head_dim": 64}, dict(tile_q=64, cluster_m=2, **TMA1))),
-    ("ATTN-CLUSTER-CAUSAL", {"head_dim": 64, "causal": False}, dict(tile_q=64, cluster_m=2, **TMA1),
-     ({"head_dim": 64, "causal": True}, dict(tile_q=64, cluster_m=2, **TMA1))),
+    ("ATTN-CLUSTER-CAUSAL", {"head_dim": 64, "causal": False}, dict(tile_q=64, tile_kv=64, cluster_m=2, **TMA1),
+     ({"head_dim": 64, "causal": True}, dict(tile_q=64, tile_kv=64, cluster_m=2, **TMA1))),
+    # causal: tile_kv 128 = 2 x 64 gives both Q blocks of a cluster one trip count (the H200 run validated it);
+    # 64 (and 192 = 3 x 64) does not
+    ("ATTN-CLUSTER-CAUSAL", {"head_dim": 64, "causal": True}, dict(tile_q=64, tile_kv=128, cluster_m=2, **TMA1),
+     ({"head_dim": 64, "causal": True}, dict(tile_q=64, tile_kv=192, cluster_m=2, **TMA1))),
 ]
 
 

@@ -332,8 +332,10 @@ def search(problem, top_k: int = 5, *, explain: bool = False, backend: str | Non
 
 
 def _pipeline_violations(problem, config) -> list[str]:
+    from cutegen.legality.attention import cluster_trips_unequal
     from cutegen.legality.attention_pipeline import protocol_params
-    return list(_protocol_verdict(protocol_params(problem, config), bool(problem.causal), config.cluster_m))
+    unequal = cluster_trips_unequal(problem.causal, config.tile_q, config.tile_kv, config.cluster_m)
+    return list(_protocol_verdict(protocol_params(problem, config), unequal, config.cluster_m))
 
 
 @lru_cache(maxsize=256)
