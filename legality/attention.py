@@ -392,6 +392,30 @@ def _registers(c: AttentionContext):
     return None
 
 
+# nvcc 13.0 (ptxas C7512, "wgmma.mma_async instructions are serialized due to insufficient register resources")
+# on three bf16 warp-specialized kernels with 2 consumer warpgroups, each at 228 registers by the count above:
+# head 64 128x256 cooperative and ping-pong (H200 build, 2026-11-26, bench/results/attention run 1) and head 256
+# 128x128 cooperative (this machine, 2026-11-26); head 32 128x256 at 212 and head 128 128x128 at 164 built
+# clean. The boundary lies in (212, 228]: the rule refuses from the first count seen to serialize. Only 16-bit
+# inputs have evidence (e4m3 keeps P in a quarter of S's registers and is not rendered yet).
+SERIALIZED_AT_REGISTERS = 228
+
+
+@_r("ATTN-WGMMA-SERIALIZED", rulebook="B10 (nvcc evidence)",
+    source="ptxas C7512 on the H200 build of 2026-11-26 (bench/results/attention/2026-11-26-h200-run1-build.txt: "
+           "attn_d64_bf16_128x256_ws{coop,pp}) and a head-256 128x128 cooperative build here; head 32 128x256 "
+           "(212 registers) built clean",
+    summary=f"16-bit inputs: S + P + O + softmax registers per consumer thread below {SERIALIZED_AT_REGISTERS}; "
+            "from there ptxas serializes the WGMMAs (the build refuses the kernel)")
+def _serialized(c: AttentionContext):
+    r = c.registers
+    if c.bits == 16 and r["total"] >= SERIALIZED_AT_REGISTERS:
+        return (f"S {r['s']} + P {r['p']} + O {r['o']} + softmax {r['softmax']} = {r['total']} registers per "
+                f"consumer thread >= {SERIALIZED_AT_REGISTERS}: ptxas serializes the WGMMAs (C7512; seen at 228 "
+                f"for head 64 128x256 and head 256 128x128)")
+    return None
+
+
 @_r("ATTN-BLOCKS-PER-SM-SMEM", rulebook="D03", enforced=False,
     source=f"{_KERN_TMA}:51,108 (kBlocksPerSM: __launch_bounds__ min blocks); CUDA PG §20.8.3 (228 KiB per SM, "
            f"1 KiB reserved per block)",

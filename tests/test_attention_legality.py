@@ -57,6 +57,11 @@ CASES = [
                                                                                      stages_q=1))),
     # 2 warpgroups, head 128: tile_kv 192 = 96 + 48 + 64 + 4 = 212 < 240; 256 = 128 + 64 + 64 + 4 = 260
     ("ATTN-REGISTERS", {}, dict(tile_kv=192), ({}, dict(tile_kv=256, stages_kv=3))),
+    # ptxas serializes from 228 registers (bf16): head 32 128x256 = 128 + 64 + 16 + 4 = 212 builds; head 64 = 228
+    ("ATTN-WGMMA-SERIALIZED", {"head_dim": 32}, dict(tile_kv=256, stages_kv=3),
+     ({"head_dim": 64}, dict(tile_kv=256, stages_kv=3))),
+    # head 256: 128x64 = 32 + 16 + 128 + 4 = 180 builds; 128x128 = 64 + 32 + 128 + 4 = 228 does not
+    ("ATTN-WGMMA-SERIALIZED", {"head_dim": 256}, dict(tile_kv=64), ({"head_dim": 256}, dict(tile_kv=128, stages_kv=3))),
     # tma, 2 blocks per SM: head 64 (74,240 B: 2 x 75,264 <= 233,472) vs head 128 (147,968 B)
     ("ATTN-BLOCKS-PER-SM-SMEM", {"head_dim": 64}, dict(blocks_per_sm=2, **TMA1),
      ({"head_dim": 128}, dict(blocks_per_sm=2, tile_q=64, **TMA1))),
@@ -226,5 +231,5 @@ def test_cli_check_config_attention(tmp_path, capsys):
                      json.dumps({"problem": dict(problem, heads_kv=3), "config": {"tile_q": 128, "tile_kv": 128}}) + "\n")
     assert main(["check", "config", "--jsonl", str(lines)]) == 1
     out = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
-    assert out[0]["rules"] == ["ATTN-SMEM-CAPACITY"] and out[0]["smem_bytes"] == 360960
+    assert out[0]["rules"] == ["ATTN-SMEM-CAPACITY", "ATTN-WGMMA-SERIALIZED"] and out[0]["smem_bytes"] == 360960
     assert out[1]["error"].startswith("line 2: problem.heads_kv")
