@@ -68,8 +68,6 @@ KERNEL_SMEM_CARVEOUT = 2 * TENSORMAP_BYTES + 2 * SCHEDULER_STAGES * BARRIER_BYTE
 EPILOGUE_WARPGROUPS = 2
 SCHEDULER_RESPONSE_BYTES = 16
 TENSORMAP_STORAGE_BYTES = (2 + 1 + EPILOGUE_WARPGROUPS) * TENSORMAP_BYTES
-PTR_ARRAY_EXTRA_SMEM = (2 * SCHEDULER_STAGES * BARRIER_BYTES + SCHEDULER_STAGES * SCHEDULER_RESPONSE_BYTES
-                        + TENSORMAP_STORAGE_BYTES)
 # FP8 block scaling as DeepSeek-V3 and example 68 use it: A (tokens) 1 x 128, B (weights) 128 x 128
 BLOCK_SCALE_K = 128
 BLOCK_SCALE_W = 128                  # along the weights' rows (N)
@@ -95,7 +93,8 @@ def gemm_view(problem, config):
     """The GEMM one group of the grouped kernel computes, as ``(GemmProblem, KernelConfig)``.
 
     D_i = X_i W_i^T: A = X_i (M_i x K, row-major, K-contiguous), B = W_i (N x K: the column-major K x N B),
-    D_i bf16 row-major, no C. M_i is a run-time extent: the view takes the largest expected group (at least 1);
+    D_i bf16 row-major, no C (void), as the grouped renderer declares it (templates/grouped_gemm/kernel.cu.j2); FP8
+    fast accumulation as the problem asks (the FP8FastAccum schedules: no promotion, one accumulator). M_i is a run-time extent: the view takes the largest expected group (at least 1);
     no rule of the view depends on M except through descriptor extents, which every M_i >= 1 satisfies
     (a group with M_i = 0 has no tile, so its maps are never updated or used). A swapped config keeps the
     caller's orientation here and sets ``swap_ab``: ``check_config`` then judges the swap rules and the
@@ -109,7 +108,8 @@ def gemm_view(problem, config):
     m = _largest_group(problem)
     view = GemmProblem(m=m, n=problem.n, k=problem.k, dtype_a=problem.dtype, dtype_b=problem.dtype,
                        dtype_c="void", dtype_d="bf16", layout_a="row", layout_b="col", layout_c="row",
-                       alignment_a=align, alignment_b=align, alignment_c=8)
+                       alignment_a=align, alignment_b=align, alignment_c=8,
+                       fp8_fast_accum=bool(getattr(problem, "fp8_fast_accum", False)))
     coop = config.schedule == "ptr_cooperative"
     kc = KernelConfig(tile_shape=config.tile, cluster_shape=config.cluster, stages="auto",
                       mainloop_schedule="cooperative" if coop else "pingpong",
@@ -191,32 +191,51 @@ class GroupedContext:
         return grouped_stages(self.problem, self.config)
 
     @cached_property
-    def view_storage(self) -> int | None:
-        """sizeof(GemmKernel::SharedStorage) of the plain TMA kernel of the view (cutegen.smem, nvcc-verified
-        for GEMM), None where the view cannot be completed (its rules say why)."""
+    def smem_bytes(self) -> int | None:
+        """sizeof(GemmKernel::SharedStorage) of the ptr-array kernel (``ptr_array_storage_bytes``); None where the
+        per-group GEMM cannot be completed (its rules say why)."""
         from cutegen import collective_builder as cb
         from cutegen.errors import IllegalConfig
 
-        from . import ConfigContext
         view, kc = _kernel_view(self.problem, self.config)
         if self.stages < 1:
             return None
         try:
             done = cb.complete(view, kc.replace(stages=self.stages))
-        except IllegalConfig:
+            plan = cb.epilogue_plan(view, done)
+        except (IllegalConfig, ValueError):
             return None
-        return ConfigContext(view, done).smem_bytes
+        bits = 8 * self.element_bytes
+        return ptr_array_storage_bytes(self.config.schedule, bits, self.config.tile, self.stages, view.dtype_c,
+                                       view.dtype_d, plan, scale_bytes_per_stage(self.problem, self.config))
 
-    @cached_property
-    def smem_bytes(self) -> int | None:
-        """The ptr-array kernel's SharedStorage: the plain kernel's plus the scheduler pipeline, its responses
-        and the tensor-map copies (kernel :178-207), plus the block scales' per-stage floats (blockwise mainloop
-        TensorStorage smem_SFA/SFB). A model: no sizeof probe of a ptr-array kernel has been compiled yet."""
-        base = self.view_storage
-        if base is None:
-            return None
-        scales = _round_up(scale_bytes_per_stage(self.problem, self.config) * self.stages, 128)
-        return _round_up(base + PTR_ARRAY_EXTRA_SMEM + scales, 128)
+
+def ptr_array_storage_bytes(schedule: str, bits: int, tile: tuple, stages: int, dtype_c: str, dtype_d: str, plan,
+                            scale_bytes: int = 0) -> int:
+    """sizeof(GemmKernel::SharedStorage) of the ptr-array cooperative / ping-pong kernel (kernel :178-207; ping-pong
+    :184-215), field by field: TensorStorage {mainloop; epilogue} (aligned_struct<128>), PipelineStorage {the group
+    scheduler's PipelineAsync<8>, the mainloop's and the epilogue load's barriers, the load-order barrier, and
+    ping-pong's math-warpgroup order barrier} (alignas 16), scheduler_response[8], TensorMapStorage {A, B; C, D x 2}
+    (aligned_struct<128>), the whole a multiple of TensorStorage's alignment. The mainloop and epilogue tensors are
+    cutegen.smem's GEMM model; the whole equals nvcc's sizeof on 26 of 26 kernels
+    (oracles/grouped_smem_probe_results.jsonl, tests/test_grouped_legality.py)."""
+    from cutegen import smem
+
+    main_t = smem.mainloop_tensor_bytes(bits, bits, tile, stages) + _round_up(scale_bytes * stages, 128)
+    epi_t, epi_align = smem.epilogue_tensor_bytes(dtype_c, dtype_d, plan)
+    tensors = _round_up(_round_up(main_t, epi_align) + epi_t, max(128, epi_align))
+    pipes = 2 * SCHEDULER_STAGES * BARRIER_BYTES                      # scheduler PipelineAsync<8>
+    pipes = _round_up(pipes, 16) + smem.STAGE_PIPELINE_BYTES * stages  # mainloop PipelineTmaAsync<Stages>
+    pipes = _round_up(pipes, 16) + smem.STAGE_PIPELINE_BYTES * plan.stages_c   # epilogue load pipeline
+    pipes = _round_up(pipes, 16) + 2 * BARRIER_BYTES                  # LoadWarpOrderBarrier = OrderedSequenceBarrier<1,2>
+    if schedule == "ptr_pingpong":
+        pipes = _round_up(pipes, 16) + 2 * 2 * BARRIER_BYTES          # MathWarpGroupOrderBarrier<2,2>
+    end = tensors + _round_up(pipes, 16)
+    end = _round_up(end, 16) + SCHEDULER_STAGES * SCHEDULER_RESPONSE_BYTES
+    end = _round_up(end, 128) + TENSORMAP_STORAGE_BYTES
+    # the struct takes TensorStorage's alignment (the epilogue's swizzle alignment, up to 1024): its size is a
+    # multiple of it (nvcc: 26 of 26 probe rows)
+    return _round_up(end, max(128, epi_align))
 
 
 # --- every group's operands: 16-byte bases and rows --------------------------------------------------------
@@ -287,15 +306,15 @@ def _cluster_pow2(c):
 
 @_rule("GROUPED-SMEM-CAPACITY", rulebook="D02/E07 (grouped)",
        source=f"{_KC}:178-207 (SharedStorage: tensors, pipelines incl. the scheduler's PipelineAsync<8>, "
-              "scheduler_response[8], TensorMapStorage) on the nvcc-verified plain-kernel model (cutegen.smem); "
-              "the ptr-array additions are modelled from the headers, not probed with nvcc",
+              "scheduler_response[8], TensorMapStorage); the model (ptr_array_storage_bytes) equals nvcc's sizeof on "
+              "26 of 26 kernels (oracles/grouped_smem_probe_results.jsonl)",
        summary="sizeof(ptr-array GemmKernel::SharedStorage) <= 232,448 bytes")
 def _smem_capacity(c):
     from .resources import SMEM_PER_BLOCK
     s = c.smem_bytes
     if s is not None and s > SMEM_PER_BLOCK:
-        return (f"ptr-array kernel shared storage {s} B ({c.stages} stages, +{PTR_ARRAY_EXTRA_SMEM} B of tensor maps "
-                f"and scheduler state) > {SMEM_PER_BLOCK} B")
+        return (f"ptr-array kernel shared storage {s} B ({c.stages} stages, with {TENSORMAP_STORAGE_BYTES} B of tensor "
+                f"maps and the group scheduler's pipeline and responses) > {SMEM_PER_BLOCK} B")
     return None
 
 
@@ -363,7 +382,7 @@ class LaunchContext:
     workspace_bytes: int
     sm_count: int
     grid_ctas: int
-    has_c: bool = False
+    has_c: bool = False            # the grouped renderer declares no C (void): no C maps
 
 
 @_launch("GROUPED-TENSORMAP-WORKSPACE-ALIGN", rulebook="A01/A02 (grouped)",
@@ -448,5 +467,5 @@ def config_violations(problem, config) -> list[Violation]:
 
 
 __all__ = ["GROUPED_GEMM_RULES", "GROUPED_LAUNCH_RULES", "GroupedContext", "GroupedReport", "LaunchContext",
-           "check_grouped", "check_launch", "config_violations", "gemm_view", "grouped_stages",
+           "check_grouped", "check_launch", "config_violations", "gemm_view", "grouped_stages", "ptr_array_storage_bytes",
            "tensormap_workspace_bytes"]
