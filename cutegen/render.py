@@ -372,20 +372,9 @@ def builder_would_choose(problem: GemmProblem, config: KernelConfig) -> bool:
 
 
 # --- Jinja2 --------------------------------------------------------------------------------------
-_ENV = None
-
-
 def _environment():
-    global _ENV
-    if _ENV is None:
-        import jinja2
-        import cutegen.templates as templates_pkg
-        _ENV = jinja2.Environment(
-            loader=jinja2.FileSystemLoader(os.path.dirname(templates_pkg.__file__)),
-            undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False,
-            trim_blocks=False, lstrip_blocks=False)
-        _ENV.filters["cstring"] = _cstring
-    return _ENV
+    from .core.templates import environment
+    return environment()
 
 
 def render_source(problem: GemmProblem, config: KernelConfig, backend: str = "cutlass") -> str:

@@ -12,6 +12,7 @@ from typing import Any
 from . import manifest as manifest_mod
 from . import staging as _staging
 from .config import KernelConfig
+from .core.templates import cstring
 from .errors import CutegenError, IllegalConfig
 from .problem import GemmProblem
 from .swap_ab import kernel_problem
@@ -59,21 +60,8 @@ def legality_summary(report: Any) -> dict[str, Any]:
     return {"legal": not violations, "violations": [manifest_mod.to_jsonable(v) for v in violations]}
 
 
-def _cstring(text: str) -> str:
-    """A C string literal for ``text``, split into short lines. Printable ASCII stays as it is; a tab,
-    another control character or a non-ASCII character (a pack entry's name, say) becomes the octal
-    escapes of its UTF-8 bytes (three digits each, so a following digit cannot join the escape)."""
-    out, line = [], ""
-    for ch in text:
-        esc = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t"}.get(ch)
-        if esc is None:
-            esc = ch if 32 <= ord(ch) < 127 else "".join(f"\\{b:03o}" for b in ch.encode("utf-8", "surrogatepass"))
-        if len(line) + len(esc) > 96:
-            out.append(f'"{line}"')
-            line = ""
-        line += esc
-    out.append(f'"{line}"')
-    return "\n    ".join(out)
+# A C string literal for a text (the filter every template uses): cutegen.core.templates.cstring.
+_cstring = cstring
 
 
 def _describe(problem: GemmProblem, config: KernelConfig, backend: str, khash: str) -> str:

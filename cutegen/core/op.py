@@ -64,6 +64,31 @@ def config_hash(config: Config) -> str:
     return hashlib.sha256(config_json(config).encode()).hexdigest()[:16]
 
 
+class CanonicalConfig:
+    """``to_json`` and ``hash`` for a config whose ``to_dict`` is its canonical material: the same spelling and
+    digest as ``KernelConfig`` (16 hex digits of the SHA-256 of the canonical JSON)."""
+
+    def to_json(self) -> str:
+        return canonical(self.to_dict())   # type: ignore[attr-defined]
+
+    @property
+    def hash(self) -> str:
+        return hashlib.sha256(self.to_json().encode()).hexdigest()[:16]
+
+
+def op_fields(data: Any, where: str, op: str) -> dict:
+    """The fields of a stored problem of operation ``op``: an object, its ``"op"`` (if any) naming ``op``;
+    returned as a new dict without ``"op"``. One-line ``FieldError``s otherwise."""
+    from ..errors import FieldError
+    if not isinstance(data, dict):
+        raise FieldError(where, f"expected an object, got {type(data).__name__}")
+    data = dict(data)
+    named = data.pop("op", op)
+    if named != op:
+        raise FieldError(f"{where}.op", f"{named!r} is not {op!r}")
+    return data
+
+
 @dataclass
 class Ranked:
     """One searched configuration: its predicted time (microseconds) and the terms of that cost."""

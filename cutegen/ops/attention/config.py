@@ -20,12 +20,11 @@ and what the renderer cannot build it refuses with a rule ID (``render.backend_r
 """
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from ..._fields import as_choice, as_int, reject_unknown
+from ...core.op import CanonicalConfig
 from ...errors import FieldError
 
 SCHEDULES = ("tma", "ws_cooperative", "ws_pingpong")
@@ -34,7 +33,7 @@ TILE_CHOICES = (16, 32, 64, 128, 192, 256)     # multiples of 16 up to 256 are a
 
 
 @dataclass(frozen=True)
-class AttentionConfig:
+class AttentionConfig(CanonicalConfig):
     tile_q: int = 128
     tile_kv: int = 128
     schedule: str = "ws_cooperative"
@@ -86,14 +85,6 @@ class AttentionConfig:
     # --- JSON ----------------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
-
-    @property
-    def hash(self) -> str:
-        """16 hex digits of the canonical JSON (the digest ``KernelConfig.hash`` uses)."""
-        return hashlib.sha256(self.to_json().encode()).hexdigest()[:16]
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "config") -> "AttentionConfig":

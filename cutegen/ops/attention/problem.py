@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..._fields import as_choice, as_float, as_int, reject_unknown
+from ...core.op import op_fields
 from ...errors import FieldError
 
 OP = "attention"
@@ -196,12 +197,7 @@ class AttentionProblem:
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "problem") -> "AttentionProblem":
-        if not isinstance(data, dict):
-            raise FieldError(where, f"expected an object, got {type(data).__name__}")
-        data = dict(data)
-        op = data.pop("op", OP)
-        if op != OP:
-            raise FieldError(f"{where}.op", f"{op!r} is not {OP!r}")
+        data = op_fields(data, where, OP)
         reject_unknown(where, data, _FIELDS)
         for required in ("batch", "heads_q", "seqlen_q", "seqlen_kv", "head_dim"):
             if required not in data:

@@ -150,20 +150,9 @@ def _context(problem: AttentionProblem, config: AttentionConfig) -> dict[str, An
     }
 
 
-_ENV = None
-
-
 def _environment():
-    global _ENV
-    if _ENV is None:
-        import jinja2
-        import cutegen.templates as templates_pkg
-        from ...render_common import _cstring
-        _ENV = jinja2.Environment(
-            loader=jinja2.FileSystemLoader(os.path.dirname(templates_pkg.__file__)),
-            undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
-        _ENV.filters["cstring"] = _cstring
-    return _ENV
+    from ...core.templates import environment
+    return environment()
 
 
 def render_source(problem: AttentionProblem, config: AttentionConfig) -> str:

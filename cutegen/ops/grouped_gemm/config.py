@@ -5,12 +5,11 @@ schedule, cluster size, stages in shared memory, swap-AB against the layout) are
 """
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from ..._fields import as_choice, as_int, reject_unknown
+from ...core.op import CanonicalConfig
 from ...errors import FieldError
 
 # KernelPtrArrayTmaWarpSpecializedCooperative / ...Pingpong (cutlass/gemm/dispatch_policy.hpp)
@@ -24,7 +23,7 @@ MAX_STAGES = 16
 
 
 @dataclass(frozen=True)
-class GroupedGemmConfig:
+class GroupedGemmConfig(CanonicalConfig):
     tile_m: int = 128
     tile_n: int = 128
     tile_k: int = 64
@@ -79,14 +78,6 @@ class GroupedGemmConfig:
     # --- JSON ----------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
-
-    @property
-    def hash(self) -> str:
-        """16 hex digits of the canonical JSON (the digest ``KernelConfig.hash`` uses)."""
-        return hashlib.sha256(self.to_json().encode()).hexdigest()[:16]
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "config") -> "GroupedGemmConfig":

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..._fields import as_choice, as_int, reject_unknown
+from ...core.op import op_fields
 from ...errors import FieldError
 
 OP = "grouped_gemm"
@@ -207,12 +208,7 @@ class GroupedGemmProblem:
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "problem") -> "GroupedGemmProblem":
-        if not isinstance(data, dict):
-            raise FieldError(where, f"expected an object, got {type(data).__name__}")
-        data = dict(data)
-        op = data.pop("op", OP)
-        if op != OP:
-            raise FieldError(f"{where}.op", f"{op!r} is not {OP!r}")
+        data = op_fields(data, where, OP)
         reject_unknown(where, data, cls.__dataclass_fields__)
         for required in ("groups", "n", "k", "tokens"):
             if required not in data:

@@ -10,12 +10,10 @@ same input gives the same bytes. Imports neither egglog nor torch.
 from __future__ import annotations
 
 import json
-import os
 from typing import Any
 
 from ... import manifest as manifest_mod
 from ...errors import CutegenError, FieldError, IllegalConfig
-from ...render_common import _cstring
 from .config import GroupedGemmConfig
 from .problem import MAX_GROUPS, GroupedGemmProblem
 
@@ -79,19 +77,9 @@ def template_context(problem: GroupedGemmProblem, config: GroupedGemmConfig) -> 
     }
 
 
-_ENV = None
-
-
 def _environment():
-    global _ENV
-    if _ENV is None:
-        import jinja2
-        import cutegen.templates as templates_pkg
-        _ENV = jinja2.Environment(
-            loader=jinja2.FileSystemLoader(os.path.dirname(templates_pkg.__file__)),
-            undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
-        _ENV.filters["cstring"] = _cstring
-    return _ENV
+    from ...core.templates import environment
+    return environment()
 
 
 def render_source(problem: GroupedGemmProblem, config: GroupedGemmConfig) -> str:
