@@ -183,15 +183,13 @@ def rendered_epilogue(source: str) -> dict | None:
             "stages_d": int(stages.group(2))}
 
 
-def epilogue_model_mismatch(problem: GemmProblem, config: KernelConfig, source: str | None = None) -> str | None:
+def epilogue_model_mismatch(problem: GemmProblem, config: KernelConfig, source: str) -> str | None:
     """EPI-STORE-MODEL-MATCH: the CUTLASS kernel's epilogue as the verifier models it (``epilogue_store_of``: D
-    buffers, subtiles per tile) against what the kernel rendered now (``source``: a fresh rendering unless given)
-    asserts CUTLASS's builder chose. None when they agree; else the first difference."""
-    from .render import render_source
+    buffers, subtiles per tile) against what the kernel rendered now asserts CUTLASS's builder chose (``source``:
+    the caller renders it fresh; this module sits below rendering). None when they agree; else the first
+    difference."""
     done = complete(problem, config)
     groups = epilogue_store_of(problem, done, "cutlass")
-    if source is None:
-        source = render_source(problem, done, "cutlass")
     try:
         got = rendered_epilogue(source)
     except ValueError as e:

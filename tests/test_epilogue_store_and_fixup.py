@@ -187,7 +187,7 @@ def test_cutlass_epilogue_model_is_read_back_from_the_rendered_kernel(monkeypatc
     p, c = parse_case({"problem": problem, "config": {"tile_shape": [128, 256, 64], "tile_scheduler": "stream_k"}})
     source = render_source(p, complete(p, c))
     assert pipelines.rendered_epilogue(source) == {"epilogue_tile": [128, 32], "stages_c": 4, "stages_d": 2}
-    assert pipelines.epilogue_model_mismatch(p, c) is None
+    assert pipelines.epilogue_model_mismatch(p, c, source) is None
     one_buffer = source.replace("StagesD == 2", "StagesD == 1")
     assert pipelines.epilogue_model_mismatch(p, c, one_buffer) == \
         "D buffers (StagesD): the verifier models 2, the rendered kernel asserts 1"
@@ -195,7 +195,7 @@ def test_cutlass_epilogue_model_is_read_back_from_the_rendered_kernel(monkeypatc
     assert "epilogue tile" in pipelines.epilogue_model_mismatch(p, c, other_tile)
     assert "asserts only part" in pipelines.epilogue_model_mismatch(p, c, source.replace("StagesD ==", "StagesD !="))
     nosmem = parse_case({"problem": problem, "config": {"tile_shape": [128, 128, 64], "epilogue_schedule": "no_smem"}})
-    assert pipelines.epilogue_model_mismatch(*nosmem) is None
+    assert pipelines.epilogue_model_mismatch(*nosmem, render_source(nosmem[0], complete(*nosmem))) is None
     assert "asserts one" in pipelines.epilogue_model_mismatch(*nosmem, source)
 
     # the model mutated: three D buffers; `cutegen check pipeline` reports the rule and exits 1

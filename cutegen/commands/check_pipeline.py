@@ -164,8 +164,10 @@ def _companion_checks(problem, config, backend: str) -> dict:
     if backend == "cutlass":
         # the model's D buffers, epilogue tile and subtiles against what the freshly rendered kernel asserts (and nvcc
         # checks against CUTLASS's epilogue builder); the DSL's epilogue is read back by DSL-PIPELINE-MATCH
+        from ..collective_builder import complete
         from ..pipelines import epilogue_model_mismatch
-        mismatch = epilogue_model_mismatch(problem, config)
+        from ..render import render_source
+        mismatch = epilogue_model_mismatch(problem, config, render_source(problem, complete(problem, config), "cutlass"))
         read_back = mismatch is None
         if mismatch is not None:
             seen.add("EPI-STORE-MODEL-MATCH")

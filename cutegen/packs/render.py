@@ -120,7 +120,7 @@ def _tuned_table(cov: dict) -> list[str]:
     ratios = [r["cublas_ratio"] for r in rows if "cublas_ratio" in r and r["source"] == "measured"]
     out = []
     if ratios:
-        from .tune import geo
+        from .stats import geo
         vendor_rows = sum(1 for r in rows if (r["kernel"] or "").startswith("vendor_"))
         what = (f"the pack as selected, {vendor_rows} of them on cuBLASLt at its measured time" if vendor_rows
                 else "generated kernels alone")

@@ -29,7 +29,6 @@ interpolated linearly in log2 M between measured points (``measured.segments``),
 from __future__ import annotations
 
 import json
-import math
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -390,9 +389,6 @@ def load_plan(path: str | Path) -> dict:
     return d
 
 
-def geo(vals) -> float:
-    vals = [v for v in vals if v and v > 0]
-    return math.exp(sum(map(math.log, vals)) / len(vals)) if vals else float("nan")
 
 
 # -- the records a tuned pack was selected from ---------------------------------------------------------------
