@@ -10,9 +10,6 @@ are there: the nvidia-cutlass wheel's source, or oracles/.cutlass after oracles/
 from __future__ import annotations
 
 import json
-import os
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from ...errors import CutegenError, FieldError
@@ -159,45 +156,10 @@ def render_source(problem: AttentionProblem, config: AttentionConfig) -> str:
     return _environment().get_template(TEMPLATE).render(**_context(problem, config))
 
 
-@dataclass
-class RenderedAttention:
-    """The files of one attention kernel: ``kernel.cu`` and ``manifest.json``."""
-    problem: AttentionProblem
-    config: AttentionConfig
-    backend: str
-    kernel_hash: str
-    files: dict[str, str] = field(repr=False)
-    manifest: dict[str, Any] = field(repr=False)
-
-    @property
-    def source(self) -> str:
-        return self.files["kernel.cu"]
-
-    def differences(self, directory: str | os.PathLike) -> list[Path]:
-        directory = Path(directory)
-        return [directory / n for n in sorted(self.files)
-                if not (directory / n).exists() or (directory / n).read_bytes() != self.files[n].encode()]
-
-    def write(self, directory: str | os.PathLike) -> list[Path]:
-        """Write the kernel directory whole (atomically: a concurrent writer cannot mix files); returns
-        the paths whose bytes changed. A built kernel.so there is kept."""
-        from ..._atomic import atomic_directory, leftovers
-        directory = Path(directory)
-        if directory.exists() and not directory.is_dir():
-            raise CutegenError(f"{directory}: exists and is not a directory (the kernel directory)")
-        changed = self.differences(directory)
-        if not changed and not leftovers(directory):
-            return []
-        with atomic_directory(directory) as new:
-            changed = self.differences(new)
-            for path in changed:
-                (new / path.name).write_bytes(self.files[path.name].encode())
-        return [directory / p.name for p in changed]
-
-
 def render(problem: AttentionProblem, config: AttentionConfig, backend: str = BACKEND, *,
-           cost: Any = None, toolchain: dict[str, Any] | None = None, legality: Any = None) -> RenderedAttention:
-    """kernel.cu and manifest.json for (problem, config); a one-line CutegenError for what the template refuses."""
+           cost: Any = None, toolchain: dict[str, Any] | None = None, legality: Any = None):
+    """kernel.cu and manifest.json for (problem, config), as a ``cutegen.render.RenderedKernel`` (the one kernel
+    directory writer every operation uses); a one-line CutegenError for what the template refuses."""
     if not isinstance(problem, AttentionProblem):
         raise FieldError("problem", f"expected an AttentionProblem, got {type(problem).__name__}")
     if not isinstance(config, AttentionConfig):
@@ -217,5 +179,6 @@ def render(problem: AttentionProblem, config: AttentionConfig, backend: str = BA
     man["op"] = "attention"
     man["abi"] = "cutegen_attention"
     man["include_dirs"] = [SOURCE_88]
-    return RenderedAttention(problem, config, backend, man["kernel_hash"],
-                             {"kernel.cu": source, "manifest.json": manifest_mod.dumps(man)}, man)
+    from ...render import RenderedKernel
+    return RenderedKernel(problem, config, backend, man["kernel_hash"],
+                          {"kernel.cu": source, "manifest.json": manifest_mod.dumps(man)}, man)
