@@ -111,7 +111,9 @@ def _ids(problem, config):
     ("ATTN-RENDER-FP8", (MHA, AttentionConfig()), (MHA.replace(dtype="e4m3"), AttentionConfig())),
     ("ATTN-RENDER-HEAD-DIM-V", (MHA.replace(head_dim_v=128), AttentionConfig()),
      (MHA.replace(head_dim_v=120), AttentionConfig())),
-    ("ATTN-RENDER-VARLEN", (MHA, AttentionConfig()), (MHA.replace(varlen=True), AttentionConfig())),
+    # varlen runs on the warp-specialized kernels (templates/attention/varlen/); schedule tma has no varlen variant
+    ("ATTN-RENDER-VARLEN-TMA", (MHA.replace(varlen=True), AttentionConfig()), (MHA.replace(varlen=True), TMA)),
+    ("ATTN-RENDER-VARLEN-TMA", (MHA, TMA), (MHA.replace(varlen=True), TMA)),
     ("ATTN-RENDER-TMA-OPTIONS", (MHA, TMA), (MHA, TMA.replace(mma_warpgroups=2, tile_q=128))),
     ("ATTN-RENDER-TMA-OPTIONS", (MHA, TMA), (MHA, TMA.replace(acc_qk="f16"))),
     ("ATTN-RENDER-TMA-OPTIONS", (MHA, TMA), (MHA, TMA.replace(persistent=True))),

@@ -11,6 +11,14 @@ tensors are both just strides. ``LSE`` is a contiguous float32 (batch, heads_q, 
 (``cutegen_attention_workspace_size`` bytes; 0 is enough when LSE is given). ``scale`` multiplies Q K^T.
 A grouped (GQA/MQA) kernel needs batch strides that are heads x head stride (BHSD has them) unless batch
 is 1 (rule ATTN-ABI-GQA-STRIDES).
+
+A varlen kernel (problem ``varlen``; templates/attention/fmha_varlen_sm90.cu.j2) exports
+``cutegen_attention_varlen`` instead: packed Q and O (total_q, heads_q, D), K and V (total_k, heads_kv, D) with a
+row (token) stride and a head stride each, ``cu_seqlens_q`` / ``cu_seqlens_k`` int32 device arrays of batch + 1
+non-decreasing offsets from 0 (flash-attention's), ``max_seqlen_q`` / ``max_seqlen_k`` at least every length
+(the tensor maps' row extents; a length above its max is outside the contract), ``total_q`` / ``total_k`` the packed
+row counts. LSE is float32 (heads_q, total_q) (flash-attention's varlen ``softmax_lse``), or NULL: not written, so
+the workspace is 0 bytes. Causal is bottom-right aligned per sequence.
 """
 from __future__ import annotations
 
@@ -41,12 +49,46 @@ ATTENTION_ARGTYPES = (
 )
 
 
+VARLEN_C_DECLARATIONS = r"""
+extern "C" int cutegen_attention_varlen(
+    const void* Q, const void* K, const void* V, void* O, float* LSE, const int* cu_seqlens_q, const int* cu_seqlens_k,
+    int64_t batch, int64_t heads_q, int64_t heads_kv, int64_t max_seqlen_q, int64_t max_seqlen_k,
+    int64_t total_q, int64_t total_k, int64_t head_dim,
+    int64_t stride_q_t, int64_t stride_q_h, int64_t stride_k_t, int64_t stride_k_h,
+    int64_t stride_v_t, int64_t stride_v_h, int64_t stride_o_t, int64_t stride_o_h,
+    float scale, void* workspace, size_t workspace_bytes, cudaStream_t stream);
+extern "C" size_t cutegen_attention_varlen_workspace_size(int64_t heads_q, int64_t total_q);
+"""
+
+VARLEN_ARGTYPES = (
+    [ctypes.c_void_p] * 7            # Q, K, V, O, LSE, cu_seqlens_q, cu_seqlens_k
+    + [ctypes.c_int64] * 8           # batch, heads_q, heads_kv, max_seqlen_q, max_seqlen_k, total_q, total_k, head_dim
+    + [ctypes.c_int64] * 8           # (row, head) strides of Q, K, V, O
+    + [ctypes.c_float]               # scale
+    + [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]   # workspace, bytes, stream
+)
+
+
+def is_varlen_library(lib: ctypes.CDLL) -> bool:
+    try:
+        lib.cutegen_attention_varlen
+    except AttributeError:
+        return False
+    return True
+
+
 def bind(lib: ctypes.CDLL) -> ctypes.CDLL:
-    """Declare the ABI's argument and result types on a loaded attention library."""
-    lib.cutegen_attention.argtypes = ATTENTION_ARGTYPES
-    lib.cutegen_attention.restype = ctypes.c_int
-    lib.cutegen_attention_workspace_size.argtypes = [ctypes.c_int64] * 3
-    lib.cutegen_attention_workspace_size.restype = ctypes.c_size_t
+    """Declare the ABI's argument and result types on a loaded attention library (dense or varlen)."""
+    if is_varlen_library(lib):
+        lib.cutegen_attention_varlen.argtypes = VARLEN_ARGTYPES
+        lib.cutegen_attention_varlen.restype = ctypes.c_int
+        lib.cutegen_attention_varlen_workspace_size.argtypes = [ctypes.c_int64] * 2
+        lib.cutegen_attention_varlen_workspace_size.restype = ctypes.c_size_t
+    else:
+        lib.cutegen_attention.argtypes = ATTENTION_ARGTYPES
+        lib.cutegen_attention.restype = ctypes.c_int
+        lib.cutegen_attention_workspace_size.argtypes = [ctypes.c_int64] * 3
+        lib.cutegen_attention_workspace_size.restype = ctypes.c_size_t
     lib.cutegen_describe.argtypes = []
     lib.cutegen_describe.restype = ctypes.c_char_p
     lib.cutegen_last_error.argtypes = []
@@ -55,8 +97,9 @@ def bind(lib: ctypes.CDLL) -> ctypes.CDLL:
 
 
 def is_attention_library(lib: ctypes.CDLL) -> bool:
+    """A dense (``cutegen_attention``) or varlen (``cutegen_attention_varlen``) attention library."""
     try:
         lib.cutegen_attention
     except AttributeError:
-        return False
+        return is_varlen_library(lib)
     return True

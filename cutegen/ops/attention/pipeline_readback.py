@@ -31,7 +31,9 @@ def protocol_of_source(source: str):
     """The ``ProtocolParams`` the rendered kernel's barriers are built with."""
     from ...legality.attention_pipeline import ProtocolParams
 
-    ws = "FmhaKernelTmaWarpSpecialized<" in source
+    # the varlen kernel (templates/attention/varlen/fmha_varlen_sm90.hpp) is the warp-specialized kernel with the
+    # same pipelines, built from the same options; it skips a tile with no KV work in every role at once
+    ws = "FmhaKernelTmaWarpSpecialized<" in source or "cutegen_varlen::VarlenFmhaKernel<" in source
     if not ws and "FmhaKernelTma<" not in source:
         raise CutegenError("ATTN-PIPELINE-MATCH: the rendered kernel instantiates no FMHA kernel")
     element = _one(r"using Element = ([\w:]+);", source, "Element types")

@@ -19,6 +19,8 @@ Causal mask alignment: **top-left**, as SDPA's ``is_causal=True`` (``torch.ones(
 query ``i`` attends to key ``j`` iff ``j <= i``, whatever seqlen_q and seqlen_kv are. With
 ``seqlen_q > seqlen_kv`` the last queries see every key; with ``seqlen_q < seqlen_kv`` the keys past
 ``seqlen_q - 1`` are never seen (flash-attention >= 2.1 aligns bottom-right instead; that is not this).
+A **varlen** problem is flash-attention's ``flash_attn_varlen_func`` and aligns causal **bottom-right per
+sequence** (query i sees key j iff j <= i + len_k - len_q; ``cutegen.ops.attention.varlen``).
 
 The output element type is the input's for bf16 and f16 and bf16 for e4m3 inputs; softmax and both
 accumulations are float32 unless a config says otherwise (``AttentionConfig.acc_qk``).
@@ -140,8 +142,10 @@ class AttentionProblem:
         return 2 * self.batch * self.heads_q * self.pairs * (self.head_dim + self.dv)
 
     def flops_of_lengths(self, seqlens_q, seqlens_kv) -> int:
-        """Useful FLOPs of a varlen batch with these lengths per sequence."""
-        pairs = sum(causal_pairs(q, k) if self.causal else q * k for q, k in zip(seqlens_q, seqlens_kv))
+        """Useful FLOPs of a varlen batch with these lengths per sequence (causal: bottom-right per sequence,
+        cutegen.ops.attention.varlen)."""
+        from .varlen import pairs as varlen_pairs
+        pairs = varlen_pairs(seqlens_q, seqlens_kv, self.causal)
         return 2 * self.heads_q * pairs * (self.head_dim + self.dv)
 
     @property

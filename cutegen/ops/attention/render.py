@@ -18,6 +18,10 @@ from .problem import AttentionProblem
 
 BACKEND = "cutlass"
 TEMPLATE = "attention/fmha_sm90.cu.j2"
+VARLEN_TEMPLATE = "attention/fmha_varlen_sm90.cu.j2"
+# cutegen's varlen kernel, collective, loads, epilogue and scheduler (C++ on the 88 collectives), inlined into every
+# varlen kernel.cu so that the kernel's bytes (and hash) carry it and the build needs no extra include path
+VARLEN_HEADER = "attention/varlen/fmha_varlen_sm90.hpp"
 ELEMENT = {"bf16": "cutlass::bfloat16_t", "f16": "cutlass::half_t", "e4m3": "cutlass::float_e4m3_t"}
 ACC = {"f32": "float", "f16": "cutlass::half_t"}
 WGMMA_M = 64                      # rows of one wgmma.mma_async (every Hopper WGMMA shape is 64 x N x K)
@@ -32,9 +36,10 @@ REFUSALS = {
                         "88 FwdRunner: 8-bit V is read MN-major (StrideV (_1, int, ...)); the ABI makes no transposed copy yet"),
     "ATTN-RENDER-HEAD-DIM-V": ("head_dim_v must equal head_dim",
                                "88 TileShape has one head mode for Q K^T's K and P V's N"),
-    "ATTN-RENDER-VARLEN": ("variable-length batches are not rendered",
-                           "88 fusions are stateless (Fusion{} in fmha_collective_tma_warpspecialized.hpp) and the "
-                           "problem shape is one (Q, K) per launch: no per-sequence lengths reach the kernel"),
+    "ATTN-RENDER-VARLEN-TMA": ("variable-length batches run on the warp-specialized schedules only",
+                               "templates/attention/varlen/fmha_varlen_sm90.hpp ports the per-sequence loads, masks, "
+                               "epilogue and scheduler to FmhaMainloopTmaWarpSpecialized; 88's fmha_collective_tma.hpp "
+                               "(schedule tma) has no varlen variant"),
     "ATTN-RENDER-TMA-OPTIONS": ("schedule tma takes one MMA warpgroup, no persistence, no separate Q load, f32 accumulation",
                                 "88 fmha_collective_tma.hpp: one TiledMma (KernelTmaWarpSpecialized builder), "
                                 "IndividualTileScheduler, one ElementAccumulator"),
@@ -77,8 +82,8 @@ def backend_refusals(problem: AttentionProblem, config: AttentionConfig, backend
         refuse("ATTN-RENDER-FP8", "dtype e4m3")
     if p.head_dim_v is not None:
         refuse("ATTN-RENDER-HEAD-DIM-V", f"head_dim {p.head_dim}, head_dim_v {p.head_dim_v}")
-    if p.varlen:
-        refuse("ATTN-RENDER-VARLEN", "varlen true")
+    if p.varlen and c.schedule == "tma":
+        refuse("ATTN-RENDER-VARLEN-TMA", "varlen true, schedule tma")
     grouped = p.heads_q != p.heads_kv
     if c.schedule == "tma":
         bad = [f"{k}={v}" for k, v, ok in (("mma_warpgroups", c.mma_warpgroups, c.mma_warpgroups == 1),
@@ -152,8 +157,18 @@ def _environment():
     return environment()
 
 
+def varlen_header_text() -> str:
+    """The varlen C++ header (templates/attention/varlen/fmha_varlen_sm90.hpp) as the renderer inlines it."""
+    import cutegen.templates as templates_pkg
+    from pathlib import Path
+    return (Path(templates_pkg.__file__).parent / VARLEN_HEADER).read_text()
+
+
 def render_source(problem: AttentionProblem, config: AttentionConfig) -> str:
-    return _environment().get_template(TEMPLATE).render(**_context(problem, config))
+    context = _context(problem, config)
+    if problem.varlen:
+        return _environment().get_template(VARLEN_TEMPLATE).render(**context, varlen_header=varlen_header_text())
+    return _environment().get_template(TEMPLATE).render(**context)
 
 
 def render(problem: AttentionProblem, config: AttentionConfig, backend: str = BACKEND, *,
@@ -177,7 +192,7 @@ def render(problem: AttentionProblem, config: AttentionConfig, backend: str = BA
                                       legality=legality if legality is not None else {"checked_by": "renderer refusals"},
                                       cost=cost, toolchain=toolchain)
     man["op"] = "attention"
-    man["abi"] = "cutegen_attention"
+    man["abi"] = "cutegen_attention_varlen" if problem.varlen else "cutegen_attention"
     man["include_dirs"] = [SOURCE_88]
     from ...render import RenderedKernel
     return RenderedKernel(problem, config, backend, man["kernel_hash"],
