@@ -40,9 +40,9 @@ exec > >(tee "$OUTV/log.txt") 2>&1
 PY=${PYTHON:-python3}
 JOBS=${JOBS:-16}
 BUILD_END_S=${BUILD_END_S:-130}          # every nvcc is killed by then
-SANITIZE_TIMEOUT_S=${SANITIZE_TIMEOUT_S:-90}
+SANITIZE_TIMEOUT_S=${SANITIZE_TIMEOUT_S:-75}
 VALIDATE_S=${VALIDATE_S:-45}             # no validation starts after this long
-TIME_S=${TIME_S:-35}                     # no timing shape starts after this long
+TIME_S=${TIME_S:-70}                     # no timing shape (one process each) starts after this long
 HARD_LIMIT_S=${HARD_LIMIT_S:-235}        # the timing is killed here whatever it is doing
 export PYTHONUNBUFFERED=1
 export CUTEGEN_CACHE=${CUTEGEN_CACHE:-/tmp/cutegen-cache}
@@ -74,18 +74,22 @@ run_until "$BUILD_END_S" "$PY" "$STAGE/build_all.py" "$JOBS" "$PLAN/dirs.txt" $(
 grep -E "FAILED|LEGALITY BUG|error|spill|built [0-9]|registers" "$STAGE/build.txt" | head -n 40
 echo "libraries: $(ls "$PLAN"/kernels/*/kernel.so 2> /dev/null | wc -l)"
 
-phase "2. compute-sanitizer memcheck (background)"
-SAN_KERNEL=$(ls -d "$PLAN"/kernels/attn_d128_bf16_gqa_causal_varlen_*/ 2> /dev/null | head -n 1)
-SAN_KERNEL=${SAN_KERNEL%/}
-SAN_PID=""
-if [ -n "$SAN_KERNEL" ] && [ -f "$SAN_KERNEL/kernel.so" ]; then
-  echo "sanitizing $SAN_KERNEL"
-  ( timeout "$SANITIZE_TIMEOUT_S" compute-sanitizer --tool memcheck --error-exitcode 9 \
-      "$PY" bench/varlen_bench.py sanitize-case "$SAN_KERNEL"; echo "compute-sanitizer exit code $?" ) > "$STAGE/sanitize.txt" 2>&1 &
-  SAN_PID=$!
-else
-  echo "no sanitizer run: the GQA causal varlen kernel was not built"
-fi
+phase "2. compute-sanitizer memcheck (background): the causal MHA kernel with a 1500-token sequence, then GQA causal"
+SAN_LONG=$(ls -d "$PLAN"/kernels/attn_d128_bf16_causal_varlen_*/ 2> /dev/null | head -n 1)
+SAN_GQA=$(ls -d "$PLAN"/kernels/attn_d128_bf16_gqa_causal_varlen_*/ 2> /dev/null | head -n 1)
+SAN_LONG=${SAN_LONG%/}
+SAN_GQA=${SAN_GQA%/}
+(
+  for pair in "$SAN_LONG --long" "$SAN_GQA"; do
+    set -- $pair
+    [ -n "${1:-}" ] && [ -f "$1/kernel.so" ] || { echo "not built: ${1:-?}"; continue; }
+    echo "sanitizing $*"
+    timeout "$SANITIZE_TIMEOUT_S" compute-sanitizer --tool memcheck --error-exitcode 9 \
+      "$PY" bench/varlen_bench.py sanitize-case "$@"
+    echo "compute-sanitizer exit code $?"
+  done
+) > "$STAGE/sanitize.txt" 2>&1 &
+SAN_PID=$!
 
 phase "3. validate (3 at once, none started after ${VALIDATE_S} s)"
 "$PY" bench/varlen_bench.py validate "$PLAN" --json "$OUTV/validate.json" --deadline "$VALIDATE_S" --timeout 75 --parallel 3
@@ -93,7 +97,7 @@ echo "validate exit code $?"
 if [ -n "$SAN_PID" ]; then
   phase "2b. waiting for compute-sanitizer"
   wait "$SAN_PID"
-  grep -vE "^\s*$" "$STAGE/sanitize.txt" | tail -n 15
+  grep -vE "^\s*$" "$STAGE/sanitize.txt" | grep -vE "^(TMA Desc|format|dim |gmem_|global|boxDim|elementStrides|interleave|swizzle|l2Promotion|oobFill)" | tail -n 30
 fi
 
 phase "4. time (${TIME_S} s)"

@@ -204,6 +204,9 @@ def validation_cases(key):
         ("max-above", [100, 33], [90, 250], 2 * G, 2, None, {"max_extra": 50}),
         ("batch-24", [((7 * i) % 200) + (i % 3) for i in range(24)], [((11 * i) % 300) + 1 for i in range(24)],
          3 * G, 3, 0.05, {}),
+        # the timing shapes' lengths (run 1 faulted on the causal kernel at these sizes, not on the small cases)
+        ("long-timing-lengths", [1356, 4918, 772], [1356, 4918, 772], 2 * G, 2, None, {}),
+        ("long-unequal", [4918, 300, 2049], [300, 4918, 2049], 2 * G, 2, None, {}),
     ]
     if key["grouped"]:
         cases.append(("mha-call-on-gqa-kernel", [50, 300], [50, 300], 4, 4, None, {}))
@@ -394,7 +397,7 @@ def sanitize_case(args) -> int:
     dtype = {"bf16": torch.bfloat16, "f16": torch.float16}[key["dtype"]]
     D = key["head_dim"]
     Hq, Hkv = (8, 2) if key["grouped"] else (4, 4)
-    lq, lk = [0, 1, 200, 129, 7], [5, 1, 333, 0, 300]
+    lq, lk = ([0, 1, 200, 129, 7, 1500], [5, 1, 333, 0, 300, 1500]) if args.long else ([0, 1, 200, 129, 7], [5, 1, 333, 0, 300])
     q, k, v, cu_q, cu_k = packed_batch(lq, lk, Hq, Hkv, D, dtype, seed=11)
     o, lse = AttentionKernels([args.kernel]).flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lq), max(lk),
                                                                    causal=key["causal"], return_lse=True)
@@ -427,6 +430,40 @@ def _time_ms(fn, rounds=5, min_ms=40.0):
 
 
 def time_plan(args) -> int:
+    """Each timing shape in its own process (a fault costs that shape only); one JSON of all of them."""
+    plan_dir = Path(args.plan)
+    deadline = time.time() + args.deadline
+    shapes, head = [], None
+    for name in TIMING:
+        if time.time() > deadline:
+            shapes.append({"name": name, "skipped": "deadline"})
+            continue
+        part = Path(args.json).with_suffix(f".{name}.part.json")
+        cmd = [sys.executable, __file__, "time-shape", str(plan_dir), "--json", str(part), "--shape", name]
+        if args.validated:
+            cmd += ["--validated", args.validated]
+        try:
+            proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                  timeout=max(10.0, deadline + 30 - time.time()))
+            text, rc = proc.stdout, proc.returncode
+        except subprocess.TimeoutExpired as e:
+            text, rc = (e.stdout or "") if isinstance(e.stdout, str) else "", "timeout"
+        lines = [line for line in text.splitlines() if not line.startswith(("TMA Desc", "format", "dim ", "gmem_", "global",
+                                                                           "boxDim", "elementStrides", "interleave",
+                                                                           "swizzle", "l2Promotion", "oobFill"))]
+        print("\n".join(lines[-12:]), flush=True)
+        if part.is_file():
+            doc = json.loads(part.read_text())
+            part.unlink()
+            head = head or {k: v for k, v in doc.items() if k != "shapes"}
+            shapes += doc["shapes"]
+        else:
+            shapes.append({"name": name, "error": f"time-shape exited {rc}: " + " | ".join(lines[-4:])[-600:]})
+    Path(args.json).write_text(json.dumps({**(head or {}), "shapes": shapes}, indent=1, sort_keys=True) + "\n")
+    return 0
+
+
+def time_shape(args) -> int:
     torch = _torch()
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from cutegen.ops.attention.torch_op import AttentionKernels
@@ -441,10 +478,8 @@ def time_plan(args) -> int:
            "cudnn": torch.backends.cudnn.version(), "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
            "flops": "2 x Hq x useful pairs x 2D; causal pairs bottom-right per sequence (equal lengths here: the "
                     "same as top-left)", "shapes": []}
-    deadline = time.time() + args.deadline
     for name, (cls, Hq, Hkv, lens) in TIMING.items():
-        if time.time() > deadline:
-            doc["shapes"].append({"name": name, "skipped": "deadline"})
+        if name != args.shape:
             continue
         entry = doc_plan["classes"][cls]
         vdir, ddir = plan_dir / entry["varlen"], plan_dir / entry["dense"]
@@ -494,15 +529,18 @@ def time_plan(args) -> int:
         seqs = [(q[a:b].transpose(0, 1)[None], k[a:b].transpose(0, 1)[None], v[a:b].transpose(0, 1)[None])
                 for a, b in zip(offs[:-1], offs[1:])]
         contenders["sdpa_cudnn_per_sequence"] = (flops_ragged, lambda: [cudnn(*s) for s in seqs])
+        torch.cuda.synchronize()            # a fault so far is not the kernels'
         # correctness of the timed ragged call on a slice (last sequence, first and last head)
         try:
             o = contenders["varlen_ragged"][1]()
             torch.cuda.synchronize()
+            rec["varlen_first_call"] = "ok"
             a, b = offs[-2], offs[-1]
             ref_o, _ = reference(q[a:b], k[a:b], v[a:b], [lens[-1]], [lens[-1]], causal, scale)
             rec["varlen_err_o"] = float((o[a:b].float() - ref_o).abs().max()) / max(1.0, float(ref_o.abs().max()))
         except Exception as e:  # noqa: BLE001
             rec["varlen_error"] = f"{type(e).__name__}: {e}"[:300]
+            print(f"{name} first varlen call or its reference: {rec['varlen_error']}", flush=True)
         for cname, (flops, fn) in contenders.items():
             r = {}
             try:
@@ -510,6 +548,7 @@ def time_plan(args) -> int:
                 r = {"ms": ms, "tflops": flops / (ms * 1e-3) / 1e12}
             except Exception as e:  # noqa: BLE001 - a peer that cannot run says so
                 r = {"error": f"{type(e).__name__}: {e}"[:300]}
+                print(f"{name} {cname}: {r['error']}", flush=True)
             rec["contenders"][cname] = r
         c = rec["contenders"]
         if c.get("varlen_ragged", {}).get("tflops") and c.get("dense_same_config", {}).get("tflops"):
@@ -548,14 +587,20 @@ def main(argv=None) -> int:
     p.add_argument("--op-checks", action="store_true")
     p = sub.add_parser("sanitize-case")
     p.add_argument("kernel")
+    p.add_argument("--long", action="store_true", help="add a 1500-token sequence")
     p = sub.add_parser("time")
     p.add_argument("plan")
     p.add_argument("--json", required=True)
     p.add_argument("--validated", help="validate's JSON: time only the varlen kernels that passed")
-    p.add_argument("--deadline", type=float, default=60.0)
+    p.add_argument("--deadline", type=float, default=60.0, help="no shape starts after this many seconds")
+    p = sub.add_parser("time-shape")
+    p.add_argument("plan")
+    p.add_argument("--json", required=True)
+    p.add_argument("--shape", required=True, choices=sorted(TIMING))
+    p.add_argument("--validated")
     args = ap.parse_args(argv)
     return {"plan": plan, "validate": validate, "validate-one": validate_one, "sanitize-case": sanitize_case,
-            "time": time_plan}[args.cmd](args)
+            "time": time_plan, "time-shape": time_shape}[args.cmd](args)
 
 
 if __name__ == "__main__":
