@@ -9,7 +9,7 @@
 #                 carry: [".carry", "out/varlen-plan"]
 #
 # On the device (bench/varlen_bench.py does the work):
-#   1. build     every kernel of the plan (10: 5 varlen, 5 dense; 16 nvcc jobs, none past BUILD_END_S)
+#   1. build     every kernel of the plan (12: 5 varlen + 2 scheduler twins, 5 dense; 16 nvcc jobs, none past BUILD_END_S)
 #   2. sanitize  compute-sanitizer memcheck on one ragged call of the GQA causal varlen kernel (background)
 #   3. validate  every varlen kernel in its own process, 3 at once: ragged lengths with 0 and 1, unequal, GQA/MQA,
 #                strided, scale, LSE, untouched rows, ABI refusals; the first also under torch.compile and a CUDA graph

@@ -48,6 +48,9 @@ CLASSES = {
 }
 
 # timing shapes: kernel class, heads, and the ragged lengths (seeded draws; Q and KV lengths equal, as in prefill)
+TWIN_CLASSES = ("d128", "d64")
+
+
 def _lengths(seed, count, lo, hi):
     rng = random.Random(seed)
     return [rng.randint(lo, hi) for _ in range(count)]
@@ -82,7 +85,7 @@ def pairs_of(lens_q, lens_k, causal):
 # --- plan (CPU) ---------------------------------------------------------------------------------------------------
 def plan(args) -> int:
     from cutegen.core.search import search
-    from cutegen.ops.attention.render import render
+    from cutegen.ops.attention.render import backend_refusals, render
     out = Path(args.out)
     (out / "kernels").mkdir(parents=True, exist_ok=True)
     classes, kernels = {}, {}
@@ -96,14 +99,23 @@ def plan(args) -> int:
         config = found.ranked[0].config
         entry = {"problem": problem.to_dict(), "config": config.to_dict(), "search_seconds": round(seconds, 3),
                  "predicted_us": found.ranked[0].cost}
-        for role, p in (("varlen", problem), ("dense", problem.replace(varlen=False))):
-            r = render(p, config, cost={"model": "attention cost (core search), varlen priced at its maxima",
-                                        "predicted_us": found.ranked[0].cost})
-            rel = f"kernels/{p.kernel_class_name}_{config.short_name()}"
+        roles = [("varlen", problem, config), ("dense", problem.replace(varlen=False), config)]
+        if name in TWIN_CLASSES:
+            # the same kernel with the other scheduler: static persistent round robin against the hardware's
+            # dynamic CTA scheduling, on ragged batches (run 2: the persistent head-64 pick lost 9% to dense there)
+            twin = config.replace(persistent=not config.persistent)
+            if not backend_refusals(problem, twin):
+                roles.append(("varlen_twin", problem, twin))
+        for role, p, cfg in roles:
+            r = render(p, cfg, cost={"model": "attention cost (core search), varlen priced at its maxima",
+                                     "predicted_us": found.ranked[0].cost})
+            rel = f"kernels/{p.kernel_class_name}_{cfg.short_name()}"
             if rel not in kernels:
                 r.write(out / rel)
                 kernels[rel] = r.kernel_hash
             entry[role] = rel
+            if role == "varlen_twin":
+                entry["twin_config"] = cfg.to_dict()
         classes[name] = entry
         print(f"{name}: search {seconds * 1e3:.0f} ms, pick {config.short_name()}: {entry['varlen']}, {entry['dense']}")
     (out / "plan.json").write_text(json.dumps({"classes": classes, "kernels": kernels,
@@ -329,7 +341,8 @@ def validate(args) -> int:
     """Each varlen kernel in its own process (``--timeout`` each, ``--parallel`` at once); one JSON file."""
     plan_dir = Path(args.plan)
     doc = json.loads((plan_dir / "plan.json").read_text())
-    dirs = sorted({str(plan_dir / c["varlen"]) for c in doc["classes"].values()})
+    dirs = sorted({str(plan_dir / c[role]) for c in doc["classes"].values() for role in ("varlen", "varlen_twin")
+                   if role in c})
     results, running, pending = {}, {}, [d for d in dirs if (Path(d) / "kernel.so").is_file()]
     for d in dirs:
         if d not in pending:
@@ -442,25 +455,43 @@ def time_plan(args) -> int:
         cmd = [sys.executable, __file__, "time-shape", str(plan_dir), "--json", str(part), "--shape", name]
         if args.validated:
             cmd += ["--validated", args.validated]
-        try:
-            proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                  timeout=max(10.0, deadline + 30 - time.time()))
-            text, rc = proc.stdout, proc.returncode
-        except subprocess.TimeoutExpired as e:
-            text, rc = (e.stdout or "") if isinstance(e.stdout, str) else "", "timeout"
-        lines = [line for line in text.splitlines() if not line.startswith(("TMA Desc", "format", "dim ", "gmem_", "global",
-                                                                           "boxDim", "elementStrides", "interleave",
-                                                                           "swizzle", "l2Promotion", "oobFill"))]
-        print("\n".join(lines[-12:]), flush=True)
+        text, rc = _run_shape(cmd, max(10.0, deadline + 30 - time.time()))
         if part.is_file():
             doc = json.loads(part.read_text())
             part.unlink()
             head = head or {k: v for k, v in doc.items() if k != "shapes"}
             shapes += doc["shapes"]
         else:
-            shapes.append({"name": name, "error": f"time-shape exited {rc}: " + " | ".join(lines[-4:])[-600:]})
+            shapes.append({"name": name, "error": f"time-shape exited {rc}: " + text[-600:]})
+        failed = rc != 0 or any("error" in c for sh in shapes[-1:] for c in sh.get("contenders", {}).values())
+        if failed and time.time() < deadline + 20:
+            # which call faults: the same shape once more, every launch synchronous, each contender called once
+            env = {**os.environ, "CUDA_LAUNCH_BLOCKING": "1"}
+            dtext, drc = _run_shape(cmd + ["--once"], 60.0, env)
+            if part.is_file():
+                diag = json.loads(part.read_text())
+                part.unlink()
+                shapes[-1]["diagnosis_launch_blocking"] = {n: c for sh in diag["shapes"] for n, c in sh.get("contenders", {}).items()}
+            shapes[-1]["diagnosis_exit"] = drc
     Path(args.json).write_text(json.dumps({**(head or {}), "shapes": shapes}, indent=1, sort_keys=True) + "\n")
     return 0
+
+
+_NOISE = ("TMA Desc", "format ", "dim ", "gmem_", "global", "boxDim", "elementStrides", "interleave", "swizzle",
+          "l2Promotion", "oobFill", "  File ", "    ", "Search for", "CUDA kernel errors", "For debugging",
+          "Compile with", "Traceback")
+
+
+def _run_shape(cmd, timeout, env=None):
+    """Run one time-shape process; print its output without the tensor-map dumps and traceback frames."""
+    try:
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout, env=env)
+        text, rc = proc.stdout, proc.returncode
+    except subprocess.TimeoutExpired as e:
+        text, rc = (e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")), "timeout"
+    lines = [line for line in text.splitlines() if line.strip() and not line.startswith(_NOISE)]
+    print(("[CUDA_LAUNCH_BLOCKING=1 once] " if env else "") + "\n".join(lines[-20:]), flush=True)
+    return "\n".join(lines), rc
 
 
 def time_shape(args) -> int:
@@ -511,6 +542,12 @@ def time_shape(args) -> int:
             "varlen_equal": (flops_dense, lambda: vop.flash_attn_varlen_func(qe, ke, ve, cu_qe, cu_ke, s_rms, s_rms,
                                                                              causal=causal)),
         }
+        tdir = plan_dir / entry["varlen_twin"] if "varlen_twin" in entry else None
+        if tdir is not None and (tdir / "kernel.so").is_file() and (valid is None or tdir.name in valid):
+            top = AttentionKernels([tdir])
+            rec["twin_config"] = entry["twin_config"]
+            contenders["varlen_ragged_twin"] = (flops_ragged, lambda: top.flash_attn_varlen_func(
+                q, k, v, cu_q, cu_k, max(lens), max(lens), causal=causal))
         if (ddir / "kernel.so").is_file():
             dop = AttentionKernels([ddir])
             contenders["dense_same_config"] = (flops_dense, lambda: dop(qd, kd, vd, is_causal=causal, enable_gqa=gqa))
@@ -526,8 +563,9 @@ def time_shape(args) -> int:
         vp = torch.randn(B, Hkv, mx, D, device="cuda").to(dtype)
         contenders["sdpa_cudnn_padded"] = (flops_ragged, lambda: cudnn(qp, kp, vp))
         offs = [0] + list(_accumulate(lens))
-        seqs = [(q[a:b].transpose(0, 1)[None], k[a:b].transpose(0, 1)[None], v[a:b].transpose(0, 1)[None])
-                for a, b in zip(offs[:-1], offs[1:])]
+        # contiguous (1, H, len, D) copies made once, outside the timing (run 2 faulted in a process that called
+        # cuDNN on strided per-sequence views; the diagnosis run says which call)
+        seqs = [tuple(t[a:b].transpose(0, 1)[None].contiguous() for t in (q, k, v)) for a, b in zip(offs[:-1], offs[1:])]
         contenders["sdpa_cudnn_per_sequence"] = (flops_ragged, lambda: [cudnn(*s) for s in seqs])
         torch.cuda.synchronize()            # a fault so far is not the kernels'
         # correctness of the timed ragged call on a slice (last sequence, first and last head)
@@ -544,15 +582,25 @@ def time_shape(args) -> int:
         for cname, (flops, fn) in contenders.items():
             r = {}
             try:
-                ms = _time_ms(fn)
-                r = {"ms": ms, "tflops": flops / (ms * 1e-3) / 1e12}
+                if args.once:       # diagnosis (CUDA_LAUNCH_BLOCKING=1): one call, a fault raises at its launch
+                    fn()
+                    torch.cuda.synchronize()
+                    r = {"once": "ok"}
+                else:
+                    ms = _time_ms(fn)
+                    torch.cuda.synchronize()
+                    r = {"ms": ms, "tflops": flops / (ms * 1e-3) / 1e12}
             except Exception as e:  # noqa: BLE001 - a peer that cannot run says so
                 r = {"error": f"{type(e).__name__}: {e}"[:300]}
                 print(f"{name} {cname}: {r['error']}", flush=True)
             rec["contenders"][cname] = r
+            if "error" in r:
+                break               # the context is likely lost: the contenders after this one would only fail
         c = rec["contenders"]
         if c.get("varlen_ragged", {}).get("tflops") and c.get("dense_same_config", {}).get("tflops"):
             rec["ragged_vs_dense_tflops"] = c["varlen_ragged"]["tflops"] / c["dense_same_config"]["tflops"]
+        if c.get("varlen_ragged_twin", {}).get("tflops") and c.get("dense_same_config", {}).get("tflops"):
+            rec["twin_ragged_vs_dense_tflops"] = c["varlen_ragged_twin"]["tflops"] / c["dense_same_config"]["tflops"]
         if c.get("varlen_equal", {}).get("ms") and c.get("dense_same_config", {}).get("ms"):
             rec["equal_vs_dense_time"] = c["dense_same_config"]["ms"] / c["varlen_equal"]["ms"]
         if c.get("varlen_ragged", {}).get("tflops") and c.get("sdpa_cudnn_dense", {}).get("tflops"):
@@ -564,8 +612,6 @@ def time_shape(args) -> int:
         print(f"{name}: " + "  ".join(f"{n} {r['tflops']:.0f}" for n, r in c.items() if r.get("tflops"))
               + f"  ragged/dense {rec.get('ragged_vs_dense_tflops', float('nan')):.3f}"
               + f"  equal/dense {rec.get('equal_vs_dense_time', float('nan')):.3f}", flush=True)
-        q = k = v = qe = ke = ve = qd = kd = vd = qp = kp = vp = seqs = contenders = None
-        torch.cuda.empty_cache()
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
     return 0
@@ -598,6 +644,7 @@ def main(argv=None) -> int:
     p.add_argument("--json", required=True)
     p.add_argument("--shape", required=True, choices=sorted(TIMING))
     p.add_argument("--validated")
+    p.add_argument("--once", action="store_true", help="diagnosis: call each contender once, no timing")
     args = ap.parse_args(argv)
     return {"plan": plan, "validate": validate, "validate-one": validate_one, "sanitize-case": sanitize_case,
             "time": time_plan, "time-shape": time_shape}[args.cmd](args)
