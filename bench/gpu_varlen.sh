@@ -74,6 +74,17 @@ run_until "$BUILD_END_S" "$PY" "$STAGE/build_all.py" "$JOBS" "$PLAN/dirs.txt" $(
 grep -E "FAILED|LEGALITY BUG|error|spill|built [0-9]|registers" "$STAGE/build.txt" | head -n 40
 echo "libraries: $(ls "$PLAN"/kernels/*/kernel.so 2> /dev/null | wc -l)"
 
+if [ "${MODE:-}" = "probe" ]; then
+  # fault bisection (run 3): PROBE_CASES of bench/varlen_bench.py, one process each, launch-blocking, then memcheck
+  phase "3p. probe (one process per case, CUDA_LAUNCH_BLOCKING=1; memcheck on the first fault)"
+  timeout $(( HARD_LIMIT_S - $(elapsed) )) "$PY" bench/varlen_bench.py probe "$PLAN" --json "$OUTV/probe.json" --sanitize
+  echo "probe exit code $?"
+  phase "5. summary ($(elapsed) s)"
+  echo "gpu_varlen (probe): done in $(elapsed) s; files: $(cd "$OUTV" && ls | tr '\n' ' ')"
+  rm -rf "$STAGE"
+  exit 0
+fi
+
 phase "2. compute-sanitizer memcheck (background): the causal MHA kernel with a 1500-token sequence, then GQA causal"
 SAN_LONG=$(ls -d "$PLAN"/kernels/attn_d128_bf16_causal_varlen_*/ 2> /dev/null | head -n 1)
 SAN_GQA=$(ls -d "$PLAN"/kernels/attn_d128_bf16_gqa_causal_varlen_*/ 2> /dev/null | head -n 1)

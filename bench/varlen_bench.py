@@ -617,6 +617,83 @@ def time_shape(args) -> int:
     return 0
 
 
+# fault bisection (run 3: the GQA causal kernel faulted on 8 equal sequences of 3255 tokens, 32/8 heads, after the
+# ragged batch of the same heads passed): (kernel class, lens, Hq, Hkv), each call in its own process
+PROBE_CASES = [
+    ("gqa_d128_causal", [3255] * 8, 32, 8),      # run 3's fault
+    ("gqa_d128_causal", [3255] * 8, 8, 2),
+    ("gqa_d128_causal", [3255] * 1, 32, 8),
+    ("gqa_d128_causal", [3256] * 8, 32, 8),
+    ("gqa_d128_causal", [3200] * 8, 32, 8),
+    ("gqa_d128_causal", [3255] * 8, 32, 32),
+    ("gqa_d128_causal", [3255] * 4, 32, 8),
+    ("gqa_d128_causal", [1356, 4918, 772, 2345, 1221, 4314, 3938, 4124], 32, 8),   # passed in run 3
+    ("d128_causal", [3255] * 8, 32, 32),                                           # passed in run 3
+    ("d128", _lengths(3, 64, 1, 512), 32, 32),                                     # run 2's short shape
+    ("d128", [320] * 64, 32, 32),
+]
+
+
+def probe_one(args) -> int:
+    """One varlen call of a PROBE_CASES entry, synchronized, then its error against the float32 reference."""
+    torch = _torch()
+    from cutegen.ops.attention.torch_op import AttentionKernels
+    plan_dir = Path(args.plan)
+    cls, lens, Hq, Hkv = PROBE_CASES[args.case]
+    entry = json.loads((plan_dir / "plan.json").read_text())["classes"][cls]
+    causal, D = entry["problem"]["causal"], entry["problem"]["head_dim"]
+    q, k, v, cu_q, cu_k = packed_batch(lens, lens, Hq, Hkv, D, torch.bfloat16, seed=3)
+    rec = {"case": args.case, "class": cls, "batch": len(lens), "lens": lens if len(lens) <= 8 else f"{len(lens)} seqs",
+           "heads": [Hq, Hkv]}
+    try:
+        o, lse = AttentionKernels([plan_dir / entry["varlen"]]).flash_attn_varlen_func(
+            q, k, v, cu_q, cu_k, max(lens), max(lens), causal=causal, return_lse=True)
+        torch.cuda.synchronize()
+        rec["call"] = "ok"
+        b = len(lens) - 1
+        a = sum(lens[:-1])
+        ref_o, ref_l = reference(q[a:], k[a:], v[a:], lens[-1:], lens[-1:], causal, 1 / math.sqrt(D))
+        rec.update(compare(o[a:], lse[:, a:], ref_o, ref_l, lens[-1]))
+        rec["checked_sequence"] = b
+    except Exception as e:  # noqa: BLE001 - the verdict
+        rec["call"] = f"{type(e).__name__}: {e}"[:240]
+    print(json.dumps({"probe": rec}), flush=True)
+    return 0
+
+
+def probe(args) -> int:
+    """Every PROBE_CASES entry in its own process with CUDA_LAUNCH_BLOCKING=1; then compute-sanitizer memcheck on
+    the first one that faults."""
+    env = {**os.environ, "CUDA_LAUNCH_BLOCKING": "1"}
+    results, first_fault = [], None
+    for i in range(len(PROBE_CASES)):
+        cmd = [sys.executable, __file__, "probe-one", args.plan, "--case", str(i)]
+        try:
+            out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                                 timeout=60).stdout
+        except subprocess.TimeoutExpired:
+            out = '{"probe": {"case": %d, "call": "timeout (60 s)"}}' % i
+        rec = next((json.loads(line)["probe"] for line in out.splitlines() if line.startswith('{"probe"')),
+                   {"case": i, "call": "no result: " + out[-300:]})
+        results.append(rec)
+        print(json.dumps(rec), flush=True)
+        if rec.get("call") != "ok" and first_fault is None:
+            first_fault = i
+    if first_fault is not None and args.sanitize:
+        cmd = ["compute-sanitizer", "--tool", "memcheck", "--print-limit", "8", sys.executable, __file__, "probe-one",
+               args.plan, "--case", str(first_fault)]
+        try:
+            out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120).stdout
+        except subprocess.TimeoutExpired as e:
+            out = (e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")) + "\n(timeout 120 s)"
+        keep = [line for line in out.splitlines() if line.startswith("=========") or line.startswith('{"probe"')]
+        print("\n".join(keep[:80]), flush=True)
+        results.append({"memcheck_case": first_fault, "memcheck": keep[:80]})
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.json).write_text(json.dumps({"probes": results}, indent=1) + "\n")
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -645,9 +722,16 @@ def main(argv=None) -> int:
     p.add_argument("--shape", required=True, choices=sorted(TIMING))
     p.add_argument("--validated")
     p.add_argument("--once", action="store_true", help="diagnosis: call each contender once, no timing")
+    p = sub.add_parser("probe", help="fault bisection: PROBE_CASES, one process each, CUDA_LAUNCH_BLOCKING=1")
+    p.add_argument("plan")
+    p.add_argument("--json", required=True)
+    p.add_argument("--sanitize", action="store_true", help="memcheck the first faulting case")
+    p = sub.add_parser("probe-one")
+    p.add_argument("plan")
+    p.add_argument("--case", type=int, required=True)
     args = ap.parse_args(argv)
     return {"plan": plan, "validate": validate, "validate-one": validate_one, "sanitize-case": sanitize_case,
-            "time": time_plan, "time-shape": time_shape}[args.cmd](args)
+            "time": time_plan, "time-shape": time_shape, "probe": probe, "probe-one": probe_one}[args.cmd](args)
 
 
 if __name__ == "__main__":
