@@ -77,7 +77,8 @@ echo "libraries: $(ls "$PLAN"/kernels/*/kernel.so 2> /dev/null | wc -l)"
 if [ "${MODE:-}" = "probe" ]; then
   # fault bisection (run 3): PROBE_CASES of bench/varlen_bench.py, one process each, launch-blocking, then memcheck
   phase "3p. probe (one process per case, CUDA_LAUNCH_BLOCKING=1; memcheck on the first fault)"
-  timeout $(( HARD_LIMIT_S - $(elapsed) )) "$PY" bench/varlen_bench.py probe "$PLAN" --json "$OUTV/probe.json" --sanitize
+  timeout $(( HARD_LIMIT_S - $(elapsed) )) "$PY" bench/varlen_bench.py probe "$PLAN" --json "$OUTV/probe.json" --sanitize \
+      --sanitize-timeout $(( HARD_LIMIT_S - $(elapsed) - 80 ))
   echo "probe exit code $?"
   phase "5. summary ($(elapsed) s)"
   echo "gpu_varlen (probe): done in $(elapsed) s; files: $(cd "$OUTV" && ls | tr '\n' ' ')"

@@ -679,13 +679,15 @@ def probe(args) -> int:
         print(json.dumps(rec), flush=True)
         if rec.get("call") != "ok" and first_fault is None:
             first_fault = i
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps({"probes": results}, indent=1) + "\n")     # kept if memcheck is cut short
     if first_fault is not None and args.sanitize:
         cmd = ["compute-sanitizer", "--tool", "memcheck", "--print-limit", "8", sys.executable, __file__, "probe-one",
                args.plan, "--case", str(first_fault)]
         try:
-            out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120).stdout
+            out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=args.sanitize_timeout).stdout
         except subprocess.TimeoutExpired as e:
-            out = (e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")) + "\n(timeout 120 s)"
+            out = (e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")) + "\n(memcheck timed out)"
         keep = [line for line in out.splitlines() if line.startswith("=========") or line.startswith('{"probe"')]
         print("\n".join(keep[:80]), flush=True)
         results.append({"memcheck_case": first_fault, "memcheck": keep[:80]})
@@ -726,6 +728,7 @@ def main(argv=None) -> int:
     p.add_argument("plan")
     p.add_argument("--json", required=True)
     p.add_argument("--sanitize", action="store_true", help="memcheck the first faulting case")
+    p.add_argument("--sanitize-timeout", type=float, default=90.0)
     p = sub.add_parser("probe-one")
     p.add_argument("plan")
     p.add_argument("--case", type=int, required=True)
