@@ -222,6 +222,8 @@ def validation_cases(key):
     ]
     if key["grouped"]:
         cases.append(("mha-call-on-gqa-kernel", [50, 300], [50, 300], 4, 4, None, {}))
+        # run 3's fault (the first load construction): 8 equal sequences of 3255 tokens, 32/8 heads
+        cases.append(("equal-8x3255-32/8", [3255] * 8, [3255] * 8, 32, 8, None, {}))
         cases.append(("mqa", [129, 64], [200, 64], 8, 1, None, {}))
     else:
         cases.append(("qkv-packed-strides", [77, 0, 300], [77, 0, 300], 3, 3, None, {"qkv_packed": True}))

@@ -16,8 +16,9 @@ A varlen kernel (problem ``varlen``; templates/attention/fmha_varlen_sm90.cu.j2)
 ``cutegen_attention_varlen`` instead: packed Q and O (total_q, heads_q, D), K and V (total_k, heads_kv, D) with a
 row (token) stride and a head stride each, ``cu_seqlens_q`` / ``cu_seqlens_k`` int32 device arrays of batch + 1
 non-decreasing offsets from 0 (flash-attention's), ``max_seqlen_q`` / ``max_seqlen_k`` at least every length
-(the tensor maps' row extents; a length above its max is outside the contract), ``total_q`` / ``total_k`` the packed
-row counts. LSE is float32 (heads_q, total_q) (flash-attention's varlen ``softmax_lse``), or NULL: not written, so
+(max_seqlen_q sizes the grid: rows of a longer sequence past it are not computed), ``total_q`` / ``total_k`` the
+packed row counts (the tensor maps' row extents). A KV tile of a sequence may read up to tile_kv - 1 rows past the
+sequence's end (the next sequence's, or zeros past total_k): they are masked, but must be finite (0 x NaN is NaN). LSE is float32 (heads_q, total_q) (flash-attention's varlen ``softmax_lse``), or NULL: not written, so
 the workspace is 0 bytes. Causal is bottom-right aligned per sequence.
 """
 from __future__ import annotations

@@ -201,8 +201,9 @@ class AttentionKernels:
         sequence. Returns O (total_q, Hq, D), and with ``return_lse`` also LSE (Hq, total_q) float32 (+inf for a row
         with no visible key). ``check_offsets`` (default: only when the offsets are CPU tensors, which are then
         copied to the GPU) checks the offsets against the totals and maxima on the host (ATTN-OP-VARLEN-OFFSETS,
-        ATTN-OP-VARLEN-MAX); unchecked device offsets that break the contract give wrong rows, never an access
-        outside q, k, v (the tensor maps clip) but possibly outside O's rows."""
+        ATTN-OP-VARLEN-MAX); unchecked device offsets that break the contract give wrong rows (and an O row written
+        outside a sequence). K and V rows in [cu_seqlens_k[-1], total_k) and between sequences may be read by a
+        sequence's last KV tile: masked, but they must be finite."""
         if dropout_p != 0.0:
             raise ValueError(f"ATTN-OP-DROPOUT: dropout_p {dropout_p} is not supported (forward inference only)")
         if q.dim() != 3 or k.dim() != 3 or v.dim() != 3:

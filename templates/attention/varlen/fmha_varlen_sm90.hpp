@@ -6,12 +6,14 @@
 // - Packed tensors: Q and O are (total_q, heads_q, D), K and V (total_k, heads_kv, D), sequence b holding rows
 //   [cu_seqlens_q[b], cu_seqlens_q[b+1]) (flash-attention's flash_attn_varlen_func). The lengths are device data: the
 //   kernel is compiled and launched without knowing them.
-// - Loads (Q, K, V by TMA) use the construction of CUTLASS 4.2's Blackwell FMHA (examples/77_blackwell_fmha,
-//   collective/sm100_fmha_fwd_epilogue_tma_warpspecialized.hpp, the O store there): the tensor map of X sees rows as
-//   (r, c) with r in [0, M) and c in [0, C), both at the row stride, and its base is X - M x row stride. Sequence b
-//   (start s, length n <= M) reads its local row i at r = M - n + i, c = s + n, so address = X + (s + i) x row stride, and
-//   i >= n gives r >= M: outside the tensor map, so TMA zero-fills those rows (K past a sequence's end reads zeros,
-//   never the next sequence and never past the buffer). M is max_seqlen (the caller's bound on every length).
+// - Loads (Q, K, V by TMA) as CUTLASS 4.2's Blackwell FMHA loads them (examples/77_blackwell_fmha,
+//   collective/sm100_fmha_load_tma_warpspecialized.hpp): one tensor map over the whole packed tensor (rows = total_q or
+//   total_k, batch coordinate 0), the sequence's tiles offset by cu_seqlens[b] rows. Rows past a sequence's end read
+//   the next sequence (masked: keys >= len_k score -inf, so their V rows are weighted 0; Q rows >= len_q are never
+//   stored) or, past the packed tensor, TMA's zero fill. (A first version used the row-shift construction of 77's O
+//   store for the loads too: r = max - len + i, c = start + len, base moved back by max rows; it validated, but one
+//   GQA call of the H200 runs, 8 x 3255 tokens, 32/8 heads, faulted with an illegal address at its own launch, while
+//   memcheck of smaller calls was clean. The loads are now the form 77 itself uses; max_seqlen only sizes the grid.)
 // - The masks see the sequence's own lengths: the kernel hands each tile a problem shape (B, H, len_q, len_k, D), so
 //   the 88 ResidualFusion masks keys >= len_k, and the causal mask is per sequence, **bottom-right aligned** as
 //   flash-attention's (query i sees key j iff j <= i + len_k - len_q).
@@ -101,19 +103,18 @@ struct BottomRightCausalMask : cutlass::fmha::collective::DefaultFusion {
 struct VarlenParams {
   int const* cu_seqlens_q = nullptr;   // batch + 1 offsets into the packed Q/O rows
   int const* cu_seqlens_k = nullptr;   // batch + 1 offsets into the packed K/V rows
-  int max_q = 1;                       // Q/O tensor maps' row extent (max_seqlen_q)
-  int max_k = 1;                       // K/V tensor maps' row extent (max_seqlen_k)
+  int rows_q = 1;                      // the Q tensor map's row extent: total_q
+  int rows_k = 1;                      // the K/V tensor maps' row extent: total_k
   int group = 1;                       // query heads per KV head
   int head_dim = 0;
-  BatchShape batch_shape{};            // (C, group, heads_kv)
+  BatchShape batch_shape{};            // (1, group, heads_kv)
 };
 
 struct SeqTile {
   int len_q, len_k, start_q, start_k, head;
   TileProblem problem;                 // (B, H, len_q, len_k, D)
-  cute::tuple<int, int, int> batch_q;  // the Q tensor map's batch coordinate (start_q + len_q, g, kv head)
-  cute::tuple<int, int, int> batch_k;  // K's and V's (start_k + len_k, g, kv head)
-  int shift_q, shift_k;                // max - len: the row coordinate of local row 0
+  cute::tuple<int, int, int> batch;    // the tensor maps' batch coordinate (0, g, kv head)
+  int shift_q, shift_k;                // the row coordinate of local row 0: start_q, start_k
 };
 
 template <class BlkCoord>
@@ -125,11 +126,11 @@ CUTLASS_DEVICE SeqTile seq_tile(VarlenParams const& v, BlkCoord const& blk_coord
   const int len_q = q1 - q0, len_k = k1 - k0;
   const int g = h % v.group, hkv = h / v.group;
   return SeqTile{len_q, len_k, q0, k0, h, TileProblem{batch, heads, len_q, len_k, v.head_dim},
-                 make_tuple(q1, g, hkv), make_tuple(k1, g, hkv), v.max_q - len_q, v.max_k - len_k};
+                 make_tuple(0, g, hkv), q0, k0};
 }
 
 // ---------------------------------------------------------------------------------------------------------------
-// TMA loads with a per-sequence row shift: the 88 CollectiveLoadTma's step(), a partition of our own coordinates.
+// TMA loads at a per-sequence row offset: the 88 CollectiveLoadTma's step(), a partition of our own coordinates.
 template <LoadKind kKind, class Pipeline, class Element, class SmemLayout, class TMA>
 struct VarlenLoadTma : cutlass::fmha::collective::CollectiveLoadTma<kKind, Pipeline, Element, SmemLayout, TMA> {
   using Base = cutlass::fmha::collective::CollectiveLoadTma<kKind, Pipeline, Element, SmemLayout, TMA>;
@@ -184,13 +185,13 @@ struct VarlenMainloop : cutlass::fmha::collective::FmhaMainloopTmaWarpSpecialize
     VarlenParams varlen;
   };
 
-  // Tensor maps over (M rows, D, (C, group, heads_kv)) with bases shifted back by M rows (file comment).
+  // Tensor maps over the packed tensors: (total rows, D, (1, group, heads_kv)) (file comment).
   static Params to_underlying_arguments(Arguments const& args) {
     VarlenParams const& v = args.varlen;
-    auto problem_shape_qk = make_shape(v.max_q, v.max_k, v.head_dim, v.batch_shape);
-    Element const* q_base = args.ptr_Q - int64_t(v.max_q) * int64_t(get<0>(args.dQ));
-    Element const* k_base = args.ptr_K - int64_t(v.max_k) * int64_t(get<0>(args.dK));
-    Element const* v_base = args.ptr_V - int64_t(v.max_k) * int64_t(get<0>(args.dV));
+    auto problem_shape_qk = make_shape(v.rows_q, v.rows_k, v.head_dim, v.batch_shape);
+    Element const* q_base = args.ptr_Q;
+    Element const* k_base = args.ptr_K;
+    Element const* v_base = args.ptr_V;
     auto params_qk = CollectiveMmaQK::to_underlying_arguments(problem_shape_qk,
         typename CollectiveMmaQK::Arguments{q_base, args.dQ, k_base, args.dK}, /*workspace=*/nullptr);
     auto problem_shape_pv = select<0, 2, 1, 3>(problem_shape_qk);
@@ -208,29 +209,29 @@ struct VarlenMainloop : cutlass::fmha::collective::FmhaMainloopTmaWarpSpecialize
   CUTLASS_DEVICE static auto q_tiles(Params const& params, SeqTile const& t, BlkCoord const& blk_coord) {
     using X = Underscore;
     VarlenParams const& v = params.varlen;
-    Tensor m = params.tma_load_q.get_tma_tensor(make_shape(v.max_q, v.head_dim, v.batch_shape));
+    Tensor m = params.tma_load_q.get_tma_tensor(make_shape(v.rows_q, v.head_dim, v.batch_shape));
     Tensor ms = make_tensor(m.data() + t.shift_q * stride<0>(m), m.layout());
     Tensor g_full = local_tile(ms, TileShapeQK{}, make_coord(_, _, _), Step<_1, X, _1>{});
-    Tensor g = g_full(_, _, _, _0{}, t.batch_q);
+    Tensor g = g_full(_, _, _, _0{}, t.batch);
     return make_tensor(g.data() + NumMmaWarpGroups * int(get<0>(blk_coord)) * stride<2>(g), g.layout());
   }
 
   CUTLASS_DEVICE static auto k_tiles(Params const& params, SeqTile const& t) {
     using X = Underscore;
     VarlenParams const& v = params.varlen;
-    Tensor m = params.tma_load_k.get_tma_tensor(make_shape(v.max_k, v.head_dim, v.batch_shape));
+    Tensor m = params.tma_load_k.get_tma_tensor(make_shape(v.rows_k, v.head_dim, v.batch_shape));
     Tensor ms = make_tensor(m.data() + t.shift_k * stride<0>(m), m.layout());
     Tensor g_full = local_tile(ms, TileShapeQK{}, make_coord(_, _, _), Step<X, _1, _1>{});
-    return g_full(_, _, _, _0{}, t.batch_k);
+    return g_full(_, _, _, _0{}, t.batch);
   }
 
   CUTLASS_DEVICE static auto v_tiles(Params const& params, SeqTile const& t) {
     using X = Underscore;
     VarlenParams const& v = params.varlen;
-    Tensor m = params.tma_load_v.get_tma_tensor(make_shape(v.head_dim, v.max_k, v.batch_shape));
+    Tensor m = params.tma_load_v.get_tma_tensor(make_shape(v.head_dim, v.rows_k, v.batch_shape));
     Tensor ms = make_tensor(m.data() + t.shift_k * stride<1>(m), m.layout());
     Tensor g_full = local_tile(ms, TileShapePV{}, make_coord(_, _, _), Step<X, _1, _1>{});
-    return g_full(_, _, _0{}, _, t.batch_k);
+    return g_full(_, _, _0{}, _, t.batch);
   }
 
   // The 88 load_kv_maybe_q with the varlen coordinates (same order of loads: Q0, K0, Q1.., V0, then K_j, V_j).
