@@ -11,6 +11,10 @@ rule: ``attn_mask`` (ATTN-OP-MASK), ``dropout_p`` != 0 (ATTN-OP-DROPOUT), a prob
 (ATTN-OP-NO-KERNEL). Variable-length batches (flash-attention's ``flash_attn_varlen_func``) have no entry
 point: the renderer refuses them (ATTN-RENDER-VARLEN; cutegen/ops/attention/render.py says why).
 
+A split-KV kernel (config ``kv_splits`` > 1, for decode-like calls: few queries, a long KV cache) takes its
+float32 partials in a workspace the op allocates through torch (``cutegen_attention_workspace_size``), and Q
+in an order that reads a group's query heads as rows (BHSD, or one query); other Q strides get one copy.
+
 The kernel runs behind ``torch.library.custom_op("cutegen::attention_fwd")``: opaque to ``torch.compile``
 (its fake implementation gives the shapes) and capturable in CUDA graphs (it launches on the current stream,
 allocates only through torch, and never synchronizes). The library's dynamic shared-memory attribute is set
@@ -76,19 +80,27 @@ def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, library: st
     B, Hq, Sq, D = q.shape
     Hkv, Skv = k.shape[1], k.shape[2]
     grouped = bool(desc["problem"].get("grouped"))
-    q = _fit_strides(q, grouped, Hq, B)
-    k = _fit_strides(k, grouped, Hkv, B)
-    v = _fit_strides(v, grouped, Hkv, B)
+    split = int(desc["config"].get("kv_splits", 1)) > 1
+    # a split-KV kernel folds (batch, KV head) into one mode whatever the group (templates/attention/fmha_sm90_splitkv.cu.j2)
+    q = _fit_strides(q, grouped or split, Hq, B)
+    k = _fit_strides(k, grouped or split, Hkv, B)
+    v = _fit_strides(v, grouped or split, Hkv, B)
+    if split and Hq != Hkv and not (Sq == 1 and q.stride(1) >= D) and q.stride(1) != Sq * q.stride(2):
+        q = q.contiguous()                 # the group's query heads as rows of one problem (ATTN-ABI-SPLIT-PACK)
     out = torch.empty_like(q)              # q's memory order (BSHD or BHSD), so O's strides match a BSHD caller
-    if grouped and B > 1 and out.stride(0) != Hq * out.stride(1):
+    if grouped and not split and B > 1 and out.stride(0) != Hq * out.stride(1):
         out = torch.empty((B, Hq, Sq, D), dtype=q.dtype, device=q.device)
     lse = torch.empty((B, Hq, Sq), dtype=torch.float32, device=q.device)
+    workspace, ws_bytes = None, 0
+    if split:                              # float32 partial O and LSE per KV split (torch's allocator: graph-safe)
+        ws_bytes = int(lib.cutegen_attention_workspace_size(B, Hq, Sq))
+        workspace = torch.empty(ws_bytes, dtype=torch.uint8, device=q.device)
     stream = torch.cuda.current_stream(q.device).cuda_stream
     with torch.cuda.device(q.device):
         status = lib.cutegen_attention(
             q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
             B, Hq, Hkv, Sq, Skv, D, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
-            float(scale), None, 0, stream)
+            float(scale), workspace.data_ptr() if workspace is not None else None, ws_bytes, stream)
     if status != 0:
         raise RuntimeError(f"cutegen attention kernel {desc['hash']}: status {status} "
                            f"({abi.STATUS.get(status, '?')}): {lib.cutegen_last_error().decode()}")
