@@ -50,7 +50,6 @@ SHAPES = {
 # Kernels per head dim: (role, config fields). "unsplit" is the kernel the decode shapes ran on in H200 runs 1-2.
 SWEEP = {
     128: [("unsplit", dict(tile_q=128, tile_kv=128, schedule="ws_cooperative", stages_kv=5)),
-          ("split2", dict(tile_q=128, tile_kv=128, schedule="ws_cooperative", stages_kv=5, kv_splits=2)),
           ("split4", dict(tile_q=128, tile_kv=128, schedule="ws_cooperative", stages_kv=5, kv_splits=4)),
           ("split8", dict(tile_q=128, tile_kv=128, schedule="ws_cooperative", stages_kv=5, kv_splits=8)),
           ("split16", dict(tile_q=128, tile_kv=128, schedule="ws_cooperative", stages_kv=5, kv_splits=16)),
@@ -59,8 +58,7 @@ SWEEP = {
                              loads_q_separately=True, stages_kv=4, kv_splits=8))],
     64: [("unsplit", dict(tile_q=128, tile_kv=128, schedule="ws_cooperative", stages_kv=5)),
          ("split4", dict(tile_q=128, tile_kv=128, schedule="ws_cooperative", stages_kv=5, kv_splits=4)),
-         ("split8", dict(tile_q=128, tile_kv=128, schedule="ws_cooperative", stages_kv=5, kv_splits=8)),
-         ("split16", dict(tile_q=128, tile_kv=128, schedule="ws_cooperative", stages_kv=5, kv_splits=16))],
+         ("split8", dict(tile_q=128, tile_kv=128, schedule="ws_cooperative", stages_kv=5, kv_splits=8))],
 }
 MAX_KERNELS = 16                    # one round of 16 nvcc jobs on the device
 

@@ -11,7 +11,7 @@
 #
 # Phases on the device: 1. build every kernel of the plan (16 nvcc jobs, none past BUILD_END_S);
 # 2. in the background: compute-sanitizer memcheck on one ragged call of the first split kernel, and the op under
-# torch.compile / in a CUDA graph; 3. validate every built kernel (one worker each, 3 at a time);
+# torch.compile / in a CUDA graph; 3. validate every built kernel (one worker each, 5 at a time);
 # 4. time the validated kernels against SDPA cuDNN and flash (bench/decode_bench.py time).
 # Files in $OUT/decode: log.txt (everything printed), results.json (build, validation, op checks, timing),
 # sanitize.txt (compute-sanitizer's output).
@@ -39,10 +39,10 @@ exec > >(tee "$D/log.txt") 2>&1
 
 PY=${PYTHON:-python3}
 JOBS=${JOBS:-16}
-BUILD_END_S=${BUILD_END_S:-120}          # every nvcc is killed by then
-SANITIZE_TIMEOUT_S=${SANITIZE_TIMEOUT_S:-90}
-VALIDATE_S=${VALIDATE_S:-45}             # no validation worker starts after this long
-TIME_S=${TIME_S:-45}                     # no shape starts timing after this long
+BUILD_END_S=${BUILD_END_S:-130}          # every nvcc is killed by then
+SANITIZE_TIMEOUT_S=${SANITIZE_TIMEOUT_S:-75}
+VALIDATE_S=${VALIDATE_S:-40}             # no validation worker starts after this long
+TIME_S=${TIME_S:-35}                     # no shape starts timing after this long
 HARD_LIMIT_S=${HARD_LIMIT_S:-235}        # the timing is killed here whatever it is doing
 export PYTHONUNBUFFERED=1
 export CUTEGEN_CACHE=${CUTEGEN_CACHE:-/tmp/cutegen-cache}
@@ -66,7 +66,7 @@ cat > "$STAGE/build_all.py" <<'PYEOF'
 import json, sys
 from cutegen.build import build
 dirs = [l.strip() for l in open(sys.argv[2]) if l.strip()]
-summary = build(dirs, jobs=int(sys.argv[1]), progress=sys.stdout, timeout=110)
+summary = build(dirs, jobs=int(sys.argv[1]), progress=sys.stdout, timeout=125)
 print(summary.line())
 json.dump([{"kernel": r.name, "status": r.status, "seconds": round(r.seconds, 1), "stats": r.stats,
             "message": (r.message or "")[-600:]} for r in summary.results], open(sys.argv[3], "w"), indent=1)
@@ -91,8 +91,8 @@ else
   OPK_PID=""
 fi
 
-phase "3. validate (3 workers, none started past ${VALIDATE_S} s)"
-"$PY" bench/decode_bench.py validate "$PLAN" --parallel 3 --timeout 60 --deadline "$VALIDATE_S" --json "$STAGE/validate.json" > "$STAGE/validate.txt" 2>&1
+phase "3. validate (5 workers, none started past ${VALIDATE_S} s)"
+"$PY" bench/decode_bench.py validate "$PLAN" --parallel 5 --timeout 50 --deadline "$VALIDATE_S" --json "$STAGE/validate.json" > "$STAGE/validate.txt" 2>&1
 echo "validate exit code $?"
 cat "$STAGE/validate.txt" | tail -n 40
 if [ -n "$OPK_PID" ]; then wait "$OPK_PID"; grep -E "^op-checks|exit code|Error" "$STAGE/opchecks.txt" | tail -n 5; fi
