@@ -230,3 +230,56 @@ def test_cost_prices_the_split_grid_and_the_combine():
     assert kv_splits_of(short, AttentionConfig(kv_splits=8)) == 3
     assert config_cost(short, AttentionConfig(kv_splits=8))[1]["cta_tiles"] == 3 * 64
     assert np.isfinite(split)
+
+
+# --- the op's split path (no GPU: a recording stand-in for the library, CPU tensors) ------------------------
+class _RecordingLib:
+    def __init__(self, ws):
+        self.ws, self.calls = ws, []
+
+    def cutegen_attention_workspace_size(self, b, h, s):
+        return self.ws(b, h, s)
+
+    def cutegen_attention(self, *args):
+        self.calls.append(args)
+        return 0
+
+
+def _run_op(monkeypatch, config, q, k, v):
+    import contextlib
+
+    import torch
+
+    from cutegen.ops.attention import torch_op
+
+    lib = _RecordingLib(lambda b, h, s: splitkv.workspace_bytes(b, h, s, q.shape[-1], config.get("kv_splits", 1)))
+    desc = {"hash": "h", "problem": {"grouped": True}, "config": config}
+    monkeypatch.setattr(torch_op, "load_library", lambda path: (lib, desc))
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: type("S", (), {"cuda_stream": 0})())
+    monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
+    torch_op.attention_fwd(q, k, v, "/fake/kernel.so", 0.125)
+    (args,) = lib.calls
+    return args
+
+
+def test_op_gives_split_kernels_a_workspace_and_rows_it_can_read(monkeypatch):
+    import torch
+    B, Hq, Hkv, Skv, D = 2, 8, 2, 300, 128
+    k = torch.randn(B, Hkv, Skv, D, dtype=torch.bfloat16)
+    v = torch.randn(B, Hkv, Skv, D, dtype=torch.bfloat16)
+    # seqlen_q 4 in BSHD order, batch 1 (no batch-stride rule): heads are not seqlen_q rows apart -> the op
+    # passes a BHSD copy of Q
+    q_bshd = torch.randn(1, 4, Hq, D, dtype=torch.bfloat16).transpose(1, 2)
+    args = _run_op(monkeypatch, {"kv_splits": 4}, q_bshd, k[:1], v[:1])
+    assert args[0] != q_bshd.data_ptr()
+    assert args[11:14] == (Hq * 4 * D, 4 * D, D)                    # Q strides as the kernel reads them
+    assert args[-2] == splitkv.workspace_bytes(1, Hq, 4, D, 4) and args[-3] is not None
+    # the same Q with the unsplit kernel is read as given (it does not fold heads into rows there)
+    assert _run_op(monkeypatch, {}, q_bshd, k[:1], v[:1])[0] == q_bshd.data_ptr()
+    # seqlen_q 1 in BSHD order: one row per head, head stride >= D -> Q as given
+    q1 = torch.randn(B, 1, Hq, D, dtype=torch.bfloat16).transpose(1, 2)
+    args = _run_op(monkeypatch, {"kv_splits": 4}, q1, k, v)
+    assert args[0] == q1.data_ptr()
+    # the unsplit kernel: no workspace (the LSE pointer is given)
+    args = _run_op(monkeypatch, {}, q1, k, v)
+    assert args[-2] == 0 and args[-3] is None
