@@ -283,3 +283,17 @@ def test_op_gives_split_kernels_a_workspace_and_rows_it_can_read(monkeypatch):
     # the unsplit kernel: no workspace (the LSE pointer is given)
     args = _run_op(monkeypatch, {}, q1, k, v)
     assert args[-2] == 0 and args[-3] is None
+
+
+def test_split_kernel_protocol_reads_back_as_the_checked_term():
+    # the split kernel runs the 88 warp-specialized kernel's barriers: its rendered options give the protocol
+    # term the temporal checker explores, and a mutated stage count is caught
+    from cutegen.ops.attention.pipeline_readback import mismatches
+    pp = AttentionConfig(128, 128, "ws_pingpong", persistent=True, loads_q_separately=True, stages_kv=4, kv_splits=8)
+    for config in (SPLIT, pp):
+        src = render(DECODE, config).source
+        assert mismatches(DECODE, config, src) == []
+        tag = f"Option<Tag::kStagesKV, Int<{config.stages_kv}>>"
+        assert tag in src
+        bad = src.replace(tag, f"Option<Tag::kStagesKV, Int<{config.stages_kv + 1}>>")
+        assert mismatches(DECODE, config, bad) == [f"stages_kv: rendered {config.stages_kv + 1}, term {config.stages_kv}"]
