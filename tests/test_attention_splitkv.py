@@ -297,3 +297,20 @@ def test_split_kernel_protocol_reads_back_as_the_checked_term():
         assert tag in src
         bad = src.replace(tag, f"Option<Tag::kStagesKV, Int<{config.stages_kv + 1}>>")
         assert mismatches(DECODE, config, bad) == [f"stages_kv: rendered {config.stages_kv + 1}, term {config.stages_kv}"]
+
+
+def test_the_op_picks_a_split_kernel_for_decode_like_calls_only():
+    from cutegen.ops.attention.torch_op import AttentionKernels
+    key = {"op": "attention", "dtype": "bf16", "head_dim": 128, "head_dim_v": None, "causal": False, "varlen": False,
+           "return_lse": False, "grouped": True}
+    k = object.__new__(AttentionKernels)
+    k.entries = [("/split/kernel.so", {"problem": key, "config": {"kv_splits": 4}}),
+                 ("/plain/kernel.so", {"problem": key, "config": {}})]
+    assert splitkv.is_decode_like(8, 32, 8, 1, False) and not splitkv.is_decode_like(8, 32, 8, 4096, False)
+    assert not splitkv.is_decode_like(8, 32, 8, 1, True)
+    # the bound: 16 x 8 problems of 4 rows = 128 tiles < 132 SMs; 17 x 8 = 136 are not
+    assert splitkv.is_decode_like(16, 32, 8, 1, False) and not splitkv.is_decode_like(17, 32, 8, 1, False)
+    assert k.pick("bf16", 128, False, True, True) == "/split/kernel.so"
+    assert k.pick("bf16", 128, False, True, False) == "/plain/kernel.so"
+    k.entries = k.entries[:1]                               # only a split kernel: it serves every call
+    assert k.pick("bf16", 128, False, True, False) == "/split/kernel.so"

@@ -161,9 +161,10 @@ def candidates(problem) -> list[Candidate]:
 def offers_kv_splits(problem) -> bool:
     """Whether the space holds split-KV kernels for ``problem``: no mask (ATTN-SPLIT-CAUSAL) and fewer CTA tiles
     than SMs when each (batch, KV head) is one problem of group x seqlen_q rows in 128-row Q tiles: the calls
-    whose unsplit grid cannot fill the GPU. A prefill problem's space (and so its search) is the unsplit one."""
-    rows = (problem.heads_q // problem.heads_kv) * problem.seqlen_q
-    return not problem.causal and problem.batch * problem.heads_kv * -(-rows // 128) < SMS
+    whose unsplit grid cannot fill the GPU (``splitkv.is_decode_like``). A prefill problem's space (and so its
+    search) is the unsplit one."""
+    from cutegen.ops.attention.splitkv import is_decode_like
+    return is_decode_like(problem.batch, problem.heads_q, problem.heads_kv, problem.seqlen_q, problem.causal, SMS)
 
 
 def split_q_tiles(problem) -> tuple:

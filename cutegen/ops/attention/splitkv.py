@@ -18,11 +18,21 @@ import math
 
 FLOAT_BYTES = 4
 WORKSPACE_ALIGN = 256
+SMS = 132                       # H100/H200 SXM
+PACKED_TILE_ROWS = 128          # the smallest warp-specialized Q tile (two consumer warpgroups of 64 rows)
 
 CAUSAL_NOTE = ("causal attention here is top-left aligned (SDPA's is_causal: query i sees keys j <= i), so a Q block "
                "reads at most ceil((q_block + 1) x tile_q / tile_kv) KV tiles (fmha_fusion.hpp CausalFusion::"
                "get_trip_count): the keys past seqlen_q are never read, a decode call (seqlen_q << seqlen_kv) has no "
                "long KV walk to split, and the split kernel renders no causal mask")
+
+
+def is_decode_like(batch: int, heads_q: int, heads_kv: int, seqlen_q: int, causal: bool, sms: int = SMS) -> bool:
+    """Whether an unsplit kernel's grid leaves SMs idle: no mask, and fewer 128-row Q tiles than SMs when each
+    (batch, KV head) is one problem of group x seqlen_q rows. The search offers splits only here
+    (search/attention/engine.py offers_kv_splits) and the PyTorch op prefers a split kernel only here."""
+    rows = (heads_q // heads_kv) * seqlen_q
+    return not causal and batch * heads_kv * -(-rows // PACKED_TILE_ROWS) < sms
 
 
 def kv_tiles(seqlen_kv: int, tile_kv: int) -> int:

@@ -125,13 +125,22 @@ class AttentionKernels:
         if not self.entries:
             raise ValueError("AttentionKernels: no kernel given")
 
-    def pick(self, dtype: str, head_dim: int, causal: bool, grouped: bool) -> str:
+    def pick(self, dtype: str, head_dim: int, causal: bool, grouped: bool, decode_like: bool | None = None) -> str:
         """The library path of the first kernel computing this kind of problem; a grouped kernel also
-        serves MHA calls (group 1), an MHA kernel only MHA."""
+        serves MHA calls (group 1), an MHA kernel only MHA. ``decode_like`` (``splitkv.is_decode_like``): among
+        those, the first split-KV kernel (config kv_splits > 1) for a decode-like call and the first unsplit one
+        otherwise, where one of that kind is loaded (a split kernel's workspace grows with the query rows)."""
+        matching = []
         for path, desc in self.entries:
             p = desc["problem"]
             if (p["dtype"], p["head_dim"], p["causal"]) == (dtype, head_dim, causal) and (p["grouped"] or not grouped):
-                return path
+                matching.append((path, int(desc.get("config", {}).get("kv_splits", 1)) > 1))
+        if matching:
+            if decode_like is not None:
+                for path, split in matching:
+                    if split == decode_like:
+                        return path
+            return matching[0][0]
         raise ValueError(f"ATTN-OP-NO-KERNEL: no loaded kernel computes dtype {dtype}, head_dim {head_dim}, "
                          f"causal {causal}, grouped {grouped}")
 
@@ -159,7 +168,8 @@ class AttentionKernels:
         if dtype is None or key.dtype != query.dtype or value.dtype != query.dtype:
             raise ValueError(f"ATTN-OP-DTYPE: q, k, v must all be bfloat16 or float16, got "
                              f"{query.dtype}, {key.dtype}, {value.dtype}")
-        library = self.pick(dtype, D, bool(is_causal), Hkv != Hq)
+        from .splitkv import is_decode_like
+        library = self.pick(dtype, D, bool(is_causal), Hkv != Hq, is_decode_like(B, Hq, Hkv, Sq, bool(is_causal)))
         s = 1.0 / math.sqrt(D) if scale is None else float(scale)
         out, _ = torch.ops.cutegen.attention_fwd(query, key, value, library, s)
         return out
