@@ -18,7 +18,8 @@ small, Q strides a split kernel cannot read as rows, misaligned base).
 
 ``time`` times every validated kernel through the op against SDPA's cuDNN and flash backends on the same tensors
 (CUDA events, contenders interleaved per round, median), and reports TFLOP/s and the fraction of the HBM floor:
-K and V read once (plus Q and O) at 4.8 TB/s over the measured time.
+K and V read once (plus Q and O) at 4.8 TB/s over the measured time; then each contender's GPU time alone, its
+calls replayed from a CUDA graph (``graph_us``), which leaves out the host path.
 """
 from __future__ import annotations
 
@@ -383,6 +384,33 @@ def _time_round(fns, reps):
     return out
 
 
+def _graph_us(fn, calls=20, replays=5):
+    """Microseconds per call of ``fn`` replayed from a CUDA graph of ``calls`` calls (median of ``replays``): the
+    GPU time without the host path (the op's Python and C ABI, the TMA descriptor encodes)."""
+    torch = _torch()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(calls):
+            fn()
+    g.replay()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    per = []
+    for _ in range(replays):
+        start.record()
+        g.replay()
+        end.record()
+        end.synchronize()
+        per.append(start.elapsed_time(end) * 1e3 / calls)
+    del g
+    return statistics.median(per)
+
+
 def time_plan(args) -> int:
     torch = _torch()
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -456,6 +484,12 @@ def time_plan(args) -> int:
             ms = statistics.median(r[name] for r in rounds)
             row["contenders"][name].update({"ms": ms, "us": ms * 1e3, "tflops": p.flops / (ms * 1e-3) / 1e12,
                                             "hbm_fraction": floor_us / (ms * 1e3)})
+        for name, fn in usable.items():        # GPU time alone: the same calls replayed from a CUDA graph
+            try:
+                us = _graph_us(fn)
+                row["contenders"][name].update({"graph_us": us, "graph_hbm_fraction": floor_us / us})
+            except Exception as ex:  # noqa: BLE001 - a contender that cannot be captured says so
+                row["contenders"][name]["graph_error"] = f"{type(ex).__name__}: {ex}"[:200]
         base = row["contenders"].get("sdpa_cudnn", {}).get("ms")
         for r in row["contenders"].values():
             if base and r.get("ms"):
@@ -467,7 +501,8 @@ def time_plan(args) -> int:
         if pick:
             row["search_pick"] = Path(pick["dir"]).name
         doc["shapes"].append(row)
-        cells = "  ".join(f"{n}: {r['us']:.1f} us {r['hbm_fraction']:.2f}" for n, r in row["contenders"].items()
+        cells = "  ".join(f"{n}: {r['us']:.1f} us {r['hbm_fraction']:.2f} (graph {r.get('graph_us', float('nan')):.1f} us "
+                          f"{r.get('graph_hbm_fraction', float('nan')):.2f})" for n, r in row["contenders"].items()
                           if r.get("ms"))
         print(f"{shape} (floor {floor_us:.1f} us): {cells}", flush=True)
         q = k = v = o = fns = usable = None

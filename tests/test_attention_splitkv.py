@@ -314,3 +314,16 @@ def test_the_op_picks_a_split_kernel_for_decode_like_calls_only():
     assert k.pick("bf16", 128, False, True, False) == "/plain/kernel.so"
     k.entries = k.entries[:1]                               # only a split kernel: it serves every call
     assert k.pick("bf16", 128, False, True, False) == "/split/kernel.so"
+
+
+def test_both_templates_encode_tma_descriptors_without_a_lookup_per_call():
+    # CUTLASS's default wrapper asks the runtime for cuTensorMapEncodeTiled's entry point on every encode; both
+    # attention templates switch to the direct form and resolve the name to a once-per-process lookup, before any
+    # CUTLASS header is included
+    for config in (AttentionConfig(), SPLIT):
+        src = render(DECODE, config).source
+        first_cutlass = src.index('#include "cute/tensor.hpp"')
+        assert src.index("#define CUTLASS_ENABLE_DIRECT_CUDA_DRIVER_CALL 1") < first_cutlass
+        assert src.index("#define cuTensorMapEncodeTiled cutegen_driver::encode_tiled") < first_cutlass
+        assert src.count("cudaGetDriverEntryPointByVersion(") == 1
+        assert "static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {" in src
