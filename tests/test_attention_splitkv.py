@@ -327,3 +327,13 @@ def test_both_templates_encode_tma_descriptors_without_a_lookup_per_call():
         assert src.index("#define cuTensorMapEncodeTiled cutegen_driver::encode_tiled") < first_cutlass
         assert src.count("cudaGetDriverEntryPointByVersion(") == 1
         assert "static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {" in src
+
+
+def test_split_cost_charges_waves_and_a_one_wave_grid():
+    # run 2 on the H200 (B8 Hq32/Hkv8 D128 Skv 32768): 4 splits (2 waves) beat 2 (one wave) and 32 (16 waves)
+    p = DECODE.replace(seqlen_kv=32768)
+    cost = {n: config_cost(p, AttentionConfig(kv_splits=n))[0] for n in (2, 4, 8, 32)}
+    assert cost[4] < cost[2] and cost[4] < cost[8] < cost[32]
+    b2, b4 = config_cost(p, AttentionConfig(kv_splits=2))[1], config_cost(p, AttentionConfig(kv_splits=4))[1]
+    assert (b2["split_waves"], b4["split_waves"]) == (1, 2)
+    assert config_cost(p, AttentionConfig())[1]["split_waves"] is None

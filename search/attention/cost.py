@@ -28,7 +28,9 @@ grouped problem on BHSD tensors is priced as the C ABI runs it: one (group x seq
 
 A split-KV kernel (config ``kv_splits`` > 1, cutegen.ops.attention.splitkv) is priced as it runs: every
 (batch, KV head) one problem of group x seqlen_q rows (always packed), ``S = min(kv_splits, KV tiles)`` times as
-many CTA tiles, each walking ceil(T / S) KV tiles, its epilogue storing float32; then the combine: its launch
+many CTA tiles, each walking ceil(T / S) KV tiles, its epilogue storing float32; it streams at the HBM bound it
+reaches (HBM_EFFICIENCY), plus a cost per wave of CTAs (SPLIT_WAVE_US) and, for a grid of one wave, the slowest SM's
+share (ONE_WAVE_IMBALANCE) -- three constants fitted on H200 run 2 -- then the combine: its launch
 (COMBINE_FIXED_US, an estimate) and its HBM traffic (the partials written and read once, O written).
 
 Constants are physical figures but one: OVERLAP_LOSS was fitted (search/attention/calibration.py) to the
@@ -60,6 +62,14 @@ TMA_LATENCY_CLK = 1200.0
 EPILOGUE_LATENCY_CLK = 800.0
 LAUNCH_US = 3.0
 COMBINE_FIXED_US = 2.0          # the split kernel's second launch (combine) on the same stream: an estimate, not fitted
+# Split-KV streaming, fitted (by hand, three constants) on H200 run 2's GPU-bound split kernels, B8 Hq32/Hkv8 D128
+# Skv 32768, Sq 1 (kv_splits 2, 4, 8, 16, 32: measured 294, 259, 275, 288, 327 us; model 292, 256, 266, 287, 339);
+# held out: Sq 16 (measured 291, 268, 290, 309, 361; model 294, 260, 273, 300, 366) and head dim 64 Sq 16
+# (kv_splits 2, 4, 8: measured 171, 175, 190; model 156, 164, 180).
+# bench/results/decode/2026-11-26-h200-run2-results.json.
+HBM_EFFICIENCY = 0.93           # share of 4.8 TB/s a split kernel's K/V stream reaches
+SPLIT_WAVE_US = 5.0             # per wave of split CTAs
+ONE_WAVE_IMBALANCE = 0.17       # a one-wave HBM-bound grid waits for its slowest SM by this share of the stream
 SMEM_PER_SM = 233472
 
 
@@ -189,7 +199,17 @@ def config_cost(problem, config, smem_bytes: int | None = None) -> tuple[float, 
         from cutegen.ops.attention.splitkv import combine_bytes
         combine_us = COMBINE_FIXED_US + combine_bytes(problem.batch, problem.heads_q, problem.seqlen_q, dv, splits,
                                                       2 if problem.dtype != "e4m3" else 2) / HBM_BYTES_PER_S * 1e6
-    total_us = max(t_sm_us, hbm_us) + LAUNCH_US + combine_us
+    if splits > 1:
+        # A split kernel streams K and V at the HBM bound: the bandwidth it reaches (HBM_EFFICIENCY), a fixed cost
+        # per wave of CTAs (prologue, pipeline fill, the partial O's store), and with a single wave the slowest
+        # SM's share (the hardware cannot rebalance a grid that fits at once). Fitted on H200 run 2.
+        hbm_eff_us = hbm_us / HBM_EFFICIENCY
+        split_waves = math.ceil(n_tiles / slots)
+        stream_us = max(t_sm_us, hbm_eff_us)
+        imbalance_us = ONE_WAVE_IMBALANCE * stream_us if split_waves == 1 else 0.0
+        total_us = stream_us + split_waves * SPLIT_WAVE_US + imbalance_us + LAUNCH_US + combine_us
+    else:
+        total_us = max(t_sm_us, hbm_us) + LAUNCH_US + combine_us
     breakdown = {
         "mma_clk_per_kv_tile": round(mma, 1), "softmax_clk_per_kv_tile": round(softmax, 1),
         "load_clk_per_kv_tile": round(load, 1), "exposed_latency_clk": round(exposed, 1),
@@ -198,6 +218,7 @@ def config_cost(problem, config, smem_bytes: int | None = None) -> tuple[float, 
         "kv_tiles_per_cta": [int(trips.min()), int(trips.max())], "cta_tiles": n_tiles, "schedule": schedule,
         "sm_us": round(t_sm_us, 3), "packed_gqa": rows != problem.seqlen_q, "hbm_us": round(hbm_us, 3), "instruction_n": [n_qk, n_pv],
         "kv_splits": splits, "combine_us": round(combine_us, 3),
+        "split_waves": math.ceil(n_tiles / slots) if splits > 1 else None,
     }
     return total_us, breakdown
 
