@@ -70,6 +70,7 @@ COMBINE_FIXED_US = 2.0          # the split kernel's second launch (combine) on 
 HBM_EFFICIENCY = 0.93           # share of 4.8 TB/s a split kernel's K/V stream reaches
 SPLIT_WAVE_US = 5.0             # per wave of split CTAs
 ONE_WAVE_IMBALANCE = 0.17       # a one-wave HBM-bound grid waits for its slowest SM by this share of the stream
+HBM_LATENCY_US = 1.05           # loaded HBM latency a CTA's bytes in flight cover (fitted on run 3: 4 vs 5 K/V stages)
 SMEM_PER_SM = 233472
 
 
@@ -203,11 +204,20 @@ def config_cost(problem, config, smem_bytes: int | None = None) -> tuple[float, 
         # A split kernel streams K and V at the HBM bound: the bandwidth it reaches (HBM_EFFICIENCY), a fixed cost
         # per wave of CTAs (prologue, pipeline fill, the partial O's store), and with a single wave the slowest
         # SM's share (the hardware cannot rebalance a grid that fits at once). Fitted on H200 run 2.
-        hbm_eff_us = hbm_us / HBM_EFFICIENCY
+        # Little's law per CTA: the stages beyond the three the consumer holds (V_(j-1), K_j, V_j) are the bytes in
+        # flight; at HBM_LATENCY_US they cap one CTA's stream (4 stages of 128 x 128 keep one 32 KB tile ahead)
+        ahead_bytes = max(1, config.stages_kv - 3) * tkv * d * esize
+        active = min(n_tiles, slots)
+        rate = min(HBM_BYTES_PER_S * HBM_EFFICIENCY, active * ahead_bytes / (HBM_LATENCY_US * 1e-6))
+        hbm_eff_us = problem.bytes_min / rate * 1e6
         split_waves = math.ceil(n_tiles / slots)
         stream_us = max(t_sm_us, hbm_eff_us)
         imbalance_us = ONE_WAVE_IMBALANCE * stream_us if split_waves == 1 else 0.0
-        total_us = stream_us + split_waves * SPLIT_WAVE_US + imbalance_us + LAUNCH_US + combine_us
+        # ties (HBM-bound kernels of equal waves): more bytes in flight up to the 64 KB measured to be enough (run 3:
+        # 5 stages of 128 x 128, 64 KB ahead, beat 4 stages, 32 KB, by 4-12 %; 8 stages of 128 x 64, 80 KB, tied 5 of
+        # 128 x 128); under 0.1 us, a tie-breaker only
+        total_us = (stream_us + split_waves * SPLIT_WAVE_US + imbalance_us + LAUNCH_US + combine_us
+                    - min(ahead_bytes, 65536) * 1e-9)
     else:
         total_us = max(t_sm_us, hbm_us) + LAUNCH_US + combine_us
     breakdown = {
