@@ -337,3 +337,35 @@ def test_split_cost_charges_waves_and_a_one_wave_grid():
     b2, b4 = config_cost(p, AttentionConfig(kv_splits=2))[1], config_cost(p, AttentionConfig(kv_splits=4))[1]
     assert (b2["split_waves"], b4["split_waves"]) == (1, 2)
     assert config_cost(p, AttentionConfig())[1]["split_waves"] is None
+
+
+def test_load_library_answers_a_known_path_without_the_file_system(monkeypatch, tmp_path):
+    import ctypes
+
+    from cutegen.ops.attention import torch_op
+
+    (tmp_path / "kernel.so").write_bytes(b"")
+
+    class FakeLib:
+        cutegen_attention = cutegen_attention_workspace_size = cutegen_last_error = object()
+
+        def __init__(self, path):
+            self.path = path
+
+        def cutegen_describe(self):
+            return b'{"hash": "x", "problem": {}, "config": {}}'
+
+    monkeypatch.setattr(ctypes, "CDLL", FakeLib)
+    monkeypatch.setattr(torch_op.abi, "bind", lambda lib: lib)
+    monkeypatch.setattr(torch_op, "_BY_ARGUMENT", {})
+    monkeypatch.setattr(torch_op, "_LIBS", {})
+    first = torch_op.load_library(str(tmp_path))
+    assert first[1]["hash"] == "x"
+
+    def no_stat(path):
+        raise AssertionError("the file system was asked again")
+
+    monkeypatch.setattr(torch_op, "_library_path", no_stat)
+    assert torch_op.load_library(str(tmp_path)) is first
+    with pytest.raises(AssertionError, match="asked again"):          # a new spelling still resolves
+        torch_op.load_library(str(tmp_path / "kernel.so"))
