@@ -22,6 +22,7 @@ import importlib.util
 import json
 import os
 import statistics
+import sys
 import time
 
 import torch
@@ -54,6 +55,9 @@ def load_pack_module(pack_dir: str):
     name = json.load(open(os.path.join(pack_dir, "pack.json")))["name"]
     spec = importlib.util.spec_from_file_location(f"{name}_torch", os.path.join(pack_dir, "torch", f"{name}_torch.py"))
     mod = importlib.util.module_from_spec(spec)
+    # registered under its name, as `import NAME_torch` would: torch.compile re-imports the module of every
+    # global the routed forward touches, by name
+    sys.modules[spec.name] = mod
     spec.loader.exec_module(mod)
     return mod
 
