@@ -110,7 +110,7 @@ def test_migration_from_version_1_keeps_every_record(tmp_path):
     _v1_database(path, ms)
     db = ResultsDB(path, seed=None)
     got = db.measurements()                       # opening it for writing migrates it
-    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3     # 3: problems.op, measurements.peers_us
     assert got == ms and all(x.launch_plan is None for x in got)
     assert {x.record_key for x in got} == {r for (r,) in sqlite3.connect(path).execute(
         "SELECT record_key FROM measurements")}

@@ -34,8 +34,11 @@ SANITIZER_TOOLS = ("memcheck", "racecheck", "synccheck")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("kernels", nargs="+", metavar="KERNEL_DIR_OR_SO",
-                   help="built kernel directories (manifest.json + library), libraries, or folders of them")
+    p.add_argument("kernels", nargs="*", metavar="KERNEL_DIR_OR_SO",
+                   help="built kernel directories (manifest.json + library), libraries, or folders of them; with "
+                        "--op other than gemm: one plan folder (``cutegen bench --op NAME --plan``) or a folder of "
+                        "``cutegen generate`` outputs, one per problem name")
+    add_op_arguments(p)
     p.add_argument("--shapes", nargs="*", default=[], metavar="MxNxK[xB]",
                    help="extra sizes to run every kernel at (its dtypes and layouts)")
     p.add_argument("--no-probes", action="store_true", help="skip the refusal probes")
@@ -64,7 +67,44 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-q", "--quiet", action="store_true", help="print only failures and the summary")
 
 
+def add_op_arguments(p: argparse.ArgumentParser) -> None:
+    """--op and the problem of an operation other than GEMM (cutegen.run.ops)."""
+    g = p.add_argument_group("any operation (--op attention, --op grouped_gemm; cutegen.run.ops)")
+    g.add_argument("--op", default="gemm",
+                   help="the operation (default gemm: this command's own worker); another runs the operation's GPU "
+                        "half in this process: its cases, float32 reference and refusal probes")
+    g.add_argument("--suite", dest="op_suite", metavar="TOML",
+                   help="with --op: the problems, [[case]] tables of a name and the problem's fields")
+    g.add_argument("--problem", action="append", default=[], metavar="JSON",
+                   help="with --op: one problem as a JSON object (repeatable)")
+    g.add_argument("--only", dest="op_only", action="append", default=[], metavar="NAME",
+                   help="with --op: only these problems of the suite (repeatable)")
+    g.add_argument("--build", action="store_true", help="with --op: build the kernels that have no library first")
+    g.add_argument("--jobs", type=int, default=2, help="with --build: nvcc jobs at once [2]")
+
+
+def run_op(args: argparse.Namespace) -> int:
+    """``cutegen validate --op NAME PLAN``: every kernel of the problems through the operation's validation."""
+    from ..run import ops
+    if len(args.kernels) != 1:
+        raise CutegenError(f"--op {args.op}: give one plan folder (got {len(args.kernels)} paths)")
+    if args.json and Path(args.json).is_dir():
+        raise CutegenError(f"--json: {args.json} is a directory (a file name was expected)")
+    cases = ops.load_cases(args.op, args.op_suite, args.problem, args.op_only)
+    say = (lambda *a, **k: None) if args.quiet else print
+    if args.build:
+        index = ops.load_index(args.kernels[0])
+        dirs = [k["dir"] for c in cases for k in ops.kernels_for(args.kernels[0], index, c)[0].values()]
+        ops.build_dirs(dirs, args.jobs, say)
+    doc = ops.validate(args.op, cases, args.kernels[0], json_path=args.json, deadline=args.deadline, say=print)
+    return 0 if doc["summary"]["ok"] else 1
+
+
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "op", "gemm") != "gemm":
+        return run_op(args)
+    if not args.kernels:
+        raise CutegenError("no kernel to validate: give built kernel directories, libraries or folders of them")
     if args.workers < 1:
         raise CutegenError(f"--workers: {args.workers} is below 1")
     kernels, unusable = R.discover_kernels(args.kernels)

@@ -64,7 +64,7 @@ def predictor(device_kind: str, db, disk: bool = True) -> Predictor:
     if pred is not None:
         stats["disk_loads"] += 1
     else:
-        pred = Predictor(device_kind, db.measurements())
+        pred = Predictor(device_kind, db.measurements(op="gemm"))
         stats["fits"] += 1
         if disk:
             _store(path, pred)
