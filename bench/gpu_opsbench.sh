@@ -14,7 +14,8 @@
 # (Mixtral w1 prefill, Qwen3 down prefill skewed, DeepSeek-V3 gate-up decode, the same masked) on 4 kernels.
 # On the device (at most 4 minutes):
 #   1. build     all 11 kernels at once (16 nvcc jobs, none past BUILD_END_S)
-#   2. validate  `cutegen validate --op attention` and `--op grouped_gemm`, side by side (each its own process)
+#   2. validate  `cutegen validate --op attention` and `--op grouped_gemm`, side by side (each its own process; every
+#                kernel in a watchdog child: a hang or fault costs that kernel)
 #   3. bench     `cutegen bench --op attention --db ...`, then `--op grouped_gemm` (one at a time: timings never
 #                overlap); the deadlines come from the time left (HARD_LIMIT_S): a problem not started by then is
 #                reported skipped (the suite's order: 8B prefill, 8B decode, 70B prefill, 70B decode)
@@ -92,10 +93,10 @@ echo "libraries: $(ls "$PLAN"/*/kernels/*/kernel.so 2> /dev/null | wc -l) of $(w
 
 phase "2. cutegen validate --op attention / --op grouped_gemm (side by side, ${VALIDATE_S} s)"
 timeout --kill-after=5 $(( VALIDATE_S + 25 )) "$PY" -m cutegen validate --op attention "$PLAN/attention" \
-    --suite "$ATTN_SUITE" --deadline "$VALIDATE_S" --json "$WORK/validate-attention.json" > "$WORK/va.txt" 2>&1 &
+    --suite "$ATTN_SUITE" --deadline "$VALIDATE_S" --timeout 60 --json "$WORK/validate-attention.json" > "$WORK/va.txt" 2>&1 &
 VA=$!
 timeout --kill-after=5 $(( VALIDATE_S + 25 )) "$PY" -m cutegen validate --op grouped_gemm "$PLAN/grouped_gemm" \
-    --suite "$MOE_SUITE" $(moe_only) --deadline "$VALIDATE_S" --json "$WORK/validate-grouped.json" > "$WORK/vg.txt" 2>&1 &
+    --suite "$MOE_SUITE" $(moe_only) --deadline "$VALIDATE_S" --timeout 60 --json "$WORK/validate-grouped.json" > "$WORK/vg.txt" 2>&1 &
 VG=$!
 wait "$VA"; echo "validate attention exit code $?"
 wait "$VG"; echo "validate grouped_gemm exit code $?"
@@ -105,7 +106,7 @@ phase "3a. cutegen bench --op attention (problems start while $(( $(left) - 80 )
 L=$(left); DL=$(( L - 80 > 10 ? L - 80 : 10 )); TO=$(( L - 45 > 25 ? L - 45 : 25 ))
 timeout --kill-after=5 "$TO" \
   "$PY" -m cutegen bench --op attention --suite "$ATTN_SUITE" --kernels "$PLAN/attention" --db "$DB" \
-    $(validated "$WORK/validate-attention.json") --min-ms "$MIN_MS" --deadline "$DL" --out "$WORK" > "$WORK/ba.txt" 2>&1
+    $(validated "$WORK/validate-attention.json") --min-ms "$MIN_MS" --deadline "$DL" --timeout 60 --out "$WORK" > "$WORK/ba.txt" 2>&1
 echo "bench attention exit code $? (deadline $DL s, timeout $TO s)"
 grep -vE "^wrote" "$WORK/ba.txt" | cut -c1-300 | tail -n 45
 
@@ -113,7 +114,7 @@ phase "3b. cutegen bench --op grouped_gemm"
 L=$(left); DL=$(( L - 35 > 5 ? L - 35 : 5 )); TO=$(( L - 15 > 20 ? L - 15 : 20 ))
 timeout --kill-after=5 "$TO" \
   "$PY" -m cutegen bench --op grouped_gemm --suite "$MOE_SUITE" $(moe_only) --kernels "$PLAN/grouped_gemm" --db "$DB" \
-    $(validated "$WORK/validate-grouped.json") --deadline "$DL" --out "$WORK" > "$WORK/bg.txt" 2>&1
+    $(validated "$WORK/validate-grouped.json") --deadline "$DL" --timeout 60 --out "$WORK" > "$WORK/bg.txt" 2>&1
 echo "bench grouped_gemm exit code $? (deadline $DL s, timeout $TO s)"
 grep -vE "^wrote" "$WORK/bg.txt" | cut -c1-300 | tail -n 20
 

@@ -37,7 +37,7 @@ repeat = 2
 
 @pytest.fixture
 def vscale(monkeypatch):
-    op = dataclasses.replace(toy_op.OPERATION, runner="toy_op_runner", peers=("torch.mul", "naive"))
+    op = toy_op_runner.OPERATION
     monkeypatch.setattr(toy_op_runner, "CALLS", {"validate": 0, "bench": 0})
     with registry.registered(op):
         yield op
@@ -107,7 +107,8 @@ def test_the_plan_holds_the_picks_and_the_peer_kernels(planned):
 def test_validate_passes_built_kernels_and_fails_a_wrong_one(planned, tmp_path):
     cases, plan_dir = planned
     index = json.loads((plan_dir / "index.json").read_text())
-    doc = ops.validate("vscale", cases, plan_dir, json_path=str(tmp_path / "v.json"), device=DEVICE, say=lambda *a: None)
+    doc = ops.validate("vscale", cases, plan_dir, json_path=str(tmp_path / "v.json"), device=DEVICE, isolate=False,
+                       say=lambda *a: None)
     assert doc["summary"]["ok"] and doc["summary"]["pass"] == len(index["kernels"])
     assert json.loads((tmp_path / "v.json").read_text())["summary"]["pass"] == doc["summary"]["pass"]
     # a kernel computing the wrong scale fails; one without its library is "not built"
@@ -115,7 +116,8 @@ def test_validate_passes_built_kernels_and_fails_a_wrong_one(planned, tmp_path):
     (wrong / "kernel.cu").write_text((wrong / "kernel.cu").read_text().replace("0.5f *", "0.25f *"))
     unbuilt = plan_dir / index["problems"]["small"]["kernels"]["naive"]["dir"]
     (unbuilt / "kernel.so").unlink()
-    doc = ops.validate("vscale", cases, plan_dir, json_path=str(tmp_path / "v.json"), device=DEVICE, say=lambda *a: None)
+    doc = ops.validate("vscale", cases, plan_dir, json_path=str(tmp_path / "v.json"), device=DEVICE, isolate=False,
+                       say=lambda *a: None)
     verdicts = {r["dir"]: r["verdict"] for r in doc["kernels"]}
     assert verdicts[str(wrong)] == "fail" and verdicts[str(unbuilt)] == "not built"
     assert not doc["summary"]["ok"]
@@ -123,11 +125,28 @@ def test_validate_passes_built_kernels_and_fails_a_wrong_one(planned, tmp_path):
                                                         if v == "pass"}
 
 
+def test_in_a_worker_child_a_hang_costs_one_kernel(planned):
+    """The default: every runner call in a watchdog child; a kernel that does not answer is a hang, the child is
+    killed, the next kernel runs in a fresh one and passes; bench results come back from the child too."""
+    cases, plan_dir = planned
+    index = json.loads((plan_dir / "index.json").read_text())
+    hung = plan_dir / index["problems"]["small"]["kernels"]["cutegen"]["dir"]
+    (hung / "kernel.cu").write_text((hung / "kernel.cu").read_text() + "// HANG\n")
+    doc = ops.validate("vscale", cases[:1], plan_dir, device=DEVICE, timeout=6, say=lambda *a: None)
+    verdicts = {r["role"]: r["verdict"] for r in doc["kernels"]}
+    assert verdicts == {"cutegen": "hang", "cutegen-2": "pass", "naive": "pass"}
+    assert toy_op_runner.CALLS["validate"] == 0          # every call ran in a child, none here
+    bdoc, _ = ops.bench("vscale", cases[1:], plan_dir, plan_dir.parent / "o", device=DEVICE, plot=False,
+                        say=lambda *a: None)
+    assert bdoc["problems"][0]["results"]["cutegen"]["status"] == "ok" and toy_op_runner.CALLS["bench"] == 0
+
+
 # --- bench and the database ----------------------------------------------------------------------------
 def test_bench_times_files_and_a_second_bench_reuses(planned, tmp_path):
     cases, plan_dir = planned
     db = ResultsDB(tmp_path / "r.sqlite", seed=None)
-    doc, path = ops.bench("vscale", cases, plan_dir, tmp_path / "out", db=db, device=DEVICE, say=lambda *a: None)
+    doc, path = ops.bench("vscale", cases, plan_dir, tmp_path / "out", db=db, device=DEVICE, isolate=False,
+                       say=lambda *a: None)
     assert toy_op_runner.CALLS["bench"] == 2
     big = next(e for e in doc["problems"] if e["name"] == "big")
     index = json.loads((plan_dir / "index.json").read_text())["problems"]["big"]["kernels"]
@@ -145,16 +164,17 @@ def test_bench_times_files_and_a_second_bench_reuses(planned, tmp_path):
     mine = [m for m in stored if m.source.endswith("#big/cutegen")]
     assert mine[0].peers_us == {"torch.mul": pytest.approx(peer_us)} and mine[0].median_us == pytest.approx(ours_us)
     # the same database again: nothing is timed, the figures come back
-    doc2, _ = ops.bench("vscale", cases, plan_dir, tmp_path / "out2", db=db, device=DEVICE, plot=False, say=lambda *a: None)
+    doc2, _ = ops.bench("vscale", cases, plan_dir, tmp_path / "out2", db=db, device=DEVICE, plot=False, isolate=False,
+                       say=lambda *a: None)
     assert toy_op_runner.CALLS["bench"] == 2 and doc2["summary"]["reused"] == ["big", "small"]
     big2 = next(e for e in doc2["problems"] if e["name"] == "big")
     assert big2["ratios"] == pytest.approx(big["ratios"]) and len(db.measurements(op="vscale")) == 6
     # another device kind, or no reuse: timed again
     ops.bench("vscale", cases, plan_dir, tmp_path / "out3", db=db, device={**DEVICE, "name": "NVIDIA H100 80GB HBM3",
-              "kind": "h100-sxm"}, plot=False, say=lambda *a: None)
+              "kind": "h100-sxm"}, plot=False, isolate=False, say=lambda *a: None)
     assert toy_op_runner.CALLS["bench"] == 4
     ops.bench("vscale", cases, plan_dir, tmp_path / "out4", db=db, device=DEVICE, plot=False, reuse=False,
-              say=lambda *a: None)
+              isolate=False, say=lambda *a: None)
     assert toy_op_runner.CALLS["bench"] == 6
 
 
@@ -163,7 +183,7 @@ def test_bench_times_only_what_passed_validation(planned, tmp_path):
     naive = json.loads((plan_dir / "index.json").read_text())["problems"]["small"]["kernels"]["naive"]["dir"]
     passed = {str(p.resolve()) for p in (plan_dir / "kernels").iterdir()} - {str((plan_dir / naive).resolve())}
     doc, _ = ops.bench("vscale", cases[:1], plan_dir, tmp_path / "o", validated=passed, device=DEVICE, plot=False,
-                       say=lambda *a: None)
+                       isolate=False, say=lambda *a: None)
     e = doc["problems"][0]
     assert e["not_timed"] == {"naive": "did not pass validation"} and "naive" not in e["results"]
     assert e["ratios"]["naive"] is None and e["ratios"]["torch.mul"] is not None
@@ -175,7 +195,8 @@ def test_the_cli_lists_records_of_one_operation(planned, tmp_path, capsys):
     cases, plan_dir = planned
     path = tmp_path / "r.sqlite"
     with ResultsDB(path, seed=None) as db:
-        ops.bench("vscale", cases, plan_dir, tmp_path / "o", db=db, device=DEVICE, plot=False, say=lambda *a: None)
+        ops.bench("vscale", cases, plan_dir, tmp_path / "o", db=db, device=DEVICE, plot=False, isolate=False,
+                       say=lambda *a: None)
         db.add(Measurement(problem=GemmProblem(64, 64, 64), config=KernelConfig((128, 128, 64), (1, 1, 1)),
                            device_name="NVIDIA H200", device_kind="h200", median_us=3.0, validated=True,
                            measured_at="2026-11-26"))
@@ -305,3 +326,34 @@ def test_the_real_runners_load_without_torch_and_name_their_peer_kernels():
             "ops.load_cases('attention', 'bench/attention_llama.toml'); print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_the_commands_plan_validate_bench_and_reuse(vscale, tmp_path, monkeypatch, capsys):
+    """`cutegen bench --op vscale --plan`, `cutegen validate --op`, `cutegen bench --op --db` twice (the second
+    reuses every problem), through the CLI (in this process; the device stands in)."""
+    from cutegen.cli import main
+    monkeypatch.setattr(ops, "device_info", lambda: dict(DEVICE))
+    suite = tmp_path / "s.toml"
+    suite.write_text(SUITE)
+    plan_dir, db = tmp_path / "plan", tmp_path / "r.sqlite"
+    common = ["--op", "vscale", "--suite", str(suite)]
+    assert main(["bench", *common, "--kernels", str(plan_dir), "--plan"]) == 0
+    for d in (plan_dir / "kernels").iterdir():
+        (d / "kernel.so").write_bytes(b"built")
+    assert main(["validate", str(plan_dir), *common, "--in-process", "--json", str(tmp_path / "v.json")]) == 0
+    capsys.readouterr()
+    bench = ["bench", *common, "--kernels", str(plan_dir), "--db", str(db), "--in-process", "--no-plot",
+             "--validated", str(tmp_path / "v.json")]
+    assert main([*bench, "--out", str(tmp_path / "o1")]) == 0
+    first = capsys.readouterr().out
+    assert main([*bench, "--out", str(tmp_path / "o2")]) == 0
+    second = capsys.readouterr().out
+    assert first.count("BENCH ") == 2 and "REUSED" not in first
+    assert second.count("REUSED") == 2 and "BENCH " not in second
+    assert toy_op_runner.CALLS == {"validate": 4, "bench": 2}      # (pick + naive) x 2 problems; 2 timed
+    # one-line refusals
+    assert main(["bench", "--op", "vscale", "--problem", '{"n": 0}', "--kernels", str(plan_dir)]) == 2
+    assert "--problem[0].n" in capsys.readouterr().err
+    assert main(["bench", "--op", "vscale", "--suite", str(suite)]) == 2
+    assert "--kernels" in capsys.readouterr().err
+    assert main(["validate", "--op", "vscale", "--suite", str(suite)]) == 2

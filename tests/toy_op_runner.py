@@ -4,8 +4,10 @@ scale out of its kernel.cu and applying it with numpy, so a kernel rendered wron
 timings are the toy's cost model (deterministic), its peer ("torch.mul") the bytes at 3.35 TB/s."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
+import time
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +16,8 @@ import toy_op
 
 RUN_FIELDS = ("repeat",)
 CALLS = {"validate": 0, "bench": 0}
+# The toy with this runner and a kernel peer ("naive"); a worker child registers it from here (cutegen._runner_worker)
+OPERATION = dataclasses.replace(toy_op.OPERATION, runner="toy_op_runner", peers=("torch.mul", "naive"))
 
 
 def peer_kernels(problem) -> dict:
@@ -32,13 +36,16 @@ def _run(kernel_dir, x):
 
 def validate(problem, kernel_dir) -> dict:
     CALLS["validate"] += 1
+    if "HANG" in (Path(kernel_dir) / "kernel.cu").read_text():
+        time.sleep(600)                    # a kernel that never finishes: the watchdog's case
     config = json.loads((Path(kernel_dir) / "manifest.json").read_text())["config"]
     cases = []
     for n in toy_op.validation_cases(problem, toy_op.ScaleConfig(**config)):
         x = np.random.default_rng(n).standard_normal(n).astype(np.float32)
         err = float(np.max(np.abs(_run(kernel_dir, x) - problem.scale * x)) / max(1.0, float(np.max(np.abs(x)))))
         cases.append({"n": n, "err": err, "ok": err <= 1e-6})
-    return {"ok": all(c["ok"] for c in cases), "cases": cases, "probes": [], "max_rel_error": max(c["err"] for c in cases)}
+    return {"ok": all(c["ok"] for c in cases), "cases": cases, "probes": [],
+            "max_rel_error": max(c["err"] for c in cases)}
 
 
 def bench(problem, kernels: dict, options: dict) -> dict:

@@ -96,6 +96,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="with --op and --db: time every problem even where the database holds it")
     g.add_argument("--validated", nargs="*", metavar="VALIDATE_JSON",
                    help="with --op: time only the kernels that passed in these `cutegen validate --op` reports")
+    g.add_argument("--in-process", action="store_true",
+                   help="with --op: run the operation's GPU half in this process, not in a watchdog child (a hang or "
+                        "fault then ends the run; --timeout is not enforced)")
     g.add_argument("--min-ms", type=finite_float, default=None,
                    help="with --op: milliseconds per timing round (the runner's default otherwise)")
 
@@ -376,7 +379,8 @@ def run_op(args: argparse.Namespace) -> int:
         doc, _ = ops.bench(args.op, cases, args.kernels, args.out, db=db,
                            validated=ops.passed_in(args.validated or []), deadline=args.deadline,
                            options=options, plot=not args.no_plot, suite=str(args.suite or ""),
-                           reuse=not args.no_reuse)
+                           reuse=not args.no_reuse, timeout=args.timeout, startup_timeout=args.startup_timeout,
+                           isolate=not args.in_process)
     finally:
         if db is not None:
             db.close()

@@ -81,6 +81,9 @@ def add_op_arguments(p: argparse.ArgumentParser) -> None:
                    help="with --op: only these problems of the suite (repeatable)")
     g.add_argument("--build", action="store_true", help="with --op: build the kernels that have no library first")
     g.add_argument("--jobs", type=int, default=2, help="with --build: nvcc jobs at once [2]")
+    g.add_argument("--in-process", action="store_true",
+                   help="with --op: run the operation's GPU half in this process, not in a watchdog child (a hang or "
+                        "fault then ends the run; --timeout is not enforced)")
 
 
 def run_op(args: argparse.Namespace) -> int:
@@ -96,7 +99,9 @@ def run_op(args: argparse.Namespace) -> int:
         index = ops.load_index(args.kernels[0])
         dirs = [k["dir"] for c in cases for k in ops.kernels_for(args.kernels[0], index, c)[0].values()]
         ops.build_dirs(dirs, args.jobs, say)
-    doc = ops.validate(args.op, cases, args.kernels[0], json_path=args.json, deadline=args.deadline, say=print)
+    doc = ops.validate(args.op, cases, args.kernels[0], json_path=args.json, deadline=args.deadline,
+                       timeout=args.timeout, startup_timeout=args.startup_timeout, isolate=not args.in_process,
+                       say=print)
     return 0 if doc["summary"]["ok"] else 1
 
 

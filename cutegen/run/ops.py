@@ -40,6 +40,7 @@ from ..errors import CutegenError, FieldError
 
 BENCH_SCHEMA = "cutegen-opbench/1"
 VALIDATE_SCHEMA = "cutegen-opvalidate/1"
+VERDICTS = ("pass", "fail", "error", "hang", "crash", "not built", "not run")
 INDEX = "index.json"
 DIRS = "dirs.txt"
 # Datasheet HBM bandwidth by device name, most specific first (the floor of a memory-bound call)
@@ -161,7 +162,8 @@ def plan(op_name: str, cases: list[Case], out: str | Path, top_k: int = 1, say: 
         r = registry.render(problem, config)
         h = _kernel_hash(r)
         if h not in kernels:
-            kernels[h] = {"dir": f"kernels/{h}", "config": config.to_dict(), "class": getattr(problem, "kernel_class_name", "")}
+            kernels[h] = {"dir": f"kernels/{h}", "config": config.to_dict(),
+                          "class": getattr(problem, "kernel_class_name", "")}
             rendered[h] = r
         return {"dir": f"kernels/{h}", "hash": h, "config": config.to_dict()}
 
@@ -288,13 +290,79 @@ def _write_json(path: Path, doc: dict) -> None:
     atomic_write(path, (json.dumps(doc, indent=1, sort_keys=True, default=str) + "\n").encode())
 
 
+# --- where the runner runs ---------------------------------------------------------------------------------
+class Runner:
+    """Calls of the operation's GPU half: in a watchdog child (``isolate``, the default: ``cutegen.run.watchdog``, so a
+    kernel that hangs or faults costs that call and a fresh child, not the run; kernel and peers of one problem
+    still run in one process) or in this process (tests, debugging). ``call`` answers (status, value, message),
+    status one of ok, error, hang, crash."""
+
+    def __init__(self, op, isolate: bool = True, startup_timeout: float = 180.0):
+        self.op = op
+        self.isolate = isolate
+        self.startup_timeout = startup_timeout
+        self._worker = None
+
+    def _child(self):
+        if self._worker is None:
+            from .watchdog import Worker
+            self._worker = Worker(startup_timeout=self.startup_timeout)
+        return self._worker
+
+    def device(self) -> dict:
+        if not self.isolate:
+            return device_info()
+        reply = self._child().request({"op": "op_device"}, self.startup_timeout)
+        if not reply.ok:
+            raise CutegenError(f"the GPU worker did not start: {reply.status}: {_first_line(reply.message)}")
+        return reply.value
+
+    def call(self, fn: str, problem, *args, timeout: float = 600.0) -> tuple[str, Any, str]:
+        if not self.isolate:
+            try:
+                return "ok", getattr(runner_of(self.op), fn)(problem, *args), ""
+            except Exception as e:  # noqa: BLE001 - this call's result, the run goes on
+                return "error", None, f"{type(e).__name__}: {e}"[:400]
+        reply = self._child().request({"op": "op_runner", "runner": self.op.runner, "fn": fn,
+                                       "problem": problem.to_dict(), "args": [_plain(a) for a in args]}, timeout)
+        return reply.status, reply.value, _first_line(reply.message)
+
+    def close(self) -> None:
+        if self._worker is not None:
+            self._worker.close()
+            self._worker = None
+
+
+def _first_line(message: str | None) -> str:
+    return (message or "").strip().splitlines()[0][:400] if (message or "").strip() else ""
+
+
+def _plain(a):
+    """Arguments cross to the child as plain data (paths as strings)."""
+    if isinstance(a, Path):
+        return str(a)
+    if isinstance(a, dict):
+        return {k: _plain(v) for k, v in a.items()}
+    return a
+
+
 # --- validate ---------------------------------------------------------------------------------------------
 def validate(op_name: str, cases: list[Case], kernels_dir: str | Path, *, json_path: str | None = None,
-             device: dict | None = None, deadline: float = 0.0, say: Callable = print) -> dict:
+             device: dict | None = None, deadline: float = 0.0, timeout: float = 120.0, isolate: bool = True,
+             startup_timeout: float = 180.0, say: Callable = print) -> dict:
     """Every distinct kernel of the cases (the pick, the runners-up, the peer kernels) through the operation's
-    validation, once each, on the problem of the first case that names it."""
+    validation, once each, on the problem of the first case that names it; ``timeout`` seconds per kernel (then it
+    is a hang, and the next kernel gets a fresh worker)."""
     op = operation(op_name)
-    run = runner_of(op)
+    runner = Runner(op, isolate, startup_timeout)
+    try:
+        return _validate(op, runner, cases, kernels_dir, json_path, device, deadline, timeout, say)
+    finally:
+        runner.close()
+
+
+def _validate(op, runner: "Runner", cases, kernels_dir, json_path, device, deadline, timeout, say) -> dict:
+    op_name = op.name
     index = load_index(kernels_dir)
     kernels: dict[str, tuple[Case, str, dict]] = {}
     missing = []
@@ -306,12 +374,12 @@ def validate(op_name: str, cases: list[Case], kernels_dir: str | Path, *, json_p
             kernels.setdefault(k["dir"], (c, role, k))
     if not kernels:
         raise CutegenError(f"no kernel to validate: {missing[0]['reason'] if missing else 'empty suite'}")
-    device = device or device_info()
+    device = device or runner.device()
     t0 = time.monotonic()
     records: list[dict] = []
 
     def document() -> dict:
-        summary = {v: sum(r["verdict"] == v for r in records) for v in ("pass", "fail", "error", "not built", "not run")}
+        summary = {v: sum(r["verdict"] == v for r in records) for v in VERDICTS}
         summary["kernels"] = len(kernels)
         summary["ok"] = summary["pass"] == len(kernels)
         doc = {"schema": VALIDATE_SCHEMA, "op": op_name, "date": _now().isoformat(timespec="seconds"), "device": device,
@@ -330,15 +398,15 @@ def validate(op_name: str, cases: list[Case], kernels_dir: str | Path, *, json_p
             rec.update(verdict="not built", reason=f"no {Path(kdir) / 'kernel.so'}")
         else:
             started = time.monotonic()
-            try:
-                got = run.validate(c.problem, kdir)
+            status, got, message = runner.call("validate", c.problem, kdir, timeout=timeout)
+            if status == "ok":
                 rec.update(got)
                 rec["verdict"] = "pass" if got.get("ok") else "fail"
-            except Exception as e:  # noqa: BLE001 - this kernel's result, the run goes on
-                rec.update(verdict="error", ok=False, reason=f"{type(e).__name__}: {e}"[:400])
+            else:          # error: the runner raised; hang: no answer in time; crash: the worker died
+                rec.update(verdict=status, ok=False, reason=message or status)
             rec["seconds"] = round(time.monotonic() - started, 2)
         records.append(rec)
-        bad = [x for x in rec.get("cases", []) if not x.get("ok")] + [x for x in rec.get("probes", []) if not x.get("ok")]
+        bad = [x for x in rec.get("cases", []) + rec.get("probes", []) if not x.get("ok")]
         say(f"{rec['verdict'].upper():8s} {role:10s} {Path(kdir).name} ({c.name})"
             + (f": {rec.get('reason')}" if rec.get("reason") else "")
             + "".join(f"\n  {json.dumps(x, default=str)[:300]}" for x in bad[:5]))
@@ -455,12 +523,25 @@ def _record(case: Case, op, role: str, k: dict, r: dict, peers_us: dict, device:
 def bench(op_name: str, cases: list[Case], kernels_dir: str | Path, out_dir: str | Path, *, db=None,
           validated: set[str] | None = None, device: dict | None = None, deadline: float = 0.0,
           options: dict | None = None, plot: bool = True, suite: str = "", reuse: bool = True,
+          timeout: float = 600.0, isolate: bool = True, startup_timeout: float = 180.0,
           say: Callable = print) -> tuple[dict, Path]:
-    """Time every case (see the module's docstring); returns the document and its path."""
+    """Time every case (see the module's docstring), ``timeout`` seconds per problem; returns the document and its
+    path."""
     op = operation(op_name)
+    runner = Runner(op, isolate, startup_timeout)
+    try:
+        return _bench(op, runner, cases, kernels_dir, out_dir, db, validated, device, deadline, options, plot, suite,
+                      reuse, timeout, say)
+    finally:
+        runner.close()
+
+
+def _bench(op, runner: "Runner", cases, kernels_dir, out_dir, db, validated, device, deadline, options, plot, suite,
+           reuse, timeout, say) -> tuple[dict, Path]:
+    op_name = op.name
     run = runner_of(op)
     index = load_index(kernels_dir)
-    device = device or device_info()
+    device = device or runner.device()
     started = _now()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -505,17 +586,18 @@ def bench(op_name: str, cases: list[Case], kernels_dir: str | Path, out_dir: str
             entry["flops"] = op.flops(c.problem) if op.flops else None
             entry["bytes"] = getattr(run, "floor_bytes", lambda p, o: None)(c.problem, c.options)
         else:
-            try:
-                got = run.bench(c.problem, {r: Path(k["dir"]) for r, k in kernels.items()}, {**c.options, **(options or {})})
-            except Exception as e:  # noqa: BLE001 - this problem's result, the run goes on
-                got = {"results": {"cutegen": {"status": "error", "reason": f"{type(e).__name__}: {e}"[:400]}}}
+            status, got, message = runner.call("bench", c.problem, {r: k["dir"] for r, k in kernels.items()},
+                                               {**c.options, **(options or {})}, timeout=timeout)
+            if status != "ok":     # error, hang or crash: every contender of this problem says so
+                got = {"results": {r: {"status": status, "reason": message or status} for r in kernels or ("cutegen",)}}
             entry.update({k: v for k, v in got.items() if k != "results"})
             entry["results"] = got["results"]
             for r, k in kernels.items():
                 entry["results"].setdefault(r, {"status": "error", "reason": "the runner returned nothing"})
                 entry["results"][r].update(dir=k["dir"], hash=k["hash"])
             if "cutegen" not in kernels:
-                entry["results"]["cutegen"] = {"status": "missing", "reason": why or entry.get("not_timed", {}).get("cutegen", "")}
+                entry["results"]["cutegen"] = {"status": "missing",
+                                               "reason": why or entry.get("not_timed", {}).get("cutegen", "")}
             if db is not None:
                 peers_us = {n: r["median_ms"] * 1e3 for n, r in entry["results"].items()
                             if n not in kernels and r.get("status") == "ok" and r.get("median_ms")}
