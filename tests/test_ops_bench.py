@@ -357,3 +357,42 @@ def test_the_commands_plan_validate_bench_and_reuse(vscale, tmp_path, monkeypatc
     assert main(["bench", "--op", "vscale", "--suite", str(suite)]) == 2
     assert "--kernels" in capsys.readouterr().err
     assert main(["validate", "--op", "vscale", "--suite", str(suite)]) == 2
+
+
+@pytest.mark.parametrize("bug", [None, "wrong_weights"])
+def test_the_grouped_runner_validates_on_the_cpu_with_a_stand_in(monkeypatch, tmp_path, bug):
+    """grouped_gemm's runner.validate: the ragged cases (into a sentinel-filled output) and the refusal probes, as
+    one verdict; a stand-in launch does the arithmetic on CPU tensors (as tests/test_grouped_bench.py's)."""
+    from test_grouped_bench import _stand_in
+    from cutegen.ops.grouped_gemm import runner as gg_runner, torch_op
+    from cutegen.ops.grouped_gemm.problem import GroupedGemmProblem
+    monkeypatch.setattr(gg_runner, "DEVICE", "cpu")
+    monkeypatch.setattr(torch_op, "launch", _stand_in(bug))
+    monkeypatch.setattr(torch_op, "load", lambda path: torch_op.register_stand_in("bf16", "offs"))
+    monkeypatch.setattr(gg_runner, "probes",
+                        lambda torch_op, handle, p: {"misaligned_x_base": {"status": 1, "agreed": True}})
+    kdir = tmp_path / "k"
+    kdir.mkdir()
+    (kdir / "manifest.json").write_text(json.dumps({"config": {"tile_m": 128, "tile_n": 128, "swap_ab": False}}))
+    got = gg_runner.validate(GroupedGemmProblem(8, 4096, 4096, 4096), kdir)
+    assert [c["case"] for c in got["cases"]] == ["empty_groups", "one_token", "ragged_tile", "all_in_one",
+                                                 "very_uneven"]
+    assert got["probes"] == [{"probe": "misaligned_x_base", "ok": True, "status": 1, "agreed": True}]
+    assert got["ok"] == (bug is None) and (got["max_rel_error"] < 1e-2) == (bug is None)
+
+
+@pytest.mark.parametrize("damage,field", [
+    (lambda ix: ix.pop("problems"), "index.json"),
+    (lambda ix: ix["problems"]["small"].pop("kernels"), "index.json: problems.small"),
+    (lambda ix: ix["problems"]["small"]["kernels"]["naive"].pop("hash"), "index.json: problems.small.kernels.naive"),
+    (lambda ix: ix["problems"]["small"]["kernels"]["naive"].update(dir="../../elsewhere"),
+     "index.json: problems.small.kernels.naive.dir"),
+])
+def test_a_damaged_plan_index_is_one_line(planned, damage, field):
+    cases, plan_dir = planned
+    index = json.loads((plan_dir / "index.json").read_text())
+    damage(index)
+    (plan_dir / "index.json").write_text(json.dumps(index))
+    with pytest.raises(FieldError) as e:
+        ops.validate("vscale", cases, plan_dir, device=DEVICE, isolate=False, say=lambda *a: None)
+    assert e.value.field.endswith(field) and "\n" not in str(e.value)

@@ -42,8 +42,10 @@ def _v1_database(path: Path, ms) -> None:
     cols = ("record_key, problem_id, config_id, kernel_hash, backend, device_name, device_kind, sm_count, "
             "sm_clock_mhz, driver, cuda, cutlass, cutegen, timing_method, times_us, median_us, validated, "
             "max_rel_error, cublas_us, source, measured_at")
-    for m in ms:
+    conn.execute("ALTER TABLE problems ADD COLUMN op TEXT NOT NULL DEFAULT 'gemm'")   # _row files problems as schema
+    for m in ms:                                                                      # 3 does; gone again below
         conn.execute(f"INSERT INTO measurements ({cols}) VALUES ({', '.join('?' * 21)})", _row(conn, m)[:21])
+    conn.execute("ALTER TABLE problems DROP COLUMN op")
     conn.close()
 
 

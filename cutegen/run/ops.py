@@ -81,9 +81,11 @@ def load_cases(op_name: str, suite: str | None = None, problems: list[str] | tup
         import tomllib
         path = Path(suite)
         try:
-            data = tomllib.loads(path.read_text())
+            data = tomllib.loads(path.read_bytes().decode("utf-8"))
         except OSError as e:
             raise FieldError("--suite", f"cannot read {suite}: {e.strerror}") from None
+        except UnicodeDecodeError as e:
+            raise FieldError("--suite", f"{suite}: not UTF-8 text (byte {e.start})") from None
         except tomllib.TOMLDecodeError as e:
             raise FieldError("--suite", f"{suite}: {e}") from None
         named = data.get("op", op_name)
@@ -219,9 +221,25 @@ def load_index(kernels_dir: str | Path) -> dict | None:
     if not path.is_file():
         return None
     try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
+        index = json.loads(path.read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise CutegenError(f"{path}: {e}") from None
+    # what kernels_for reads, checked once: a damaged or hand-made index is one line, never a traceback
+    if not (isinstance(index, dict) and isinstance(index.get("op"), str) and isinstance(index.get("problems"), dict)):
+        raise FieldError(str(path), "expected an object with \"op\" and \"problems\" (cutegen bench --op ... --plan)")
+    for name, entry in index["problems"].items():
+        kernels = entry.get("kernels") if isinstance(entry, dict) else None
+        if not isinstance(kernels, dict) or not isinstance(entry.get("problem"), dict):
+            raise FieldError(f"{path}: problems.{name}", "expected an object with \"problem\" and \"kernels\"")
+        for role, k in kernels.items():
+            if not (isinstance(k, dict) and isinstance(k.get("dir"), str) and isinstance(k.get("hash"), str)
+                    and isinstance(k.get("config"), dict)):
+                raise FieldError(f"{path}: problems.{name}.kernels.{role}", "expected dir, hash and config")
+            inside = (Path(kernels_dir) / k["dir"]).resolve()
+            if Path(kernels_dir).resolve() not in inside.parents:
+                raise FieldError(f"{path}: problems.{name}.kernels.{role}.dir",
+                                 f"{k['dir']!r} leaves the plan folder {kernels_dir}")
+    return index
 
 
 def kernels_for(kernels_dir: str | Path, index: dict | None, case: Case) -> tuple[dict[str, dict], str]:
