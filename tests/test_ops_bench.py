@@ -320,6 +320,7 @@ def test_the_real_runners_load_without_torch_and_name_their_peer_kernels():
     assert masked.options == {"fill": 16} and run_g.peer_kernels(masked.problem) == {}
     # 32 experts, 16 of 64 rows each: every expert's weights, the rows and the output
     assert run_g.floor_bytes(masked.problem, masked.options) == 32 * 4096 * 7168 * 2 + 512 * 7168 * 2 + 512 * 4096 * 2
+    assert run_g.flops(masked.problem, masked.options) == 2 * 512 * 4096 * 7168 < masked.problem.flops   # not 64 rows
     # the CPU side (plan, suite, database) never imports torch through a runner
     code = ("import sys; from cutegen.run import ops; "
             "[ops.runner_of(ops.operation(n)).peer_kernels for n in ('attention', 'grouped_gemm')]; "

@@ -601,7 +601,9 @@ def _bench(op, runner: "Runner", cases, kernels_dir, out_dir, db, validated, dev
         if reused is not None:
             entry["results"] = reused
             entry["reused"] = True
-            entry["flops"] = op.flops(c.problem) if op.flops else None
+            run_flops = getattr(run, "flops", None)       # the run's own count where options change it (fill)
+            entry["flops"] = (run_flops(c.problem, c.options) if run_flops
+                              else op.flops(c.problem) if op.flops else None)
             entry["bytes"] = getattr(run, "floor_bytes", lambda p, o: None)(c.problem, c.options)
         else:
             status, got, message = runner.call("bench", c.problem, {r: k["dir"] for r, k in kernels.items()},

@@ -252,6 +252,11 @@ def peer_kernels(problem) -> dict:
     return {}
 
 
+def flops(problem, options=None) -> int:
+    """Useful FLOPs of the run: 2 x rows x N x K over the group sizes it draws (a masked case's ``fill`` rows)."""
+    return 2 * sum(sizes_for(problem, (options or {}).get("fill"))) * problem.n * problem.k
+
+
 def floor_bytes(problem, options=None) -> int:
     """Every used expert's weights, the tokens and the output, once (the run's group sizes)."""
     sizes = sizes_for(problem, (options or {}).get("fill"))
@@ -335,7 +340,7 @@ def bench(problem, kernels: dict, options: dict) -> dict:
             rec.update(status="error", reason=f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300])
         results[name] = rec
     torch.cuda.empty_cache()
-    return {"flops": 2 * rows * p.n * p.k, "bytes": floor_bytes(p, options), "rows": rows,
+    return {"flops": flops(p, options), "bytes": floor_bytes(p, options), "rows": rows,
             "floor_ms": floor_seconds(p, sizes) * 1e3, "results": results}
 
 
