@@ -410,24 +410,10 @@ def time_plan(args) -> int:
 
 def sanitize_case(args) -> int:
     """One small call per layout (ragged, causal as the kernel is, GQA if grouped) for compute-sanitizer."""
-    torch = _torch()
-    from cutegen.ops.attention.torch_op import load_library
-    lib, desc = load_library(args.kernel)
-    key = desc["problem"]
-    dtype = {"bf16": torch.bfloat16, "f16": torch.float16}[key["dtype"]]
-    D = key["head_dim"]
-    Hkv = 2 if key["grouped"] else 4
-    q = make_tensor(2, 4, 200, D, "bhsd", dtype, 1)
-    k = make_tensor(2, Hkv, 333, D, "bhsd", dtype, 2)
-    v = make_tensor(2, Hkv, 333, D, "bhsd", dtype, 3)
-    o = torch.empty_like(q)
-    lse = torch.empty(2, 4, 200, device="cuda", dtype=torch.float32)
-    st = _abi_call(lib, q, k, v, o, lse, 1 / math.sqrt(D))
-    torch.cuda.synchronize()
-    ref_o, ref_l = reference(q, k, v, key["causal"], 1 / math.sqrt(D))
-    res = compare(o, lse, ref_o, ref_l, 0.02)
-    print(json.dumps({"status": st, **res}))
-    return 0 if st == 0 and res["ok"] else 1
+    from cutegen.ops.attention.runner import sanitize_case as case
+    res = case(None, args.kernel)
+    print(json.dumps(res))
+    return 0 if res["ok"] else 1
 
 
 def main(argv=None) -> int:

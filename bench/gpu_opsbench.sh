@@ -15,7 +15,8 @@
 # On the device (at most 4 minutes):
 #   1. build     all 11 kernels at once (16 nvcc jobs, none past BUILD_END_S)
 #   2. validate  `cutegen validate --op attention` and `--op grouped_gemm`, side by side (each its own process; every
-#                kernel in a watchdog child: a hang or fault costs that kernel)
+#                kernel in a watchdog child: a hang or fault costs that kernel); beside them compute-sanitizer memcheck
+#                on three search picks (`validate --op ... --sanitize-only`), waited for (45 s at most) before timing
 #   3. bench     `cutegen bench --op attention --db ...`, then `--op grouped_gemm` (one at a time: timings never
 #                overlap); the deadlines come from the time left (HARD_LIMIT_S): a problem not started by then is
 #                reported skipped (the suite's order: 8B prefill, 8B decode, 70B prefill, 70B decode)
@@ -95,12 +96,28 @@ phase "2. cutegen validate --op attention / --op grouped_gemm (side by side, ${V
 timeout --kill-after=5 $(( VALIDATE_S + 25 )) "$PY" -m cutegen validate --op attention "$PLAN/attention" \
     --suite "$ATTN_SUITE" --deadline "$VALIDATE_S" --timeout 60 --json "$WORK/validate-attention.json" > "$WORK/va.txt" 2>&1 &
 VA=$!
+command -v compute-sanitizer > /dev/null || export PATH="$PATH:/usr/local/cuda/bin"
+# compute-sanitizer memcheck on three search picks (the 8B prefill and decode kernels, the swap-AB grouped decode
+# kernel), through `cutegen validate --op ... --sanitize-only` (the runner's sanitize_case), in the background
+( timeout --kill-after=5 100 "$PY" -m cutegen validate --op attention "$PLAN/attention" --suite "$ATTN_SUITE" \
+    --only llama8b_prefill_s1k_causal --only llama8b_decode_q1_kv8k --sanitize-only --sanitize-tools memcheck \
+    --sanitize-timeout 45 --json "$WORK/sanitize-attention.json" > "$WORK/sa.txt" 2>&1
+  echo "sanitize attention exit code $?" >> "$WORK/sa.txt"
+  timeout --kill-after=5 60 "$PY" -m cutegen validate --op grouped_gemm "$PLAN/grouped_gemm" --suite "$MOE_SUITE" \
+    --only dsv3_gate_up_decode_uniform --sanitize-only --sanitize-tools memcheck --sanitize-timeout 50 \
+    --json "$WORK/sanitize-grouped.json" > "$WORK/sg.txt" 2>&1
+  echo "sanitize grouped_gemm exit code $?" >> "$WORK/sg.txt" ) &
+SAN=$!
 timeout --kill-after=5 $(( VALIDATE_S + 25 )) "$PY" -m cutegen validate --op grouped_gemm "$PLAN/grouped_gemm" \
     --suite "$MOE_SUITE" $(moe_only) --deadline "$VALIDATE_S" --timeout 60 --json "$WORK/validate-grouped.json" > "$WORK/vg.txt" 2>&1 &
 VG=$!
 wait "$VA"; echo "validate attention exit code $?"
 wait "$VG"; echo "validate grouped_gemm exit code $?"
 cat "$WORK/va.txt" "$WORK/vg.txt" | cut -c1-400 | tail -n 40
+WAIT_END=$(( $(elapsed) + 45 ))          # the sanitizer must be done before timing starts (it would disturb it)
+while kill -0 "$SAN" 2> /dev/null && [ "$(elapsed)" -lt "$WAIT_END" ]; do sleep 2; done
+kill -0 "$SAN" 2> /dev/null && { echo "sanitizer still running at $(elapsed) s; stopping it"; pkill -TERM -P "$SAN" 2> /dev/null; sleep 2; }
+grep -hE "^SANITIZE|exit code" "$WORK/sa.txt" "$WORK/sg.txt" 2> /dev/null
 
 phase "3a. cutegen bench --op attention (problems start while $(( $(left) - 80 )) s are left; at least 10)"
 L=$(left); DL=$(( L - 80 > 10 ? L - 80 : 10 )); TO=$(( L - 45 > 25 ? L - 45 : 25 ))

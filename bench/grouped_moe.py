@@ -431,20 +431,16 @@ def cmd_run(args) -> int:
 
 def cmd_sanitize(args) -> int:
     """Every ragged case of one kernel (run under compute-sanitizer; PYTORCH_NO_CUDA_MEMORY_CACHING=1 so each
-    tensor is its own allocation and an access past it is caught)."""
+    tensor is its own allocation and an access past it is caught): the operation runner's ``sanitize_case``."""
     from cutegen.core import registry
-    from cutegen.ops.grouped_gemm import torch_op
+    from cutegen.ops.grouped_gemm.runner import sanitize_case
     plan_dir = Path(args.plan)
     plan = json.loads((plan_dir / "plan.json").read_text())
     k = plan["kernels"][args.kernel]
-    handle = torch_op.load(plan_dir / k["dir"] / "kernel.so")
     pc = next(pc for pc in plan["cases"] if pc["class"] == k["class"])
-    p = validation_problem(registry.problem_from_dict(pc["problem"]), k["config"])
-    cases = validate_kernel(torch_op, handle, p, k["config"], registry.tolerance(p), seed=4)
-    ok = all(c["ok"] for c in cases.values())
-    print(json.dumps({"kernel": args.kernel, "config_name": k["config_name"], "ok": ok,
-                      "cases": {n: c.get("rel_error", c.get("error")) for n, c in cases.items()}}))
-    return 0 if ok else 1
+    res = sanitize_case(registry.problem_from_dict(pc["problem"]), plan_dir / k["dir"])
+    print(json.dumps({"kernel": args.kernel, "config_name": k["config_name"], **res}))
+    return 0 if res["ok"] else 1
 
 
 def main(argv=None) -> int:

@@ -397,3 +397,35 @@ def test_a_damaged_plan_index_is_one_line(planned, damage, field):
     with pytest.raises(FieldError) as e:
         ops.validate("vscale", cases, plan_dir, device=DEVICE, isolate=False, say=lambda *a: None)
     assert e.value.field.endswith(field) and "\n" not in str(e.value)
+
+
+def test_validate_op_sanitize_runs_the_runners_case_under_the_tool(vscale, tmp_path, monkeypatch, capsys):
+    """`cutegen validate --op --sanitize-only`: compute-sanitizer over `python -m cutegen._runner_worker --once` with
+    an op_runner request for each pick; a stand-in tool (it runs the command after its own flags) shows the
+    request reaching the runner: clean when the case passes, failed when it does not."""
+    import os
+    import stat
+    from pathlib import Path
+    from cutegen.cli import main
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    tool = bin_dir / "compute-sanitizer"
+    tool.write_text('#!/bin/sh\nshift 6\n"$@"\nrc=$?\necho "========= ERROR SUMMARY: 0 errors"\nexit $rc\n')
+    tool.chmod(tool.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("CUTEGEN_RUNNER_DEVICE", "cpu")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]))
+    suite = tmp_path / "s.toml"
+    suite.write_text(SUITE)
+    plan_dir = tmp_path / "plan"
+    ops.plan("vscale", ops.load_cases("vscale", str(suite)), plan_dir, say=lambda *a: None)
+    argv = ["validate", "--op", "vscale", str(plan_dir), "--suite", str(suite), "--only", "small", "--sanitize-only",
+            "--sanitize-tools", "memcheck", "--json", str(tmp_path / "s.json")]
+    assert main(argv) == 0
+    doc = json.loads((tmp_path / "s.json").read_text())
+    assert [s["verdict"] for s in doc["sanitizer"]] == ["clean"]
+    assert doc["sanitizer"][0]["tools"]["memcheck"]["summary"] == "ERROR SUMMARY: 0 errors"
+    pick = Path(doc["sanitizer"][0]["kernel"])
+    (pick / "kernel.cu").write_text((pick / "kernel.cu").read_text().replace("2.5f *", "2.0f *"))
+    assert main(argv) == 1
+    assert [s["verdict"] for s in json.loads((tmp_path / "s.json").read_text())["sanitizer"]] == ["failed"]

@@ -60,3 +60,8 @@ def bench(problem, kernels: dict, options: dict) -> dict:
     results["torch.mul"] = {"status": "ok", "median_ms": peer_us / 1e3, "times_ms": [peer_us / 1e3],
                             "verify": {"ok": True}}
     return {"flops": problem.n, "bytes": floor_bytes(problem), "results": results}
+
+
+def sanitize_case(problem, kernel_dir) -> dict:
+    """What compute-sanitizer runs: the validation cases once more."""
+    return {"ok": validate(problem, kernel_dir)["ok"]}

@@ -359,6 +359,10 @@ def versions(device: dict | None, include_dir: str | None) -> dict:
 def run_op(args: argparse.Namespace) -> int:
     """``cutegen bench --op NAME``: plan (--plan), or build, time and file an operation other than GEMM."""
     from ..run import ops
+    if getattr(args, "executor", "local") != "local":
+        raise FieldError("--executor", f"--op {args.op} runs on this machine's GPU only (no cluster executor yet)")
+    if args.nvmmh or args.skip_failed:
+        raise FieldError("--nvmmh" if args.nvmmh else "--skip-failed", "a GEMM option; --op takes --validated")
     cases = ops.load_cases(args.op, args.suite, args.problem, args.only)
     if not args.kernels:
         raise FieldError("--kernels", f"give the plan folder of --op {args.op} (cutegen bench --op {args.op} --plan "

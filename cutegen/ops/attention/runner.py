@@ -327,3 +327,25 @@ def bench(problem, kernels: dict, options: dict) -> dict:
     q = k = v = contenders = None
     torch.cuda.empty_cache()
     return {"flops": p.flops, "bytes": floor_bytes(p), "results": results}
+
+
+def sanitize_case(problem, kernel_dir) -> dict:
+    """One small call through the C ABI (B 2, Hq 4, Sq 200, Skv 333, BHSD; GQA with 2 KV heads if the kernel is
+    grouped; causal as the kernel is) against the float32 reference: what compute-sanitizer runs."""
+    torch = _torch()
+    from .torch_op import load_library
+    lib, desc = load_library(str(kernel_dir))
+    key = desc["problem"]
+    dtype = {"bf16": torch.bfloat16, "f16": torch.float16}[key["dtype"]]
+    D = key["head_dim"]
+    Hkv = 2 if key["grouped"] else 4
+    q = make_tensor(2, 4, 200, D, "bhsd", dtype, 1)
+    k = make_tensor(2, Hkv, 333, D, "bhsd", dtype, 2)
+    v = make_tensor(2, Hkv, 333, D, "bhsd", dtype, 3)
+    o = torch.empty_like(q)
+    lse = torch.empty(2, 4, 200, device="cuda", dtype=torch.float32)
+    st = _abi_call(lib, q, k, v, o, lse, 1 / math.sqrt(D))
+    torch.cuda.synchronize()
+    ref_o, ref_l = reference(q, k, v, key["causal"], 1 / math.sqrt(D))
+    res = compare(o, lse, ref_o, ref_l, 0.02)
+    return {"status": st, **res, "ok": st == 0 and res["ok"]}

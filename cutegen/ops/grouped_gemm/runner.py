@@ -292,6 +292,21 @@ def validate(problem, kernel_dir) -> dict:
             "probes": probe_list, "max_rel_error": max(errs) if errs else None, "tolerance": tol}
 
 
+def sanitize_case(problem, kernel_dir) -> dict:
+    """The kernel's ragged cases (no probes): what compute-sanitizer runs (with PYTORCH_NO_CUDA_MEMORY_CACHING=1 each
+    tensor is its own allocation, so an access past one is caught)."""
+    from pathlib import Path
+
+    from ...core import registry
+    from . import torch_op
+    config = _manifest_config(kernel_dir)
+    handle = torch_op.load(Path(kernel_dir) / "kernel.so")
+    p = validation_problem(problem, config)
+    cases = validate_kernel(torch_op, handle, p, config, registry.tolerance(p), seed=4)
+    return {"ok": all(c["ok"] for c in cases.values()),
+            "cases": {n: c.get("rel_error", c.get("error")) for n, c in cases.items()}}
+
+
 def bench(problem, kernels: dict, options: dict) -> dict:
     """Every kernel (role -> directory) through the op and the peers on the same operands at the problem's size
     and expected group sizes (``fill`` for masked cases), each checked once against the float32 per-group reference;
