@@ -291,6 +291,27 @@ def test_gemms_learned_ranking_reads_no_other_operation(tmp_path):
     assert seen == [_gemm()]
 
 
+def test_gemms_ranking_and_model_cache_do_not_see_attention_records(tmp_path):
+    """A database holding only attention records of a kind is, for GEMM's ranking, one without measurements of it;
+    and adding one does not change the fingerprint the GEMM model cache is keyed by."""
+    from cutegen.ops.attention.config import AttentionConfig
+    from cutegen.ops.attention.problem import AttentionProblem
+    from search import ranking
+    attn = Measurement(problem=AttentionProblem(batch=1, heads_q=8, heads_kv=8, seqlen_q=512, seqlen_kv=512,
+                                                head_dim=64),
+                       config=AttentionConfig(128, 64, "ws_cooperative"), kernel_hash="a", backend="cutlass",
+                       device_name="NVIDIA H20", device_kind="h20", median_us=50.0, validated=True,
+                       measured_at="2026-11-26", peers_us={"sdpa_cudnn": 60.0})
+    db = ResultsDB(tmp_path / "r.sqlite", seed=None)
+    db.add(_gemm())
+    before = db.fingerprint(op="gemm")
+    db.add(attn)
+    assert db.fingerprint(op="gemm") == before and db.fingerprint() != before
+    assert db.holds_kind("h20") and not db.holds_kind("h20", op="gemm") and db.holds_kind("h200", op="gemm")
+    r = ranking.choose(device="h20", db=db)
+    assert r.method == "prior" and "holds no measurement of h20" in r.note
+
+
 # --- the real operations' runners and the Llama suite ------------------------------------------------------
 def test_the_llama_suite_is_the_issues():
     cases = ops.load_cases("attention", "bench/attention_llama.toml")

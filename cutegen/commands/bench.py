@@ -78,9 +78,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     executor.add_arguments(p)  # dask: one problem per GPU worker at a time (resource GPU=1)
     g = p.add_argument_group("any operation (--op attention, --op grouped_gemm; cutegen.run.ops)")
     g.add_argument("--op", default="gemm",
-                   help="the operation (default gemm); another is timed in this process through its runner against "
-                        "its peers (attention: SDPA cuDNN and flash, the CUTLASS 88 example's kernels; grouped_gemm: "
-                        "torch._grouped_mm, a loop of torch.matmul, padded bmm)")
+                   help="the operation (default gemm); another is timed through its runner, kernels and peers of a "
+                        "problem in one worker process on the same inputs (attention: SDPA cuDNN and flash, the "
+                        "CUTLASS 88 example's kernels; grouped_gemm: torch._grouped_mm, a loop of torch.matmul, "
+                        "padded bmm)")
     g.add_argument("--problem", action="append", default=[], metavar="JSON",
                    help="with --op: one problem as a JSON object (repeatable; besides or instead of --suite)")
     g.add_argument("--plan", action="store_true",
@@ -91,7 +92,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--jobs", type=int, default=2, help="with --build: nvcc jobs at once [2]")
     g.add_argument("--db", metavar="PATH",
                    help="with --op: the results database the timings are filed in and reused from "
-                        "('default': $CUTEGEN_RESULTS_DB or the user cache file; none: no database)")
+                        "('default': $CUTEGEN_RESULTS_DB or the user cache file; omitted or 'none': no database)")
     g.add_argument("--no-reuse", action="store_true",
                    help="with --op and --db: time every problem even where the database holds it")
     g.add_argument("--validated", nargs="*", metavar="VALIDATE_JSON",

@@ -270,15 +270,38 @@ class ResultsDB:
                     raise CutegenError(f"results database {self.path}: {e}") from None
         return rows
 
-    def holds_kind(self, device_kind: str) -> bool:
-        """Whether any measurement of ``device_kind`` is stored (one indexed query per file, no decoding)."""
-        return bool(self._raw("SELECT 1 FROM measurements WHERE device_kind = ? LIMIT 1", (device_kind,)))
+    def _raw_of_op(self, columns: str, where: str, args: tuple, op: str | None) -> list[tuple]:
+        """``SELECT columns FROM measurements m [WHERE where]`` over both files, of one operation (None: any); a file
+        of schema 1 or 2 holds GEMMs only."""
+        rows: list[tuple] = []
+        for conn in (self._open(), self._open_seed()):
+            if conn is None:
+                continue
+            conds, conn_args, join = ([where] if where else []), tuple(args), ""
+            if op is not None:
+                if _has_column(conn, "problems", "op"):
+                    join = " JOIN problems p ON p.id = m.problem_id"
+                    conds.append("p.op = ?")
+                    conn_args = (*conn_args, op)
+                elif op != registry.DEFAULT_OP:
+                    continue
+            sql = f"SELECT {columns} FROM measurements m{join}" + (f" WHERE {' AND '.join(conds)}" if conds else "")
+            try:
+                rows += [tuple(r) for r in conn.execute(sql, conn_args)]
+            except sqlite3.Error as e:
+                raise CutegenError(f"results database {self.path}: {e}") from None
+        return rows
 
-    def fingerprint(self) -> str:
-        """A digest of what ``measurements()`` returns: the sorted record keys of both files (a record key is
+    def holds_kind(self, device_kind: str, op: str | None = None) -> bool:
+        """Whether any measurement of ``device_kind`` (of operation ``op``; None: any) is stored (one indexed query
+        per file, no decoding)."""
+        return bool(self._raw_of_op("1", "m.device_kind = ?", (device_kind,), op))
+
+    def fingerprint(self, op: str | None = None) -> str:
+        """A digest of what ``measurements(op=op)`` returns: the sorted record keys of both files (a record key is
         a digest of the whole record). Equal fingerprints, equal measurements; what caches of models fitted
         on the database are keyed by."""
         import hashlib
 
-        keys = sorted({r[0] for r in self._raw("SELECT record_key FROM measurements")})
+        keys = sorted({r[0] for r in self._raw_of_op("m.record_key", "", (), op)})
         return hashlib.sha256("\n".join(keys).encode()).hexdigest()

@@ -49,7 +49,7 @@ def cache_dir() -> Path:
 
 
 def key(device_kind: str, db) -> str:
-    return hashlib.sha256(f"{device_kind}\n{db.fingerprint()}\n{code_digest()}".encode()).hexdigest()[:32]
+    return hashlib.sha256(f"{device_kind}\n{db.fingerprint(op='gemm')}\n{code_digest()}".encode()).hexdigest()[:32]
 
 
 def predictor(device_kind: str, db, disk: bool = True) -> Predictor:
