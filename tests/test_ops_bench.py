@@ -450,3 +450,23 @@ def test_validate_op_sanitize_runs_the_runners_case_under_the_tool(vscale, tmp_p
     (pick / "kernel.cu").write_text((pick / "kernel.cu").read_text().replace("2.5f *", "2.0f *"))
     assert main(argv) == 1
     assert [s["verdict"] for s in json.loads((tmp_path / "s.json").read_text())["sanitizer"]] == ["failed"]
+
+
+def test_the_committed_h200_run_reads_back(tmp_path):
+    """bench/results/ops/2026-11-26-h200-run1-*: the database the GPU run wrote (schema 3) decodes through the
+    registry, every kernel of every problem filed with its peers, and the second bench reused all it was asked."""
+    import gzip
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1] / "bench" / "results" / "ops"
+    db_path = tmp_path / "run1.sqlite"
+    db_path.write_bytes(gzip.decompress((root / "2026-11-26-h200-run1-results.sqlite.gz").read_bytes()))
+    db = ResultsDB(db_path, seed=None, readonly=True)
+    attn, grouped = db.measurements(op="attention"), db.measurements(op="grouped_gemm")
+    bench_doc = json.loads((root / "2026-11-26-h200-run1-bench-attention.json").read_text())
+    assert len(attn) == sum(len([r for r in e["results"] if r.startswith(("cutegen", "cutlass88"))])
+                            for e in bench_doc["problems"]) == 72
+    assert len(grouped) == 4 and db.measurements(op="gemm") == []
+    assert all(set(m.peers_us) == {"sdpa_cudnn", "sdpa_flash"} and m.validated and m.device_kind == "h200"
+               for m in attn)
+    reuse = json.loads((root / "2026-11-26-h200-run1-reuse-attention.json").read_text())
+    assert reuse["summary"]["reused"] == sorted(e["name"] for e in reuse["problems"]) and len(reuse["problems"]) == 3

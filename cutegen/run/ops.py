@@ -614,7 +614,7 @@ def _bench(op, runner: "Runner", cases, kernels_dir, out_dir, db, validated, dev
             entry["results"] = got["results"]
             for r, k in kernels.items():
                 entry["results"].setdefault(r, {"status": "error", "reason": "the runner returned nothing"})
-                entry["results"][r].update(dir=k["dir"], hash=k["hash"])
+                entry["results"][r].update(dir=k["dir"], hash=k["hash"], config=k["config"])
             if "cutegen" not in kernels:
                 entry["results"]["cutegen"] = {"status": "missing",
                                                "reason": why or entry.get("not_timed", {}).get("cutegen", "")}
@@ -676,25 +676,36 @@ def format_table(doc: dict) -> str:
 
 
 def plot_doc(doc: dict, png: Path) -> None:
-    """TFLOP/s per problem: cutegen and the best contender of each peer (matplotlib, no display)."""
+    """Two panels per problem (matplotlib, no display): TFLOP/s of cutegen and of the best contender of each peer,
+    and cutegen's ratio to each peer (peer time / cutegen time, log scale; above 1: cutegen is faster)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names = [e["name"] for e in doc["problems"]]
-    series = {"cutegen": [((e["results"].get("cutegen") or {}).get("tflops") or 0.0) for e in doc["problems"]]}
+    problems = doc["problems"]
+    names = [e["name"] for e in problems]
+    series = {"cutegen": [((e["results"].get("cutegen") or {}).get("tflops") or 0.0) for e in problems]}
     for p in doc["peers"]:
         series[p] = [(e.get("flops") or 0) / ((e.get("peer_ms") or {}).get(p) * 1e-3) / 1e12
-                     if (e.get("peer_ms") or {}).get(p) and e.get("flops") else 0.0 for e in doc["problems"]]
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.55 * len(names) * (len(series) / 3 + 1)), 4.5))
+                     if (e.get("peer_ms") or {}).get(p) and e.get("flops") else 0.0 for e in problems]
+    x = list(range(len(names)))
+    fig, (top, bottom) = plt.subplots(2, 1, sharex=True, figsize=(min(18.0, max(8.0, 0.5 * len(names) + 3)), 8.0))
     width = 0.8 / len(series)
     for i, (label, ys) in enumerate(series.items()):
-        ax.bar([x + i * width for x in range(len(names))], ys, width, label=label)
-    ax.set_xticks([x + 0.4 - width / 2 for x in range(len(names))])
-    ax.set_xticklabels(names, rotation=60, ha="right", fontsize=7)
-    ax.set_ylabel("TFLOP/s (useful FLOPs)")
-    ax.set_title(f"cutegen bench --op {doc['op']} on {doc['device'].get('name')} ({doc['date'][:10]})", fontsize=9)
-    ax.legend(fontsize=7)
+        top.bar([v + i * width for v in x], ys, width, label=label)
+    top.set_ylabel("TFLOP/s (useful FLOPs)")
+    top.legend(fontsize=7, ncol=len(series))
+    top.set_title(f"cutegen bench --op {doc['op']} on {doc['device'].get('name')} ({doc['date'][:10]})", fontsize=9)
+    width = 0.8 / max(1, len(doc["peers"]))
+    for i, p in enumerate(doc["peers"]):
+        ys = [(e.get("ratios") or {}).get(p) or float("nan") for e in problems]
+        bottom.bar([v + i * width for v in x], ys, width, label=f"x {p}", color=f"C{i + 1}")
+    bottom.axhline(1.0, color="black", linewidth=0.8)
+    bottom.set_yscale("log")
+    bottom.set_ylabel("peer time / cutegen time")
+    bottom.legend(fontsize=7, ncol=len(doc["peers"]))
+    bottom.set_xticks([v + 0.4 - width / 2 for v in x])
+    bottom.set_xticklabels(names, rotation=60, ha="right", fontsize=7)
     fig.tight_layout()
     fig.savefig(png, dpi=110)
     plt.close(fig)
