@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import subprocess
 import sys
@@ -195,7 +194,7 @@ def plan_probes(args) -> int:
 # --- the GPU half: moved to the attention operation (cutegen/ops/attention/runner.py), which `cutegen validate
 # --op attention` and `cutegen bench --op attention` run too ---------------------------------------------
 from cutegen.ops.attention.runner import (  # noqa: E402,F401 - this script's names, kept
-    _abi_call, _time_ms, _torch, _unpacked, compare, compile_and_graph, make_tensor, probes, reference,
+    _abi_call, _time_ms, _torch, _unpacked, compare, compile_and_graph, make_tensor, peer_calls, probes, reference,
     validate_kernel, validation_cases)
 
 
@@ -318,7 +317,6 @@ def validate(args) -> int:
 
 def time_plan(args) -> int:
     torch = _torch()
-    from torch.nn.attention import SDPBackend, sdpa_kernel
     from cutegen.ops.attention.problem import AttentionProblem
     from cutegen.ops.attention.torch_op import AttentionKernels
     plan_dir = Path(args.plan)
@@ -366,11 +364,7 @@ def time_plan(args) -> int:
                 # CUTEGEN_ATTENTION_PACK_GQA switch, read on every call)
                 contenders[entry["role"] + "-nopack"] = (entry["dir"], lambda op=op: _unpacked(
                     lambda: op(q, k, v, is_causal=p.causal, scale=scale, enable_gqa=gqa)))
-        for name, backend in (("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION), ("sdpa_flash", SDPBackend.FLASH_ATTENTION)):
-            def run(backend=backend):
-                with sdpa_kernel(backend):
-                    return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=p.causal, scale=scale,
-                                                                            enable_gqa=gqa)
+        for name, run in peer_calls(p, q, k, v).items():       # SDPA cuDNN and flash (the operation's runner)
             contenders[name] = (None, run)
         for name, (kdir, fn) in contenders.items():
             rec = {"dir": kdir} if kdir else {}

@@ -278,12 +278,27 @@ def validate(problem, kernel_dir) -> dict:
             "max_rel_error": max(errs) if errs else None, "tolerance": 0.02}
 
 
+def peer_calls(p, q, k, v) -> dict:
+    """The library peers on the same tensors: SDPA with only its cuDNN backend, and with only its flash backend
+    (``torch.nn.attention.sdpa_kernel``), the problem's mask, scale and GQA."""
+    torch = _torch()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    gqa = p.heads_q != p.heads_kv
+    calls = {}
+    for name, backend in (("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION), ("sdpa_flash", SDPBackend.FLASH_ATTENTION)):
+        def run(backend=backend):
+            with sdpa_kernel(backend):
+                return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=p.causal,
+                                                                        scale=p.softmax_scale, enable_gqa=gqa)
+        calls[name] = run
+    return calls
+
+
 def bench(problem, kernels: dict, options: dict) -> dict:
     """Every kernel (role -> directory) through the op, and SDPA's cuDNN and flash backends, on the same tensors at
     the problem's size; each checked first on a slice (last batch, first and last query heads) against the float32
     reference; CUDA events, the median of 5 rounds of back-to-back calls (``min_ms`` each, option)."""
     torch = _torch()
-    from torch.nn.attention import SDPBackend, sdpa_kernel
     from .torch_op import AttentionKernels
     p = problem
     min_ms = float(options.get("min_ms", 60.0))
@@ -299,12 +314,7 @@ def bench(problem, kernels: dict, options: dict) -> dict:
     for role, kdir in kernels.items():
         op = AttentionKernels([kdir])
         contenders[role] = lambda op=op: op(q, k, v, is_causal=p.causal, scale=scale, enable_gqa=gqa)
-    for name, backend in (("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION), ("sdpa_flash", SDPBackend.FLASH_ATTENTION)):
-        def run(backend=backend):
-            with sdpa_kernel(backend):
-                return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=p.causal, scale=scale,
-                                                                        enable_gqa=gqa)
-        contenders[name] = run
+    contenders.update(peer_calls(p, q, k, v))
     results = {}
     for name, fn in contenders.items():
         rec = {"method": f"CUDA events, median of 5 rounds of back-to-back calls, >= {min_ms:g} ms each"}
