@@ -470,3 +470,23 @@ def test_the_committed_h200_run_reads_back(tmp_path):
                for m in attn)
     reuse = json.loads((root / "2026-11-26-h200-run1-reuse-attention.json").read_text())
     assert reuse["summary"]["reused"] == sorted(e["name"] for e in reuse["problems"]) and len(reuse["problems"]) == 3
+
+
+def test_a_plan_replaces_the_folder_whole(planned, monkeypatch):
+    """A second plan into the same folder drops the first one's kernels; one that fails half-way leaves the old
+    plan as it was."""
+    cases, plan_dir = planned
+    before = sorted(p.name for p in (plan_dir / "kernels").iterdir())
+    (plan_dir / "kernels" / "stale").mkdir()
+    ops.plan("vscale", cases[:1], plan_dir, say=lambda *a: None)
+    after = sorted(p.name for p in (plan_dir / "kernels").iterdir())
+    assert "stale" not in after and set(after) < set(before)
+    index = (plan_dir / "index.json").read_text()
+
+    def broken(*a, **k):
+        raise RuntimeError("renderer died")
+    monkeypatch.setattr(registry, "render", broken)
+    with pytest.raises(RuntimeError):
+        ops.plan("vscale", cases, plan_dir, say=lambda *a: None)
+    assert (plan_dir / "index.json").read_text() == index
+    assert sorted(p.name for p in (plan_dir / "kernels").iterdir()) == after

@@ -81,7 +81,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the operation (default gemm); another is timed through its runner, kernels and peers of a "
                         "problem in one worker process on the same inputs (attention: SDPA cuDNN and flash, the "
                         "CUTLASS 88 example's kernels; grouped_gemm: torch._grouped_mm, a loop of torch.matmul, "
-                        "padded bmm)")
+                        "padded bmm); --timeout is per problem; --iters, --warmup and --l2-multiple are GEMM's (the "
+                        "runner times in rounds, --min-ms)")
     g.add_argument("--problem", action="append", default=[], metavar="JSON",
                    help="with --op: one problem as a JSON object (repeatable; besides or instead of --suite)")
     g.add_argument("--plan", action="store_true",

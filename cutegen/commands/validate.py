@@ -73,7 +73,8 @@ def add_op_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("any operation (--op attention, --op grouped_gemm; cutegen.run.ops)")
     g.add_argument("--op", default="gemm",
                    help="the operation (default gemm: this command's own worker); another runs the operation's GPU "
-                        "half in this process: its cases, float32 reference and refusal probes")
+                        "half in a watchdog child: its cases, float32 reference and refusal probes (--timeout is per "
+                        "kernel, all its cases)")
     g.add_argument("--suite", dest="op_suite", metavar="TOML",
                    help="with --op: the problems, [[case]] tables of a name and the problem's fields")
     g.add_argument("--problem", action="append", default=[], metavar="JSON",

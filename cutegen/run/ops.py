@@ -27,8 +27,6 @@ import importlib
 import json
 import math
 import re
-import shutil
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -194,19 +192,13 @@ def plan(op_name: str, cases: list[Case], out: str | Path, top_k: int = 1, say: 
         say(f"{c.name}: search {seconds * 1e3:.0f} ms, pick {_short(ranked[0].config)}; "
             f"{len(roles)} kernels ({', '.join(roles)})")
     build_order = list(dict.fromkeys(order + list(kernels)))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=out.name + ".", dir=out.parent))
-    try:
+    from .._atomic import atomic_directory
+    # whole or not at all, one writer at a time (the output lock); a fresh folder: no stale kernel survives
+    with atomic_directory(out, keep_existing=False) as tmp:
         for h, r in rendered.items():
             r.write(tmp / kernels[h]["dir"])
         (tmp / INDEX).write_text(json.dumps(index, indent=1, sort_keys=True) + "\n")
         (tmp / DIRS).write_text("".join(f"{kernels[h]['dir']}\n" for h in build_order))
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     say(f"plan: {len(cases)} problems, {len(kernels)} kernels -> {out}")
     return index
 
