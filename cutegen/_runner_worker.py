@@ -836,8 +836,8 @@ def op_op_runner(task):
 
 
 def op_op_device(task):
-    """The GPU this child runs on, with the results database's device kind (``cutegen.run.ops.device_info``)."""
-    from .run.ops import device_info
+    """The GPU this child runs on, with the results database's device kind (``cutegen.run.gpu_info``)."""
+    from .run.gpu_info import device_info
     return device_info()
 
 

@@ -35,6 +35,7 @@ from typing import Any, Callable
 from ..core import registry
 from ..core.op import canonical
 from ..errors import CutegenError, FieldError
+from .gpu_info import device_info
 
 BENCH_SCHEMA = "cutegen-opbench/1"
 VALIDATE_SCHEMA = "cutegen-opvalidate/1"
@@ -272,20 +273,6 @@ def build_dirs(dirs: list[str], jobs: int, say: Callable = print) -> dict[str, s
 
 
 # --- the device -------------------------------------------------------------------------------------------
-def device_info() -> dict:
-    """The GPU this process runs on (torch), with the results database's device kind."""
-    import torch
-    from ..results import device_kind
-    if not torch.cuda.is_available():
-        raise CutegenError("no CUDA device: `cutegen validate/bench --op` run on the GPU machine")
-    props = torch.cuda.get_device_properties(0)
-    return {"name": props.name, "sm_count": props.multi_processor_count,
-            "compute_capability": f"{props.major}.{props.minor}", "memory_gib": round(props.total_memory / 2**30, 1),
-            "kind": device_kind(props.name, props.multi_processor_count),
-            "torch": torch.__version__, "cuda": torch.version.cuda,
-            "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None}
-
-
 def hbm_bandwidth(device_name: str | None) -> float | None:
     name = (device_name or "").upper()
     return next((bw for key, bw in HBM_BANDWIDTH if key in name), None)
