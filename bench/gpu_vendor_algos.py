@@ -31,6 +31,7 @@ ROUNDS, WARMUP, ITERS = 3, 5, 20
 SPIN_CYCLES_PER_CALL = 100_000
 TOL = 2e-2
 MARGIN = 0.02                # cutegen/packs/vendor.py ALGO_MARGIN
+PROFILE_UNTIL_S = 120        # kernel names (torch.profiler) for the shapes timed in the first two minutes
 CLS = 0                      # the LM pack's one class: bf16, A row-major, B column-major, D row-major
 FORMAT = "cutegen-vendor-algorithms/1"
 # 20 mid-M shapes of Qwen2.5-7B/-14B's projections (N, K) that the LM set does not hold, at M the LM pack was
@@ -95,12 +96,80 @@ def _time_all(torch, fns: dict) -> dict:
     return best
 
 
+def _kernel_names(torch, fns: dict) -> dict:
+    """{name: the CUDA kernels one call launches} for every contender, from one profiler session: each call
+    follows a spin kernel (torch.cuda._sleep), which marks where the next contender's kernels start."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for fn in fns.values():
+            torch.cuda._sleep(1)
+            fn()
+        torch.cuda.synchronize()
+    evs = sorted((e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA and
+                  "memcpy" not in e.name.lower() and "memset" not in e.name.lower()),
+                 key=lambda e: e.time_range.start)
+    groups: list[list[str]] = []
+    for e in evs:
+        if "spin_kernel" in e.name:
+            groups.append([])
+        elif groups:
+            groups[-1].append(e.name[:160])
+    return dict(zip(fns, groups)) if len(groups) == len(fns) else {}
+
+
 def choose(times: dict[int, float]) -> int:
     """One shape's choice, as cutegen/packs/vendor.py's choose_algorithm makes it for a single point."""
     if not times:
         return 0
     best = min(sorted(times), key=lambda i: times[i])
     return best if 0 not in times or times[0] > times[best] * (1.0 + MARGIN) else 0
+
+
+def _one_shape(torch, ops, s: dict, gen, t0: float, state: dict) -> dict:
+    """One shape: the list, each algorithm validated and timed, torch.matmul and the pack's own choice timed."""
+    p = s["problem"]
+    m, n, k = p["m"], p["n"], p["k"]
+    a = torch.randn(m, k, device="cuda", generator=gen).to(torch.bfloat16)
+    b = torch.randn(n, k, device="cuda", generator=gen).to(torch.bfloat16).t()
+    ref = a.float() @ b.float()
+    scale = float(ref.abs().max().clamp_min(1e-6))
+    count = int(ops.count(CLS, m, n, k))
+    algos, fns = [], {"matmul": lambda: torch.matmul(a, b), "pack": lambda: ops.run(a, b, CLS, -1)}
+    for i in range(min(count, TOP_K)):
+        d = ops.run(a, b, CLS, i)
+        err = float((d.float() - ref).abs().max()) / scale
+        algos.append({"index": i, "describe": str(ops.describe(CLS, m, n, k, i)), "rel_err": err, "ok": err <= TOL})
+        if err <= TOL:
+            fns[i] = (lambda j: (lambda: ops.run(a, b, CLS, j)))(i)
+    times = _time_all(torch, fns)
+    kernels = {}
+    if state["profile"] and time.time() - t0 < PROFILE_UNTIL_S:
+        try:                        # which kernels torch.matmul and each algorithm launch (names, not times)
+            kernels = _kernel_names(torch, fns)
+        except Exception as e:      # noqa: BLE001 - no CUPTI: the names are a diagnosis, not the result
+            state["profile"] = False
+            print(f"(no kernel names: {str(e).splitlines()[0][:120]})")
+    for al in algos:
+        if al["index"] in times:
+            al["us"] = round(times[al["index"]], 3)
+    ok_times = {al["index"]: al["us"] for al in algos if "us" in al}
+    chosen = choose(ok_times)
+    row = {"set": s["set"], "problem": p, "m": m, "n": n, "k": k, "algorithms": algos, "count": count,
+           "matmul_us": round(times["matmul"], 3), "pack_us": round(times["pack"], 3),
+           "pack_describe": str(ops.describe(CLS, m, n, k, -1)), "chosen": chosen,
+           "first_us": ok_times.get(0), "chosen_us": ok_times.get(chosen),
+           "kernels": {str(key): v for key, v in kernels.items()}}
+    if kernels:
+        row["matmul_runs_index"] = [i for i in ok_times if kernels.get(i) == kernels.get("matmul")]
+    if ok_times:
+        row["first_vs_matmul"] = round(times["matmul"] / ok_times[0], 4) if 0 in ok_times else None
+        row["chosen_vs_matmul"] = round(times["matmul"] / ok_times[chosen], 4)
+    all_us = " ".join("%.1f" % al.get("us", float("nan")) for al in algos)
+    print(f"{s['set']} m{m}n{n}k{k}: {count} algorithms, matmul {row['matmul_us']:.1f} us, first "
+          f"{row['first_us'] or float('nan'):.1f}, chosen #{chosen} {row['chosen_us'] or float('nan'):.1f} us "
+          f"({row.get('chosen_vs_matmul') or float('nan'):.3f}x matmul); all: {all_us}; "
+          f"matmul runs {row.get('matmul_runs_index')}", flush=True)
+    return row
 
 
 def measure(plan_dir: str, so: str, out_json: str, end_epoch: float | None = None) -> int:
@@ -117,48 +186,24 @@ def measure(plan_dir: str, so: str, out_json: str, end_epoch: float | None = Non
                      f"{ROUNDS} rounds; same inputs (L2 warm)", "class": spec["class"], "shapes": [], "skipped": []}
     gc.disable()
     t0 = time.time()
+    profile_state = {"profile": True}
     for s in spec["shapes"]:
         p = s["problem"]
         m, n, k = p["m"], p["n"], p["k"]
         if end_epoch and time.time() > end_epoch:
             res["skipped"].append([m, n, k])
             continue
-        a = torch.randn(m, k, device="cuda", generator=gen).to(torch.bfloat16)
-        b = torch.randn(n, k, device="cuda", generator=gen).to(torch.bfloat16).t()
-        ref = a.float() @ b.float()
-        scale = float(ref.abs().max().clamp_min(1e-6))
-        count = int(ops.count(CLS, m, n, k))
-        algos, fns = [], {"matmul": lambda: torch.matmul(a, b), "pack": lambda: ops.run(a, b, CLS, -1)}
-        for i in range(min(count, TOP_K)):
-            d = ops.run(a, b, CLS, i)
-            err = float((d.float() - ref).abs().max()) / scale
-            algos.append({"index": i, "describe": str(ops.describe(CLS, m, n, k, i)), "rel_err": err, "ok": err <= TOL})
-            if err <= TOL:
-                fns[i] = (lambda j: (lambda: ops.run(a, b, CLS, j)))(i)
-        times = _time_all(torch, fns)
-        for al in algos:
-            if al["index"] in times:
-                al["us"] = round(times[al["index"]], 3)
-        ok_times = {al["index"]: al["us"] for al in algos if "us" in al}
-        chosen = choose(ok_times)
-        row = {"set": s["set"], "problem": p, "m": m, "n": n, "k": k, "algorithms": algos, "count": count,
-               "matmul_us": round(times["matmul"], 3), "pack_us": round(times["pack"], 3),
-               "pack_describe": str(ops.describe(CLS, m, n, k, -1)), "chosen": chosen,
-               "first_us": ok_times.get(0), "chosen_us": ok_times.get(chosen)}
-        if ok_times:
-            row["first_vs_matmul"] = round(times["matmul"] / ok_times.get(0, math.inf), 4) if 0 in ok_times else None
-            row["chosen_vs_matmul"] = round(times["matmul"] / ok_times[chosen], 4)
+        try:
+            row = _one_shape(torch, ops, s, gen, t0, profile_state)
+        except RuntimeError as e:                     # a shape the vendor refuses: said, and the next one
+            res["skipped"].append([m, n, k, str(e).splitlines()[0][:200]])
+            print(f"{s['set']} m{m}n{n}k{k}: {str(e).splitlines()[0][:200]}")
+            continue
         res["shapes"].append(row)
-        all_us = " ".join("%.1f" % al.get("us", float("nan")) for al in algos)
-        print(f"{s['set']} m{m}n{n}k{k}: {count} algorithms, matmul {row['matmul_us']:.1f} us, first "
-              f"{row['first_us'] or float('nan'):.1f}, chosen #{chosen} {row['chosen_us'] or float('nan'):.1f} us "
-              f"({row.get('chosen_vs_matmul') or float('nan'):.3f}x matmul); "
-              f"all: {all_us}", flush=True)
-        del a, b, ref
-        gc.collect()
         if len(res["shapes"]) % 10 == 0:            # a run cut short keeps what it measured
             with open(out_json, "w") as f:
                 json.dump(res, f, indent=1)
+        gc.collect()
     gc.enable()
 
     def geo(xs):
