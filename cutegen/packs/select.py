@@ -210,7 +210,8 @@ def search_task(item: tuple) -> list[KernelConfig]:
     problem, top_k, kind, predictor = item
     # no staged kernels (cutegen/staging.py): a pack's plan entry points build CUTLASS's arguments
     # themselves (templates/cutegen_plan.inc.j2) and do not make the ABI's restride copies
-    return [r.config for r in search(problem, top_k, device=kind, predictor=predictor, staging=False).ranked]
+    return [r.config for r in search(problem, top_k, device=kind, predictor=predictor, staging=False,
+                                     egraph_sizes=False).ranked]
 
 
 # Searches are CPU-bound Python (egglog, the rules, numpy) and independent: without an executor they run in
