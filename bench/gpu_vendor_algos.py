@@ -1,6 +1,6 @@
 """The vendor tactic's tuning step: which of cuBLASLt's algorithms each vendor shape should run (issue 22 part 3).
 
-    python bench/gpu_vendor_algos.py plan OUT_DIR                 # here (needs egglog): the LM pack's vendor source
+    python bench/gpu_vendor_algos.py plan OUT_DIR [ALGOS.json[.gz]]   # here (egglog): the LM pack's vendor source
     python3 bench/gpu_vendor_algos.py measure PLAN_DIR EXT.so OUT_JSON [--end-epoch T]   # the GPU machine (torch)
 
 plan: renders the LM pack from its committed records (examples/pack/llm.toml, bench/packs/llm/h200/
@@ -41,7 +41,7 @@ OTHER_NK = ((3584, 3584), (4608, 3584), (37888, 3584), (3584, 18944), (5120, 512
 OTHER_M = (100, 160, 300, 600, 1000)
 
 
-def plan(out_dir: str) -> int:
+def plan(out_dir: str, algorithms: str | None = None) -> int:
     from pathlib import Path
 
     from cutegen import packs
@@ -52,22 +52,27 @@ def plan(out_dir: str) -> int:
     from cutegen.packs import tune
     # the committed LM pack (bench/packs/llm/h200): as its record says, from its measurements
     records = tune.read_records(str(repo / "bench/packs/llm/h200/measurements.jsonl.gz"))
-    files = packs.make_tuned_pack(str(repo / "examples/pack/llm.toml"), "h200", records, name="llm_pack", say=print)
+    # with ``algorithms`` (a previous run of this script): the vendor source holds the measured table, and the
+    # pack's own plan (index -1) runs the table's choice (the second run checks it in a fresh process)
+    files = packs.make_tuned_pack(str(repo / "examples/pack/llm.toml"), "h200", records, name="llm_pack", say=print,
+                                  vendor_algorithms=algorithms)
     committed = json.loads((repo / "bench/packs/llm/h200/pack.json").read_text())
-    assert json.loads(files["pack.json"])["vendor"] == committed["vendor"], "the LM pack's vendor routes moved"
+    routes = {k: v for k, v in json.loads(files["pack.json"])["vendor"].items() if k != "algorithms"}
+    assert routes == committed["vendor"], "the LM pack's vendor routes moved"
     meta = json.loads(files["pack.json"])
     assert "src/vendor_cublaslt.cpp" in files, "the LM pack has no vendor tactic"
     for rel in ("src/vendor_cublaslt.cpp", "include/cutegen_pack.h", "pack.json"):
         (out / rel).parent.mkdir(parents=True, exist_ok=True)
         (out / rel).write_text(files[rel])
     cls0 = meta["classes"][CLS]["describe"]
-    base = GemmProblem(m=1, n=1, k=1, dtype_a="bf16", dtype_b="bf16", dtype_c="bf16", dtype_d="bf16",
-                       layout_a="row", layout_b="col", layout_c="row").to_dict()
+    def problem(m, n, k):
+        return GemmProblem(m=m, n=n, k=k, dtype_a="bf16", dtype_b="bf16", dtype_c="bf16", dtype_d="bf16",
+                           layout_a="row", layout_b="col", layout_c="row").to_dict()
     lm = {(e["m"], e["n"], e["k"]) for e in meta["vendor"]["exact_shapes"] if e["class"] == CLS and e["batch"] == 1}
     lm_nk = {(n, k) for _, n, k in lm}
     other = [(m, n, k) for n, k in OTHER_NK for m in OTHER_M if (n, k) not in lm_nk][:20]
-    shapes = [{"set": "llm-vendor", "problem": {**base, "m": m, "n": n, "k": k}} for m, n, k in sorted(lm)]
-    shapes += [{"set": "qwen2.5-mid-m", "problem": {**base, "m": m, "n": n, "k": k}} for m, n, k in other]
+    shapes = [{"set": "llm-vendor", "problem": problem(m, n, k)} for m, n, k in sorted(lm)]
+    shapes += [{"set": "qwen2.5-mid-m", "problem": problem(m, n, k)} for m, n, k in other]
     (out / "shapes.json").write_text(json.dumps({"class": cls0, "shapes": shapes}, indent=1) + "\n")
     print(f"{out}: the LM pack's vendor source, {len(lm)} LM vendor shapes and {len(other)} other mid-M shapes")
     return 0
@@ -220,7 +225,13 @@ def measure(plan_dir: str, so: str, out_json: str, end_epoch: float | None = Non
                      "chosen_min": min((r["chosen_vs_matmul"] for r in rows if r.get("chosen_vs_matmul")), default=None),
                      "first_under_0.97": sum(1 for r in rows if (r.get("first_vs_matmul") or 9) < 0.97),
                      "chosen_under_0.97": sum(1 for r in rows if (r.get("chosen_vs_matmul") or 9) < 0.97),
-                     "chosen_not_first": sum(1 for r in rows if r["chosen"] != 0)}
+                     "chosen_not_first": sum(1 for r in rows if r["chosen"] != 0),
+                     # the pack's own plan (index -1: the table's choice where the plan holds one)
+                     "pack_vs_matmul_geomean": geo(r["matmul_us"] / r["pack_us"] for r in rows),
+                     "pack_vs_matmul_min": min((r["matmul_us"] / r["pack_us"] for r in rows), default=None),
+                     "pack_vs_first_geomean": geo(r["first_us"] / r["pack_us"] for r in rows if r.get("first_us")),
+                     "pack_takes_measured_choice": sum(1 for r in rows if "measured fastest" in r["pack_describe"]),
+                     "pack_index_not_first": sum(1 for r in rows if not r["pack_describe"].startswith("index=0 "))}
     res["summary"] = summ
     with open(out_json, "w") as f:
         json.dump(res, f, indent=1)
@@ -229,8 +240,8 @@ def measure(plan_dir: str, so: str, out_json: str, end_epoch: float | None = Non
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "plan":
-        sys.exit(plan(sys.argv[2]))
+    if len(sys.argv) in (3, 4) and sys.argv[1] == "plan":
+        sys.exit(plan(sys.argv[2], sys.argv[3] if len(sys.argv) == 4 else None))
     if len(sys.argv) in (5, 7) and sys.argv[1] == "measure":
         end = float(sys.argv[6]) if len(sys.argv) == 7 and sys.argv[5] == "--end-epoch" else None
         sys.exit(measure(sys.argv[2], sys.argv[3], sys.argv[4], end))

@@ -4,6 +4,7 @@
 # stores the choice (`cutegen pack --vendor-algorithms OUT/packfast/vendor_algos.json`).
 #
 #   here, once:  bash bench/gpu_vendor_algos.sh --plan         # the LM pack's vendor source + shapes -> out/vendor-algos-plan
+#                (ALGOS=bench/results/runs/2026-11-26-nvidia-h200-vendor-algos.json.gz: with run 1's measured table)
 #   device:      bash bench/gpu_vendor_algos.sh                # carry: ["out/vendor-algos-plan"] (no CUTLASS, no nvcc:
 #                                                              #  g++ builds the vendor source and a small torch extension)
 # About 1 minute to build, 1-2 minutes to time ~155 shapes x (8 algorithms + torch.matmul + the pack's choice).
@@ -16,7 +17,8 @@ PLAN=${PLAN:-out/vendor-algos-plan}
 if [ "${1:-}" = "--plan" ]; then
   PY=${PYTHON:-$( [ -x "$REPO/.venv/bin/python" ] && echo "$REPO/.venv/bin/python" || echo python3 )}
   rm -rf "$PLAN"
-  exec "$PY" bench/gpu_vendor_algos.py plan "$PLAN"
+  # ALGOS=FILE: the vendor source with the measured table of a previous run (its pack plan then runs the choice)
+  exec "$PY" bench/gpu_vendor_algos.py plan "$PLAN" ${ALGOS:+"$ALGOS"}
 fi
 
 T0=$(date +%s)
