@@ -115,7 +115,8 @@ def run(args: argparse.Namespace) -> int:
     from .. import executor as X
     if args.max_kernels < 1:
         raise FieldError("--max-kernels", f"expected a positive integer, got {args.max_kernels}")
-    with X.from_args(args) as ex:
+    from ..packs.select import one_blas_thread
+    with X.from_args(args) as ex, one_blas_thread():      # the whole command: small products (select.py)
         status = _run(args, None if ex.name == "local" else ex)
         if ex.name != "local":
             print(ex.summary.text(), file=sys.stderr)
