@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import resource
+import threading
 import time
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -156,6 +157,7 @@ class SearchResult:
 # --- the e-graph of one problem -------------------------------------------------------------------------
 
 _SHARED_SPACES: dict = {}      # SearchSpace.shared: (WGMMA K, TMA can load, policies) -> the saturated space
+_SHARED_LOCK = threading.Lock()
 
 
 class SearchSpace:
@@ -194,16 +196,21 @@ class SearchSpace:
         from cutegen.dtypes import DTYPES
 
         key = (DTYPES[problem.dtype_a].wgmma_k, tma_can_load(problem), tuple(policies))
-        base = _SHARED_SPACES.get(key)
-        if base is not None and base._in_use:
-            return cls(problem, policies)
+        with _SHARED_LOCK:              # a Dask worker runs searches in several threads of one process
+            base = _SHARED_SPACES.get(key)
+            if base is not None and base._in_use:
+                base = None
+            elif base is None:
+                base = _SHARED_SPACES[key] = cls(problem, policies)
+                base._in_use = True
+            else:
+                base._in_use = True
         if base is None:
-            base = _SHARED_SPACES[key] = cls(problem, policies)
+            return cls(problem, policies)
         space = object.__new__(cls)
         space.__dict__.update(base.__dict__)
         space.problem = problem
         space._base, space._iterations = base, base.egg.iterations
-        base._in_use = True
         base.egg.run("(push)")
         return space
 
@@ -216,7 +223,8 @@ class SearchSpace:
             return
         self.egg.run("(pop)")
         self.egg.iterations = self._iterations
-        base._in_use = False
+        with _SHARED_LOCK:
+            base._in_use = False
 
     def reaches(self, config) -> bool:
         """Is this configuration's (tile, cluster, policy) a term the rewrites reached?"""
