@@ -159,6 +159,9 @@ def _run(args: argparse.Namespace, ex) -> int:
     if args.vendor_algorithms and (not args.vendor or args.plan_only or not (args.tune or args.measured)):
         raise FieldError("--vendor-algorithms", "needs a pack with the vendor tactic and measurements (--measured, or "
                          "--tune without --plan-only; not --no-vendor)")
+    if args.vendor_algorithms:                      # a bad file fails now, in one line, not after the selection
+        from ..packs import vendor as pack_vendor
+        pack_vendor.load_algorithms(args.vendor_algorithms)
     if args.exclude_measured and not (args.tune and args.plan_only):
         raise FieldError("--exclude-measured", "needs --tune --plan-only")
     if args.records and args.db:

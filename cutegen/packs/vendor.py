@@ -213,7 +213,8 @@ def coverage_section(disp: dict, kernels: list[dict]) -> str:
             lines += ["", f"cuBLASLt's algorithm, measured ({alg['source'] or 'the tuning step'}: the heuristic's first "
                       f"{alg['top_k']} timed on {alg['device']}, cuBLASLt {alg['cublaslt_version']}): {len(alg['choices'])} "
                       f"vendor segments and shapes measured, {len(moved)} run another than the heuristic's first "
-                      f"(more than {alg['margin']:.0%} faster there)" + (": " + ", ".join(
+                      f"(more than {alg['margin']:.0%} and {alg.get('noise_factor', 2):g}x the timing's repeatability "
+                      "faster there)" + (": " + ", ".join(
                           f"class {c['cls']} N {c['n']} K {c['k']} M {c['m_first']}-{c['m_last']} index {c['index']} "
                           f"({c['first_over_chosen']:.2f}x)" for c in moved) if moved else "")]
         if exact:
