@@ -513,6 +513,10 @@ def test_the_algorithm_leaves_the_heuristics_first_only_past_the_margin():
     # where the first's two timings disagree by 3%, a 5% faster algorithm is noise (2 x 3% = 6%), a 7% one is not
     assert vendor.choose_algorithm({64: {0: 105.0, 1: 100.0}}, noise=0.03)[0] == 0
     assert vendor.choose_algorithm({64: {0: 107.0, 1: 100.0}}, noise=0.03)[0] == 1
+    # VENDOR-ALGO-LONG: from a first of 200 us on, 10%: 9% faster keeps the first at 200 us and is taken at 199 us
+    assert vendor.choose_algorithm({64: {0: 200.0, 1: 200.0 / 1.09}})[0] == 0
+    assert vendor.choose_algorithm({64: {0: 199.0, 1: 199.0 / 1.09}})[0] == 1
+    assert vendor.choose_algorithm({64: {0: 200.0, 1: 200.0 / 1.11}})[0] == 1
 
 
 def test_measured_algorithms_go_into_the_pack_per_segment_and_shape(tmp_path):
