@@ -205,8 +205,8 @@ def probes(lib, desc):
     out.append({"probe": "queried workspace covers the call", "queried": queried, "need": need,
                 "ok": queried >= need and queried == splitkv.workspace_bytes(2, 8, 4, D, desc["config"]["kv_splits"])})
     ws = torch.empty(queried, dtype=torch.uint8, device="cuda")
-    probe("no workspace", 2, "ATTN-SPLIT-WORKSPACE", _abi(lib, q, k, v, o, lse, s))
-    probe("workspace 1 byte short", 2, "ATTN-SPLIT-WORKSPACE", _abi(lib, q, k, v, o, lse, s, ws.data_ptr(), need - 1))
+    probe("no workspace", 2, "ATTN-ABI-WORKSPACE", _abi(lib, q, k, v, o, lse, s))
+    probe("workspace 1 byte short", 2, "ATTN-ABI-WORKSPACE", _abi(lib, q, k, v, o, lse, s, ws.data_ptr(), need - 1))
     probe("misaligned Q base", 1, "E18", _abi(lib, q, k, v, o, lse, s, ws.data_ptr(), need,
                                               ptr_q=q.data_ptr() + q.element_size()))
     # seqlen_q 4, BSHD, batch 1 (no batch-stride rule): the group's heads are not seqlen_q rows apart

@@ -72,8 +72,8 @@ def test_host_side_refusals_name_their_rule(built):
         # batch stride of Q not heads_q x head stride (a padded batch)
         (dict(q_strides=(8 * 4 * 128 + 128, 4 * 128, 128)), 1, "ATTN-ABI-GQA-STRIDES"),
         # 8 KV tiles of 128 at seqlen_kv 1000 -> 4 splits; one byte short of their partials
-        (dict(ws_bytes=splitkv.workspace_bytes(2, 8, 4, 128, 4) - 1), 2, "ATTN-SPLIT-WORKSPACE"),
-        (dict(workspace=None), 2, "ATTN-SPLIT-WORKSPACE"),
+        (dict(ws_bytes=splitkv.workspace_bytes(2, 8, 4, 128, 4) - 1), 2, "ATTN-ABI-WORKSPACE"),
+        (dict(workspace=None), 2, "ATTN-ABI-WORKSPACE"),
         (dict(workspace=264), 1, "E18"),
         (dict(o_ptr=18), 1, "E18"),
         (dict(heads_kv=3), 1, "ATTN-ABI-GQA-GROUPS"),
@@ -85,4 +85,4 @@ def test_host_side_refusals_name_their_rule(built):
     need3 = splitkv.workspace_bytes(2, 8, 4, 128, 3)
     assert _call(lib, seqlen_kv=300, ws_bytes=need3 - 1) == 2
     msg = lib.cutegen_last_error().decode()
-    assert msg.startswith("ATTN-SPLIT-WORKSPACE: 3 KV splits") and f"{need3} bytes needed" in msg
+    assert msg.startswith("ATTN-ABI-WORKSPACE: 3 KV splits") and f"{need3} bytes needed" in msg
