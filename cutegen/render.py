@@ -30,6 +30,7 @@ from .dtypes import DTYPES
 from .errors import CutegenError, FieldError, IllegalConfig
 from .problem import GemmProblem
 from . import split_k_reduce as _split_k_reduce
+from . import stage_tma as _stage_tma
 from . import staging as _staging
 from .swap_ab import kernel_problem
 from .render_common import (  # noqa: F401  (re-exported: render.complete_config etc. stay importable)
@@ -309,6 +310,16 @@ def template_context(problem: GemmProblem, config: KernelConfig, backend: str) -
                                 if ctx["is_fp8"] and not problem.fp8_fast_accum
                                 else "cutlass::gemm::MainloopSm90TmaGmmaWarpSpecialized"),
         })
+        # tiles whose stock collective cannot slice a swizzled stage (cutegen/stage_tma.py): cutegen's
+        # mainloop builds the TMA descriptors from one stage's layout; every other kernel is unchanged
+        bits_a, bits_b = DTYPES[problem.dtype_a].bits, DTYPES[problem.dtype_b].bits
+        fp8_two_level = ctx["dispatch_policy"].endswith("FP8")
+        from .collective_builder import uses_register_a
+        ctx["stage_tma"] = _stage_tma.needed(problem, config, bits_a, bits_b, fp8_two_level,
+                                             uses_register_a(problem))
+        if ctx["stage_tma"]:
+            ctx["stage_tma_rows"] = config.tile_shape[1]
+            ctx["stage_tma_stage_bytes"] = config.tile_shape[1] * config.tile_shape[2] * bits_b // 8
         if ctx["cp_async"]:
             # No FP8 variant exists for cp.async: FP8 accumulates in the WGMMA accumulator only.
             ctx["dispatch_policy"] = "cutlass::gemm::MainloopSm90CpAsyncGmmaWarpSpecialized"
@@ -316,7 +327,8 @@ def template_context(problem: GemmProblem, config: KernelConfig, backend: str) -
             ctx["gmem_copy_b"] = gmem_tiled_copy(problem, config, "b")
     else:
         ctx["stages"] = config.stages
-    ctx["builder_crosscheck"] = backend == "cutlass" and builder_would_choose(problem, config)
+    ctx["builder_crosscheck"] = (backend == "cutlass" and not ctx.get("stage_tma")
+                                 and builder_would_choose(problem, config))
     return ctx
 
 

@@ -262,15 +262,23 @@ def _auto_stages(shape_free_problem, tile: tuple, family: str) -> int:
     return max(int(smem.auto_stage_count(DTYPES[p.dtype_a].bits, DTYPES[p.dtype_b].bits, tile, carve)), 0)
 
 
-def _make_config(tile, cluster, policy, stages="auto", raster="heuristic", swizzle=1):
+def _make_config(tile, cluster, policy, stages="auto", raster="heuristic", swizzle=1, wgmma_k=None):
+    """A candidate. ``wgmma_k`` (the problem's WGMMA K) names the instruction where CUTLASS's ss_op_selector
+    would not use the whole tile width (costmod.search_instruction_n); elsewhere the instruction is left to
+    completion, which chooses the same one (so those kernels' bytes do not change)."""
     from cutegen.config import KernelConfig
 
     s, e, sc = policy
     ns = len(costmod.SCHEDULES)
+    instr = None
+    if wgmma_k:
+        n = int(costmod.search_instruction_n(np.asarray([tile[1]]))[0])
+        if n != int(costmod._ss_op_n(np.asarray([tile[1]]))[0]):
+            instr = (64, n, int(wgmma_k))
     return KernelConfig(tile_shape=tile, cluster_shape=(cluster[0], cluster[1], 1), stages=stages,
                         mainloop_schedule=costmod.SCHEDULES[s % ns], epilogue_schedule=costmod.EPILOGUES[e],
                         tile_scheduler=costmod.SCHEDULERS[sc], raster_order=raster, raster_swizzle=swizzle,
-                        mainloop_load=costmod.LOADS[s // ns])
+                        mainloop_load=costmod.LOADS[s // ns], mma_instruction=instr)
 
 
 def rank_space(space: SearchSpace, rates=None):
@@ -291,7 +299,8 @@ def rank_space(space: SearchSpace, rates=None):
     stages = fam_stages[ti, fam[pi]]
     # a stream-K row costs its cheapest launch plan (search/decomposition.py)
     total, _ = min_plan_cost(p, tiles[ti, 0], tiles[ti, 1], tiles[ti, 2], clusters[ci, 0], clusters[ci, 1],
-                             pols[pi, 0], pols[pi, 1], pols[pi, 2], np.maximum(stages, 1), device=rates)
+                             pols[pi, 0], pols[pi, 1], pols[pi, 2], np.maximum(stages, 1), device=rates,
+                             instr_n=costmod.search_instruction_n(tiles[ti, 1]))
     # a configuration that cannot hold two stages costs nothing to rank: the rules will reject it
     order = np.lexsort((pi, ci, ti, np.round(total, 6)))
     return tiles, clusters, pols, ti, ci, pi, total, order
@@ -306,7 +315,8 @@ def _exact_costs(problem, rows: list, rates=None) -> list[tuple[float, tuple]]:
     total, _ = min_plan_cost(
         problem, [c.tile_shape[0] for c in cfgs], [c.tile_shape[1] for c in cfgs], [c.tile_shape[2] for c in cfgs],
         [c.cluster_shape[0] for c in cfgs], [c.cluster_shape[1] for c in cfgs], codes[:, 0], codes[:, 1], codes[:, 2],
-        [row[6].stages for row in rows], [row[3] for row in rows], [row[4] for row in rows], device=rates)
+        [row[6].stages for row in rows], [row[3] for row in rows], [row[4] for row in rows], device=rates,
+        instr_n=[costmod.instruction_n_of(c) for c in cfgs])
     return [(float(t), row) for t, row in zip(total, rows)]
 
 
@@ -569,7 +579,7 @@ def _search(space: SearchSpace, problem, top_k: int, explain: bool, t0: float,
 
     def judge_one(tile, cluster, pol, r=0, w=1, est_cost=math.inf):
         nonlocal kth
-        cfg = _make_config(tile, cluster, pol, raster=RASTER[r], swizzle=w)
+        cfg = _make_config(tile, cluster, pol, raster=RASTER[r], swizzle=w, wgmma_k=space.kk)
         v = judge(cfg)
         row = (tile, cluster, pol, r, w, cfg, v)
         expanded.append(row)
