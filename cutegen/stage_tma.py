@@ -63,6 +63,9 @@ def why_not(problem, config, bits_a: int, bits_b: int, fp8_two_level: bool, regi
     if fp8_two_level:
         return "FP8 with two-level accumulation uses another collective (its mma reads Params)"
     tk = config.tile_shape[2]
+    if bits_a != 16 or bits_b != 16:
+        return (f"{bits_a}/{bits_b}-bit operands: the form is built and run for 16-bit operands only (8-bit and "
+                f"tf32 stages slice in the stock collective)")
     for name, atom, bits, mn in _operands(problem, config, bits_a, bits_b):
         if atom is None:
             return f"{name} smem atom not chosen"

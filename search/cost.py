@@ -200,11 +200,15 @@ def _ss_op_n(tn):
 
 def search_instruction_n(tn):
     """The WGMMA N the search gives a tile (search/engine.py ``_make_config``): CUTLASS's ss_op_selector width
-    where it is the whole tile (8, 16, 32, 64, 96, 128, 192, 256 and their stock multiples), else the full
-    tile width (any multiple of 8 up to 256 is a WGMMA N; the CollectiveBuilder would split 136 into 17
-    m64n8 instructions, 208 into 13 m64n16: NOTES.md, the issue 24 diagnosis)."""
+    (the widest of 256, 192, 128, 96, 64, 32, 16, 8 dividing Tile_N), except for the odd multiples of 8 above
+    8 (24, 40, ..., 136, 200, 232, 248), which the selector would split into Tile_N / 8 m64n8 instructions:
+    those get the whole tile width, one instruction (any multiple of 8 up to 256 is a WGMMA N). Those tiles
+    became reachable with the one-stage TMA form (cutegen/stage_tma.py); every tile the search could render
+    before keeps its instruction and its price. (Giving the even non-standard tiles 144, 208, 224, 240 their
+    full width too is the better model -- NOTES.md, the issue 24 diagnosis measured 128x208 at 45.0 us full
+    width and 83.9 us with the selector's m64n16 -- but it moves committed kernels: not done here.)"""
     tn = np.asarray(tn)
-    return np.where(tn <= 256, tn, _ss_op_n(tn))
+    return np.where((tn % 16 == 8) & (tn > 8) & (tn <= 256), tn, _ss_op_n(tn))
 
 
 def instruction_n_of(config):

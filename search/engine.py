@@ -18,6 +18,7 @@ Stages (each a ruleset run to saturation, so nothing blows up):
 from __future__ import annotations
 
 import math
+import os
 import resource
 import time
 from dataclasses import dataclass, field
@@ -158,10 +159,11 @@ class SearchResult:
 class SearchSpace:
     """The saturated e-graph of one problem's choices, before any candidate is expanded."""
 
-    def __init__(self, problem, policies=POLICIES):
+    def __init__(self, problem, policies=POLICIES, wave_tiles: bool = False):
         from cutegen.dtypes import DTYPES
 
         self.problem = problem
+        self.wave_tiles = bool(wave_tiles)   # odd-multiple-of-8 tiles get their full-width WGMMA (wave_tiles_default)
         self.kk = DTYPES[problem.dtype_a].wgmma_k
         self.egg = Egg(SCHEDULE_SORTS + SCHEDULE_RULES + PLAN_SORTS + PLAN_RULES)
         self.egg.input("InstrSeed", [(n, self.kk) for n in INSTR_N])
@@ -300,7 +302,7 @@ def rank_space(space: SearchSpace, rates=None):
     # a stream-K row costs its cheapest launch plan (search/decomposition.py)
     total, _ = min_plan_cost(p, tiles[ti, 0], tiles[ti, 1], tiles[ti, 2], clusters[ci, 0], clusters[ci, 1],
                              pols[pi, 0], pols[pi, 1], pols[pi, 2], np.maximum(stages, 1), device=rates,
-                             instr_n=costmod.search_instruction_n(tiles[ti, 1]))
+                             instr_n=costmod.search_instruction_n(tiles[ti, 1]) if space.wave_tiles else None)
     # a configuration that cannot hold two stages costs nothing to rank: the rules will reject it
     order = np.lexsort((pi, ci, ti, np.round(total, 6)))
     return tiles, clusters, pols, ti, ci, pi, total, order
@@ -320,8 +322,21 @@ def _exact_costs(problem, rows: list, rates=None) -> list[tuple[float, tuple]]:
     return [(float(t), row) for t, row in zip(total, rows)]
 
 
+WAVE_TILES_ENV = "CUTEGEN_WAVE_TILES"
+
+
+def wave_tiles_default() -> bool:
+    """Whether the search gives odd-multiple-of-8 tiles (Tile_N = 24, 40, ..., 136, 200, 232, 248) their
+    full-width WGMMA and prices them so (costmod.search_instruction_n). Off unless $CUTEGEN_WAVE_TILES is 1:
+    those tiles compile through the one-stage TMA form (cutegen/stage_tma.py), but with the full-width
+    instruction the search picks them for 32 of the committed kernels (NOTES.md, "Tiles sized to the waves"),
+    which need GPU validation records before they can land. Off, such a tile keeps ss_op_selector's m64n8
+    instructions and price (and is never the pick), exactly as before."""
+    return os.environ.get(WAVE_TILES_ENV, "") == "1"
+
+
 def search(problem, top_k: int = 5, *, explain: bool = False, backend: str = "cutlass", device: str | None = None,
-           predictor=None, staging: bool = True) -> SearchResult:
+           predictor=None, staging: bool = True, wave_tiles: bool | None = None) -> SearchResult:
     """Search the legal Hopper GEMM kernels for ``problem``; the best ``top_k``, cheapest first.
 
     ``backend`` is the renderer the result is for: "cutlass" (explicit C++ types), "cutlass_builder"
@@ -332,7 +347,8 @@ def search(problem, top_k: int = 5, *, explain: bool = False, backend: str = "cu
     ``staging``: offer the staged form (cutegen/staging.py) of a problem whose A or B TMA cannot read;
     False for callers whose kernels run without the C ABI's copies (kernel packs' plan entry points); it
     also leaves out the split-K-with-separate-reduction form (``split_k_reduce_forms``), whose reduction
-    kernel is the C ABI's too."""
+    kernel is the C ABI's too. ``wave_tiles``: give the odd-multiple-of-8 tiles their full-width WGMMA
+    (None: ``wave_tiles_default()``)."""
     from cutegen.errors import FieldError
     from cutegen.problem import GemmProblem
     from cutegen.collective_builder import uses_register_a
@@ -345,6 +361,7 @@ def search(problem, top_k: int = 5, *, explain: bool = False, backend: str = "cu
     if backend not in ("cutlass", "cutlass_builder", "dsl"):
         raise FieldError("backend", f"{backend!r} is not one of cutlass, cutlass_builder, dsl")
     t0 = time.perf_counter()
+    wave = wave_tiles_default() if wave_tiles is None else bool(wave_tiles)
     results = []
     swap_pruned: dict[str, int] = {}
     unjudged = 0
@@ -369,7 +386,7 @@ def search(problem, top_k: int = 5, *, explain: bool = False, backend: str = "cu
             from cutegen.staging import stage_flags, staged_problem
             flags = stage_flags(problem, staged)
             oriented = staged_problem(problem, _make_config((128, 128, 64), (1, 1), (1, 1, 0)).replace(**flags))
-            space = SearchSpace(oriented)
+            space = SearchSpace(oriented, wave_tiles=wave)
             try:
                 results.append(((False, staged), _search(space, oriented, top_k, explain, t0, backend, device,
                                                           predictor)))
@@ -387,7 +404,7 @@ def search(problem, top_k: int = 5, *, explain: bool = False, backend: str = "cu
                     swap_pruned[v.rule_id] = swap_pruned.get(v.rule_id, 0) + 1
                 continue
         oriented = transposed(problem) if swapped else problem
-        space = SearchSpace(oriented)
+        space = SearchSpace(oriented, wave_tiles=wave)
         try:
             if not swapped and stage and predictor is None and len(costs_so_far()) >= top_k:
                 # the same bound between the staged form and the unstaged one: when the cheapest
@@ -416,7 +433,7 @@ def search(problem, top_k: int = 5, *, explain: bool = False, backend: str = "cu
         from cutegen.split_k_reduce import sliced_problem
         reduce_us = costmod.split_k_reduce_us(problem, s, device_rates(device))
         sliced = sliced_problem(problem, _make_config((128, 128, 64), (1, 1), (1, 1, 0)).replace(split_k_slices=s))
-        space = SearchSpace(sliced, PERSISTENT_POLICIES)
+        space = SearchSpace(sliced, PERSISTENT_POLICIES, wave_tiles=wave)
         try:
             so_far = sorted(costs_so_far() + [x.cost + reduce_us for _, r in sliced_results for x in r.ranked])
             if predictor is None and len(so_far) >= top_k:
@@ -579,7 +596,8 @@ def _search(space: SearchSpace, problem, top_k: int, explain: bool, t0: float,
 
     def judge_one(tile, cluster, pol, r=0, w=1, est_cost=math.inf):
         nonlocal kth
-        cfg = _make_config(tile, cluster, pol, raster=RASTER[r], swizzle=w, wgmma_k=space.kk)
+        cfg = _make_config(tile, cluster, pol, raster=RASTER[r], swizzle=w,
+                           wgmma_k=space.kk if space.wave_tiles else None)
         v = judge(cfg)
         row = (tile, cluster, pol, r, w, cfg, v)
         expanded.append(row)
