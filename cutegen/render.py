@@ -371,6 +371,10 @@ def builder_would_choose(problem: GemmProblem, config: KernelConfig) -> bool:
         from .collective_builder import complete
     except ImportError:
         return False
+    if _stage_tma.needed_for(problem, config):
+        return ["CUTLASS-BUILDER-STAGE-SLICE: the CollectiveBuilder's stock mainloop slices a stage out of the "
+                f"swizzled {config.tile_shape[1]}-row B layout, which CuTe cannot (SM90-SMEM-STAGE-SLICE); the "
+                "one-stage TMA form (cutegen/stage_tma.py) is rendered by backend cutlass"]
     if config.mainloop_load == "cp_async":
         from .legality.cp_async import vector_bytes
         if min(vector_bytes(problem, "a"), vector_bytes(problem, "b")) < 4:
@@ -439,6 +443,10 @@ def builder_supports(problem: GemmProblem, config: KernelConfig) -> list[str]:
     if config.split_k_slices > 1:
         return ["CUTLASS-BUILDER-SPLIT-K-REDUCE: the CollectiveBuilder template includes only the ordinary C ABI; "
                 "the separate split-K reduction (cutegen/split_k_reduce.py) is rendered by backend cutlass"]
+    if _stage_tma.needed_for(problem, config):
+        return ["CUTLASS-BUILDER-STAGE-SLICE: the CollectiveBuilder's stock mainloop slices a stage out of the "
+                f"swizzled {config.tile_shape[1]}-row B layout, which CuTe cannot (SM90-SMEM-STAGE-SLICE); the "
+                "one-stage TMA form (cutegen/stage_tma.py) is rendered by backend cutlass"]
     if config.mainloop_load == "cp_async":
         from .legality.cp_async import vector_bytes
         small = [f"{op.upper()} {vector_bytes(problem, op)} B" for op in ("a", "b") if vector_bytes(problem, op) < 4]

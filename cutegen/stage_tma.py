@@ -89,3 +89,17 @@ def needed(problem, config, bits_a: int, bits_b: int, fp8_two_level: bool, regis
         return False
     return bool(stock_slice_errors(problem, config, bits_a, bits_b)) and \
         why_not(problem, config, bits_a, bits_b, fp8_two_level, register_a) is None
+
+
+def needed_for(problem, config) -> bool:
+    """``needed`` for a caller's problem and a completed configuration (the kernel's own problem is the
+    transposed one for a swap-AB kernel): the backends that do not render the form refuse these."""
+    from .collective_builder import uses_register_a
+    from .dtypes import DTYPES
+    from .swap_ab import kernel_problem
+
+    if config.smem_layout_a is None or config.smem_layout_b is None:
+        return False
+    kp = kernel_problem(problem, config)
+    fp8_two_level = kp.dtype_a in ("e4m3", "e5m2") and not getattr(kp, "fp8_fast_accum", False)
+    return needed(kp, config, DTYPES[kp.dtype_a].bits, DTYPES[kp.dtype_b].bits, fp8_two_level, uses_register_a(kp))

@@ -138,3 +138,14 @@ def test_form_kernel_compiles(tmp_path):
     render.render(P257, cfg, "cutlass").write(tmp_path / "k")
     summary = build([tmp_path / "k"], jobs=1)
     assert summary.ok, summary.line()
+
+
+def test_other_backends_refuse_the_form():
+    from cutegen.dsl import dsl_supports
+
+    form = render.complete_config(SQ, _cfg((128, 200, 64)))
+    stock = render.complete_config(SQ, _cfg((128, 208, 64)))
+    assert [r.split(":")[0] for r in render.builder_supports(SQ, form)] == ["CUTLASS-BUILDER-STAGE-SLICE"]
+    assert render.builder_supports(SQ, stock) == []
+    assert any(r.startswith("DSL-STAGE-SLICE") for r in dsl_supports(SQ, form))
+    assert not any(r.startswith("DSL-STAGE-SLICE") for r in dsl_supports(SQ, stock))
