@@ -130,6 +130,13 @@ def plan(args) -> int:
     plain = GemmProblem.from_dict({"m": 4096, "n": 1000, "k": 4096, "dtype": "bf16", "layout": "tn"})
     emit("val", "m4096_n1000_k4096_bf16", plain, _config((128, 200, 64), (2, 1, 1), 5, "cooperative", swap=False),
          note="unswapped")
+    # the configuration oracle's stock compile errors the form now builds (tests/test_legality_config_oracle.py):
+    # 128x8x64 at its 13 auto stages (an odd stage count of one-atom stages) and 64x200x64 ping-pong
+    sq = GemmProblem.from_dict({"m": 2048, "n": 2048, "k": 2048, "dtype": "bf16", "layout": "tn"})
+    emit("val", "m2048_n2048_k2048_bf16_128x8_s13", sq, _config((128, 8, 64), (1, 1, 1), 13, "cooperative", swap=False),
+         note="odd stage count")
+    emit("val", "m2048_n2048_k2048_bf16_64x200_pp", sq, _config((64, 200, 64), (1, 1, 1), 6, "pingpong", swap=False),
+         note="ping-pong 200")
     (out / "suite.toml").write_text("".join(
         f'[[problem]]\nname = "{n}"\nm = {p.m}\nn = {p.n}\nk = {p.k}\ndtype = "{p.dtype_a}"\nlayout = "{p.blas_layout}"\n\n'
         for n, p in toml))
