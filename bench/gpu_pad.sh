@@ -13,7 +13,7 @@
 # val/ the same tiles at 1x1 and 1x2, an f16 kernel and an unswapped one; pick/ the search's pick now and
 # prev/ main's pick, for the diagnose shapes and four held-out mid-size shapes (fixed in bench/pad.py).
 # On the device:
-#   1. build     every kernel, form/ and val/ first (16 nvcc jobs, none past BUILD_END_S)
+#   1. build     every kernel, form/ pick/ prev/ first (16 nvcc jobs, none past BUILD_END_S)
 #   2. validate  every built kernel (`cutegen validate`: own size, ragged M/N/K, beta = 0.5, batches with padded
 #                strides, refusal probes)
 #   3. time      bench/pad.py time: one process, each kernel checked at its own size (beta 0 and 0.5) and
@@ -60,7 +60,7 @@ nvcc --version | tail -2
 "$PY" -c "import cutegen.runner, cutegen.build, cutegen.commands.validate" || { echo "gpu_pad: cutegen does not import"; exit 2; }
 
 phase "1. build (jobs $JOBS, none past ${BUILD_END_S} s)"
-for root in form val pick prev; do
+for root in form pick prev val; do      # the timed kernels first: val/ is validation coverage only
   for d in "$PLAN/$root"/*/; do [ -f "$d/kernel.cu" ] && echo "${d%/}"; done
 done > "$STAGE/dirs.txt"
 echo "$(wc -l < "$STAGE/dirs.txt") kernel directories"
