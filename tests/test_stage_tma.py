@@ -149,3 +149,18 @@ def test_other_backends_refuse_the_form():
     assert render.builder_supports(SQ, stock) == []
     assert any(r.startswith("DSL-STAGE-SLICE") for r in dsl_supports(SQ, form))
     assert not any(r.startswith("DSL-STAGE-SLICE") for r in dsl_supports(SQ, stock))
+
+
+def test_grouped_gemm_keeps_refusing_what_only_the_gemm_form_builds():
+    """The grouped template uses CUTLASS's ptr-array collective, which slices the stage as the stock one does:
+    check_grouped still refuses Tile_N = 200 bf16 (SM90-SMEM-STAGE-SLICE) and keeps 208 and e4m3 200."""
+    from cutegen.legality.grouped_gemm import check_grouped
+    from cutegen.ops.grouped_gemm.config import GroupedGemmConfig as C
+    from cutegen.ops.grouped_gemm.problem import GroupedGemmProblem as P
+
+    p = P(8, 4096, 4096, 4096, dtype="bf16")
+    rules = [v.rule_id for v in check_grouped(p, C(128, 200, 64)).violations]
+    assert "SM90-SMEM-STAGE-SLICE" in rules
+    assert "SM90-SMEM-STAGE-SLICE" not in [v.rule_id for v in check_grouped(p, C(128, 208, 64)).violations]
+    e4 = P(8, 4096, 4096, 4096, dtype="e4m3")
+    assert "SM90-SMEM-STAGE-SLICE" not in [v.rule_id for v in check_grouped(e4, C(128, 200, 128)).violations]
