@@ -10,14 +10,16 @@
 #
 # The plan (bench/pad.py plan): form/ cuBLAS's own tiles for the three diagnose shapes through the form
 # (64x136 2x1 s8 ping-pong, 128x200 4x1 s5 and 128x232 2x1 s4 cooperative, swap-AB, full-width WGMMA);
-# val/ the same tiles at 1x1 and 1x2, an f16 kernel and an unswapped one; pick/ the search's pick now and
-# prev/ main's pick, for the diagnose shapes and four held-out mid-size shapes (fixed in bench/pad.py).
+# alt/ the same with the no-smem epilogue; val/ 64x136 at 1x2, an f16 kernel, an unswapped 128x200 and a 64x200
+# ping-pong (run 1 validated the other cluster variants); pick/ the search's pick with wave tiles and prev/
+# main's pick, for the diagnose shapes and four held-out mid-size shapes (fixed in bench/pad.py).
 # On the device:
-#   1. build     every kernel, form/ pick/ prev/ first (16 nvcc jobs, none past BUILD_END_S)
+#   1. build     every kernel, form/ alt/ pick/ prev/ first (16 nvcc jobs, none past BUILD_END_S)
 #   2. validate  every built kernel (`cutegen validate`: own size, ragged M/N/K, beta = 0.5, batches with padded
 #                strides, refusal probes)
 #   3. time      bench/pad.py time: one process, each kernel checked at its own size (beta 0 and 0.5) and
-#                timed beside cuBLAS (torch.matmul), D rechecked after the timed relaunches
+#                timed beside cuBLAS (torch.matmul) behind a spin kernel (GPU time), D rechecked after the
+#                timed relaunches
 # Files (3, under $OUT/pad/): log.txt, validate.json, time.json (time.txt and build.txt go into log.txt).
 set -u -o pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -39,10 +41,10 @@ exec > >(tee "$OUT/log.txt") 2>&1
 
 PY=${PYTHON:-python3}
 JOBS=${JOBS:-16}
-BUILD_END_S=${BUILD_END_S:-150}          # every nvcc is killed by then
-VALIDATE_END_S=${VALIDATE_END_S:-195}    # no kernel starts validating after this
-TIME_END_S=${TIME_END_S:-215}            # no problem starts timing after this
-HARD_LIMIT_S=${HARD_LIMIT_S:-232}        # the timing is killed here whatever it is doing
+BUILD_END_S=${BUILD_END_S:-185}          # every nvcc is killed by then (run 1: 16 compiles in 94 s)
+VALIDATE_END_S=${VALIDATE_END_S:-212}    # no kernel starts validating after this (run 1: 23 kernels in 11 s)
+TIME_END_S=${TIME_END_S:-224}            # no problem starts timing after this (run 1: 7 problems in 5 s)
+HARD_LIMIT_S=${HARD_LIMIT_S:-236}        # the timing is killed here whatever it is doing
 export PYTHONUNBUFFERED=1
 export CUTEGEN_CACHE=${CUTEGEN_CACHE:-/tmp/cutegen-cache}
 export CUTEGEN_CUTLASS_INCLUDE=${CUTEGEN_CUTLASS_INCLUDE:-$REPO/oracles/.cutlass}
@@ -60,7 +62,7 @@ nvcc --version | tail -2
 "$PY" -c "import cutegen.runner, cutegen.build, cutegen.commands.validate" || { echo "gpu_pad: cutegen does not import"; exit 2; }
 
 phase "1. build (jobs $JOBS, none past ${BUILD_END_S} s)"
-for root in form pick prev val; do      # the timed kernels first: val/ is validation coverage only
+for root in form alt pick prev val; do      # the timed kernels first: val/ is validation coverage only
   for d in "$PLAN/$root"/*/; do [ -f "$d/kernel.cu" ] && echo "${d%/}"; done
 done > "$STAGE/dirs.txt"
 echo "$(wc -l < "$STAGE/dirs.txt") kernel directories"
@@ -73,7 +75,7 @@ print(summary.line())
 EOF
 run_until "$BUILD_END_S" "$PY" "$STAGE/build_all.py" "$JOBS" "$STAGE/dirs.txt" > "$STAGE/build.txt" 2>&1
 grep -E "FAILED|LEGALITY BUG|built |failed|error|registers|spill" "$STAGE/build.txt" | tail -n 40
-for root in form val pick prev; do
+for root in form alt pick prev val; do
   echo "libraries $root: $(ls "$PLAN"/$root/*/kernel.so 2> /dev/null | wc -l) of $(ls -d "$PLAN"/$root/*/ 2> /dev/null | wc -l)"
 done
 
