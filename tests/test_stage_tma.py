@@ -164,3 +164,20 @@ def test_grouped_gemm_keeps_refusing_what_only_the_gemm_form_builds():
     assert "SM90-SMEM-STAGE-SLICE" not in [v.rule_id for v in check_grouped(p, C(128, 208, 64)).violations]
     e4 = P(8, 4096, 4096, 4096, dtype="e4m3")
     assert "SM90-SMEM-STAGE-SLICE" not in [v.rule_id for v in check_grouped(e4, C(128, 200, 128)).violations]
+
+
+def test_shared_memory_model_matches_nvcc_for_the_form():
+    """oracles/stage_tma_smem_probe.py: nvcc 13.0 evaluated sizeof(GemmKernel::SharedStorage) of each kernel,
+    rendered with the form, against the model's bytes; the model is recomputed here, fresh."""
+    import json
+    from pathlib import Path
+
+    rows = [json.loads(line) for line in
+            (Path(__file__).resolve().parent.parent / "oracles" / "stage_tma_smem_probe_results.jsonl").read_text().splitlines()]
+    assert len(rows) >= 6
+    for r in rows:
+        problem = GemmProblem.from_dict(r["problem"])
+        cfg = KernelConfig.from_dict({"tile_scheduler": "persistent", **r["config"]})
+        rep = check_config(problem, render.complete_config(problem, cfg))
+        assert r["verdict"] == "equal", r
+        assert rep.smem_bytes == r["kernel_bytes"] and rep.stages == r["stages"], (r["config"], rep.smem_bytes)
