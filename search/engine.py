@@ -329,7 +329,7 @@ def wave_tiles_default() -> bool:
     """Whether the search gives odd-multiple-of-8 tiles (Tile_N = 24, 40, ..., 136, 200, 232, 248) their
     full-width WGMMA and prices them so (costmod.search_instruction_n). Off unless $CUTEGEN_WAVE_TILES is 1:
     those tiles compile through the one-stage TMA form (cutegen/stage_tma.py), but with the full-width
-    instruction the search picks them for 32 of the committed kernels (NOTES.md, "Tiles sized to the waves"),
+    instruction the search picks them for 31 of the committed kernels (NOTES.md, "Tiles sized to the waves"),
     which need GPU validation records before they can land. Off, such a tile keeps ss_op_selector's m64n8
     instructions and price (and is never the pick), exactly as before."""
     return os.environ.get(WAVE_TILES_ENV, "") == "1"
