@@ -18,6 +18,7 @@ Stages (each a ruleset run to saturation, so nothing blows up):
 from __future__ import annotations
 
 import math
+import os
 import resource
 import threading
 import time
@@ -165,10 +166,11 @@ class SearchSpace:
 
     _in_use = False
 
-    def __init__(self, problem, policies=POLICIES):
+    def __init__(self, problem, policies=POLICIES, wave_tiles: bool = False):
         from cutegen.dtypes import DTYPES
 
         self.problem = problem
+        self.wave_tiles = bool(wave_tiles)   # odd-multiple-of-8 tiles get their full-width WGMMA (wave_tiles_default)
         self.kk = DTYPES[problem.dtype_a].wgmma_k
         self.egg = Egg(SCHEDULE_SORTS + SCHEDULE_RULES + PLAN_SORTS + PLAN_RULES)
         self.egg.input("InstrSeed", [(n, self.kk) for n in INSTR_N])
@@ -187,12 +189,13 @@ class SearchSpace:
         self._frozen = frozen
 
     @classmethod
-    def shared(cls, problem, policies=POLICIES) -> "SearchSpace":
+    def shared(cls, problem, policies=POLICIES, wave_tiles: bool = False) -> "SearchSpace":
         """The same space, its saturated e-graph built once per process for each (WGMMA K of the types,
         TMA can load the operands, policies): everything ``__init__`` reads of the problem. A search expands
         into it between egglog's ``(push)`` and ``(pop)``, so every problem of a pack's class (any M, N, K)
         starts from the same saturated e-graph without saturating it again; ``release`` pops back. A space
-        already in use (a nested search) is built fresh."""
+        already in use (a nested search) is built fresh. ``wave_tiles`` changes the pricing only, not the
+        e-graph, so it is set on the copy and is not part of the key."""
         from cutegen.dtypes import DTYPES
 
         key = (DTYPES[problem.dtype_a].wgmma_k, tma_can_load(problem), tuple(policies))
@@ -206,10 +209,11 @@ class SearchSpace:
             else:
                 base._in_use = True
         if base is None:
-            return cls(problem, policies)
+            return cls(problem, policies, wave_tiles=wave_tiles)
         space = object.__new__(cls)
         space.__dict__.update(base.__dict__)
         space.problem = problem
+        space.wave_tiles = bool(wave_tiles)
         space._base, space._iterations = base, base.egg.iterations
         base.egg.run("(push)")
         return space
@@ -309,15 +313,23 @@ def _auto_stages(shape_free_problem, tile: tuple, family: str) -> int:
     return max(int(smem.auto_stage_count(DTYPES[p.dtype_a].bits, DTYPES[p.dtype_b].bits, tile, carve)), 0)
 
 
-def _make_config(tile, cluster, policy, stages="auto", raster="heuristic", swizzle=1):
+def _make_config(tile, cluster, policy, stages="auto", raster="heuristic", swizzle=1, wgmma_k=None):
+    """A candidate. ``wgmma_k`` (the problem's WGMMA K) names the instruction where CUTLASS's ss_op_selector
+    would not use the whole tile width (costmod.search_instruction_n); elsewhere the instruction is left to
+    completion, which chooses the same one (so those kernels' bytes do not change)."""
     from cutegen.config import KernelConfig
 
     s, e, sc = policy
     ns = len(costmod.SCHEDULES)
+    instr = None
+    if wgmma_k:
+        n = int(costmod.search_instruction_n(np.asarray([tile[1]]))[0])
+        if n != int(costmod._ss_op_n(np.asarray([tile[1]]))[0]):
+            instr = (64, n, int(wgmma_k))
     return KernelConfig(tile_shape=tile, cluster_shape=(cluster[0], cluster[1], 1), stages=stages,
                         mainloop_schedule=costmod.SCHEDULES[s % ns], epilogue_schedule=costmod.EPILOGUES[e],
                         tile_scheduler=costmod.SCHEDULERS[sc], raster_order=raster, raster_swizzle=swizzle,
-                        mainloop_load=costmod.LOADS[s // ns])
+                        mainloop_load=costmod.LOADS[s // ns], mma_instruction=instr)
 
 
 @lru_cache(maxsize=256)
@@ -348,7 +360,8 @@ def rank_space(space: SearchSpace, rates=None):
     stages = fam_stages[ti, fam[pi]]
     # a stream-K row costs its cheapest launch plan (search/decomposition.py)
     total, _ = min_plan_cost(p, tiles[ti, 0], tiles[ti, 1], tiles[ti, 2], clusters[ci, 0], clusters[ci, 1],
-                             pols[pi, 0], pols[pi, 1], pols[pi, 2], np.maximum(stages, 1), device=rates)
+                             pols[pi, 0], pols[pi, 1], pols[pi, 2], np.maximum(stages, 1), device=rates,
+                             instr_n=costmod.search_instruction_n(tiles[ti, 1]) if space.wave_tiles else None)
     # a configuration that cannot hold two stages costs nothing to rank: the rules will reject it
     order = np.lexsort((pi, ci, ti, np.round(total, 6)))
     return tiles, clusters, pols, ti, ci, pi, total, order
@@ -363,12 +376,27 @@ def _exact_costs(problem, rows: list, rates=None) -> list[tuple[float, tuple]]:
     total, _ = min_plan_cost(
         problem, [c.tile_shape[0] for c in cfgs], [c.tile_shape[1] for c in cfgs], [c.tile_shape[2] for c in cfgs],
         [c.cluster_shape[0] for c in cfgs], [c.cluster_shape[1] for c in cfgs], codes[:, 0], codes[:, 1], codes[:, 2],
-        [row[6].stages for row in rows], [row[3] for row in rows], [row[4] for row in rows], device=rates)
+        [row[6].stages for row in rows], [row[3] for row in rows], [row[4] for row in rows], device=rates,
+        instr_n=[costmod.instruction_n_of(c) for c in cfgs])
     return [(float(t), row) for t, row in zip(total, rows)]
 
 
+WAVE_TILES_ENV = "CUTEGEN_WAVE_TILES"
+
+
+def wave_tiles_default() -> bool:
+    """Whether the search gives odd-multiple-of-8 tiles (Tile_N = 24, 40, ..., 136, 200, 232, 248) their
+    full-width WGMMA and prices them so (costmod.search_instruction_n). Off unless $CUTEGEN_WAVE_TILES is 1:
+    those tiles compile through the one-stage TMA form (cutegen/stage_tma.py), but with the full-width
+    instruction the search picks them for 31 of the committed kernels (NOTES.md, "Tiles sized to the waves"),
+    which need GPU validation records before they can land. Off, such a tile keeps ss_op_selector's m64n8
+    instructions and price (and is never the pick), exactly as before."""
+    return os.environ.get(WAVE_TILES_ENV, "") == "1"
+
+
 def search(problem, top_k: int = 5, *, explain: bool = False, backend: str = "cutlass", device: str | None = None,
-           predictor=None, staging: bool = True, egraph_sizes: bool = True) -> SearchResult:
+           predictor=None, staging: bool = True, egraph_sizes: bool = True,
+           wave_tiles: bool | None = None) -> SearchResult:
     """Search the legal Hopper GEMM kernels for ``problem``; the best ``top_k``, cheapest first.
 
     ``backend`` is the renderer the result is for: "cutlass" (explicit C++ types), "cutlass_builder"
@@ -380,7 +408,8 @@ def search(problem, top_k: int = 5, *, explain: bool = False, backend: str = "cu
     False for callers whose kernels run without the C ABI's copies (kernel packs' plan entry points); it
     also leaves out the split-K-with-separate-reduction form (``split_k_reduce_forms``), whose reduction
     kernel is the C ABI's too. ``egraph_sizes=False``: the result's ``egraph_nodes``/``egraph_classes`` are 0 (counting
-    them reads the whole e-graph back; a kernel pack's searches do not report them)."""
+    them reads the whole e-graph back; a kernel pack's searches do not report them). ``wave_tiles``: give the
+    odd-multiple-of-8 tiles their full-width WGMMA (None: ``wave_tiles_default()``)."""
     from cutegen.errors import FieldError
     from cutegen.problem import GemmProblem
     from cutegen.collective_builder import uses_register_a
@@ -393,6 +422,7 @@ def search(problem, top_k: int = 5, *, explain: bool = False, backend: str = "cu
     if backend not in ("cutlass", "cutlass_builder", "dsl"):
         raise FieldError("backend", f"{backend!r} is not one of cutlass, cutlass_builder, dsl")
     t0 = time.perf_counter()
+    wave = wave_tiles_default() if wave_tiles is None else bool(wave_tiles)
     results = []
     swap_pruned: dict[str, int] = {}
     unjudged = 0
@@ -417,7 +447,7 @@ def search(problem, top_k: int = 5, *, explain: bool = False, backend: str = "cu
             from cutegen.staging import stage_flags, staged_problem
             flags = stage_flags(problem, staged)
             oriented = staged_problem(problem, _make_config((128, 128, 64), (1, 1), (1, 1, 0)).replace(**flags))
-            space = SearchSpace.shared(oriented)
+            space = SearchSpace.shared(oriented, wave_tiles=wave)
             try:
                 results.append(((False, staged), _search(space, oriented, top_k, explain, t0, backend, device,
                                                           predictor, egraph_sizes)))
@@ -435,7 +465,7 @@ def search(problem, top_k: int = 5, *, explain: bool = False, backend: str = "cu
                     swap_pruned[v.rule_id] = swap_pruned.get(v.rule_id, 0) + 1
                 continue
         oriented = transposed(problem) if swapped else problem
-        space = SearchSpace.shared(oriented)
+        space = SearchSpace.shared(oriented, wave_tiles=wave)
         try:
             if not swapped and stage and predictor is None and len(costs_so_far()) >= top_k:
                 # the same bound between the staged form and the unstaged one: when the cheapest
@@ -465,7 +495,7 @@ def search(problem, top_k: int = 5, *, explain: bool = False, backend: str = "cu
         from cutegen.split_k_reduce import sliced_problem
         reduce_us = costmod.split_k_reduce_us(problem, s, device_rates(device))
         sliced = sliced_problem(problem, _make_config((128, 128, 64), (1, 1), (1, 1, 0)).replace(split_k_slices=s))
-        space = SearchSpace.shared(sliced, PERSISTENT_POLICIES)
+        space = SearchSpace.shared(sliced, PERSISTENT_POLICIES, wave_tiles=wave)
         try:
             so_far = sorted(costs_so_far() + [x.cost + reduce_us for _, r in sliced_results for x in r.ranked])
             if predictor is None and len(so_far) >= top_k:
@@ -630,7 +660,8 @@ def _search(space: SearchSpace, problem, top_k: int, explain: bool, t0: float,
 
     def judge_one(tile, cluster, pol, r=0, w=1, est_cost=math.inf):
         nonlocal kth
-        cfg = _make_config(tile, cluster, pol, raster=RASTER[r], swizzle=w)
+        cfg = _make_config(tile, cluster, pol, raster=RASTER[r], swizzle=w,
+                           wgmma_k=space.kk if space.wave_tiles else None)
         v = judge(cfg)
         row = (tile, cluster, pol, r, w, cfg, v)
         expanded.append(row)
