@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# GPU run of issue 26 part 3 (MoE layers in packs): build the MoE pack (examples/pack/moe.toml: a GEMM set plus
+# Mixtral-8x7B w1/w2 and a Qwen3-MoE-like masked layer) with its own CMake project and its PyTorch extension, then
+# bench/gpu_pack_moe.py: dispatch per token count, validation against float32 and torch._grouped_mm (empty groups,
+# 1-token groups, uneven routing), a CUDA graph replayed with new group sizes, torch.compile, and the op timed
+# against torch._grouped_mm in the same process. At most 4 minutes; files under $OUT/grppack/ (3: log.txt,
+# build.txt, results.json).
+#
+#   here:    bash bench/gpu_pack_moe.sh --plan      # cutegen pack examples/pack/moe.toml -> out/grppack-plan/h200/
+#   device:  mkdir -p oracles/.cutlass && tar xzf .carry/cutlass.tgz -C oracles/.cutlass && bash bench/gpu_pack_moe.sh
+#   carry:   [".carry", "out/grppack-plan"]
+set -u -o pipefail
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$REPO"
+PLAN=${PLAN:-out/grppack-plan}
+TARGET=${TARGET:-h200}
+SHAPES=${SHAPES:-examples/pack/moe.toml}
+NAME=${NAME:-moe_pack}
+
+if [ "${1:-}" = "--plan" ]; then
+  PY=${PYTHON:-$( [ -x "$REPO/.venv/bin/python" ] && echo "$REPO/.venv/bin/python" || echo python3 )}
+  rm -rf "$PLAN"
+  "$PY" -m cutegen pack "$SHAPES" -o "$PLAN" --target "$TARGET" --name "$NAME" || exit 1
+  exit 0
+fi
+
+T0=$(date +%s)
+. "$REPO/bench/gpu_lib.sh"      # elapsed, phase, run_until
+OUT=${OUT:-$REPO/out/gpu-pack-moe}
+OUTD="$OUT/grppack"
+mkdir -p "$OUTD"
+exec > >(tee "$OUTD/log.txt") 2>&1
+PY=${PYTHON:-python3}
+JOBS=${JOBS:-16}
+LIMIT_S=${LIMIT_S:-235}          # the lead batches several scripts: this one ends within 4 minutes
+CUTLASS=${CUTEGEN_CUTLASS_INCLUDE:-$REPO/oracles/.cutlass}
+export PYTHONUNBUFFERED=1
+command -v nvcc > /dev/null || export PATH="$PATH:/usr/local/cuda/bin"
+for c in "${CUDA_HOME:-}" "$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")" /usr/local/cuda; do
+  [ -n "$c" ] && [ -f "$c/include/cuda_runtime.h" ] && { CUDA_HOME=$c; break; }
+done
+PACK="$REPO/$PLAN/$TARGET"
+phase "environment"
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | head -1
+nvcc --version | tail -1
+"$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
+[ -f "$CUTLASS/include/cutlass/version.h" ] || { echo "gpu_pack_moe: CUTLASS headers missing under $CUTLASS"; exit 2; }
+[ -f "$PACK/pack.json" ] || { echo "gpu_pack_moe: no pack at $PACK (run 'bash bench/gpu_pack_moe.sh --plan' here and carry $PLAN)"; exit 2; }
+eval "$("$PY" - <<'PYEOF'
+import torch, torch.utils.cpp_extension as ce
+print("TORCH_INC='" + " ".join("-isystem " + p for p in ce.include_paths()) + "'")
+print("TORCH_LIB='" + " ".join("-L" + p + " -Wl,-rpath," + p for p in ce.library_paths()) + "'")
+print("TORCH_ABI=" + str(int(torch._C._GLIBCXX_USE_CXX11_ABI)))
+PYEOF
+)"
+NK=$(ls -d "$PACK"/kernels/*/ | wc -l)
+: > "$OUTD/build.txt"
+phase "1. build $NAME with its CMake project ($NK kernels, GEMM and grouped; $JOBS jobs)"
+BUILD=$(mktemp -d /tmp/cutegen-pack-moe.XXXXXX)
+RC=0
+if command -v cmake > /dev/null; then
+  cmake -S "$PACK" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCUTEGEN_CUTLASS_INCLUDE="$CUTLASS" \
+    -DCMAKE_CUDA_COMPILER="$(command -v nvcc)" >> "$OUTD/build.txt" 2>&1 &&
+  run_until $(( LIMIT_S - 90 )) cmake --build "$BUILD" -j "$JOBS" >> "$OUTD/build.txt" 2>&1
+  BRC=$?
+else
+  echo "no cmake here: the CMake project's compiles by hand (same flags)"
+  FLAGS="-gencode=arch=compute_90a,code=sm_90a -std=c++17 -O3 -DNDEBUG --expt-relaxed-constexpr -Xcompiler -fPIC"
+  INC="-I $PACK/include -isystem $CUTLASS/include -isystem $CUTLASS/tools/util/include"
+  ls "$PACK"/kernels/*/plan.cu "$PACK"/kernels/*/entry.cu | run_until $(( LIMIT_S - 90 )) xargs -P "$JOBS" -I{} sh -c \
+    "nvcc $FLAGS $INC -c {} -o $BUILD/\$(basename \$(dirname {})).o" >> "$OUTD/build.txt" 2>&1
+  BRC=$?
+  for f in dispatch moe_dispatch; do
+    g++ -std=c++17 -O2 -fPIC -I "$PACK/include" -I "$CUDA_HOME/include" -c "$PACK/src/$f.cpp" -o "$BUILD/$f.o" \
+      >> "$OUTD/build.txt" 2>&1 || BRC=1
+  done
+  ar rcs "$BUILD/lib$NAME.a" "$BUILD"/*.o >> "$OUTD/build.txt" 2>&1 || BRC=1
+fi
+LIB="$BUILD/lib$NAME.a"
+echo "build rc $BRC at $(elapsed) s"
+[ "$BRC" -eq 0 ] && [ -f "$LIB" ] || { echo "gpu_pack_moe: the pack did not build"; grep -m8 -i "error" "$OUTD/build.txt"; exit 1; }
+# no symbol defined twice in the archive (the link lesson of issue 22), grouped kernels' names carry their hash
+DUP=$(nm -g --defined-only "$LIB" 2> /dev/null | awk 'NF == 3 && $2 ~ /[TDBR]/ {print $3}' | sort | uniq -d | head -5)
+[ -z "$DUP" ] || { echo "gpu_pack_moe: symbols defined twice: $DUP"; RC=1; }
+
+phase "2. the PyTorch extension"
+SO="$BUILD/lib${NAME}_torch.so"
+for STD in c++17 c++20; do
+  g++ -std=$STD -O2 -fPIC -shared -D_GLIBCXX_USE_CXX11_ABI=$TORCH_ABI $TORCH_INC -I "$CUDA_HOME/include" \
+    -I "$PACK/include" "$PACK/torch/${NAME}_torch.cpp" -o "$SO" "$LIB" \
+    $TORCH_LIB -lc10 -lc10_cuda -ltorch -ltorch_cpu -ltorch_cuda -L "$CUDA_HOME/lib64" -lcudart \
+    >> "$OUTD/build.txt" 2>&1 && break
+done
+[ -f "$SO" ] || { echo "gpu_pack_moe: the extension did not build"; tail -20 "$OUTD/build.txt"; exit 1; }
+
+phase "3. validate, graph, compile, time (budget $(( LIMIT_S - $(elapsed) )) s)"
+timeout $(( LIMIT_S - $(elapsed) + 5 )) "$PY" bench/gpu_pack_moe.py "$PACK" "$SO" "$OUTD/results.json" \
+  --budget-s $(( LIMIT_S - $(elapsed) - 5 )) || RC=1
+phase "done (rc $RC)"
+exit $RC
