@@ -116,6 +116,150 @@ def time_us(fn, iters=15, warm=3) -> float:
     return statistics.median(ts)
 
 
+def validate_layer(ops, layer, w, gen, info, fail, t_end) -> None:
+    """Dispatch, validation and a CUDA graph of one layer."""
+    name, e, k, layout = layer["name"], layer["experts"], layer["k"], layer["layout"]
+    masked, b = layout == "masked", w.transpose(-2, -1)
+    samples = [s["tokens"] for s in layer["samples"]]
+    # 1. dispatch: the explain string names the kernel the segments give
+    probe = sorted(set(samples) | {s["tokens_first"] for s in layer["segments"]} |
+                   {max(1, s["tokens_first"] - 1) for s in layer["segments"]})
+    for t in probe:
+        a = torch.empty((e, t, k) if masked else (t, k), device="cuda", dtype=torch.bfloat16)
+        got = ops.grouped_explain(a, b, masked)
+        want = expected_kernel(layer, t)
+        info["dispatch"].append({"tokens": t, "kernel": got.split(":")[0], "expected": want})
+        if not got.startswith(want + ":"):
+            fail(f"{name}: tokens {t} dispatched to {got!r}, pack.json says {want}")
+    # 2. validation against float32 (and torch._grouped_mm for offs)
+    totals = sorted({1, 2, 7, 100, 333, 1000} | {t for t in samples if t in (64, 4096)} | {max(samples)})
+    for t in totals:
+        if time.time() > t_end - 100:
+            fail(f"{name}: validation stopped at tokens {t} (budget)")
+            break
+        if masked:
+            x = torch.randn(e, t, k, device="cuda", generator=gen).to(torch.bfloat16)
+            for label, counts in (("full", [t] * e),
+                                  ("empty_and_ones", [0 if i % 3 == 0 else (1 if i % 3 == 1 else t) for i in range(e)]),
+                                  ("uneven", [min(t, c) for c in split(e * t, fractions("skewed", e))])):
+                cnt = torch.tensor(counts, device="cuda", dtype=torch.int32)
+                out = ops.grouped_mm_masked(x, b, cnt)
+                err = max((rel_err(out[i, :c], x[i, :c].float() @ w[i].float().t()) for i, c in enumerate(counts) if c),
+                          default=0.0)
+                info["validated"] += 1
+                info["max_rel_err"] = max(info["max_rel_err"], err)
+                if not err <= TOL:
+                    fail(f"{name}: masked capacity {t} {label}: rel err {err:.3g}")
+        else:
+            x = torch.randn(t, k, device="cuda", generator=gen).to(torch.bfloat16)
+            for label, sizes in cases(t, e).items():
+                offs = torch.tensor(sizes, device="cuda", dtype=torch.int32).cumsum(0).to(torch.int32)
+                out = ops.grouped_mm(x, b, offs)
+                ref, rows = reference_offs(x, w, sizes)
+                err = rel_err(out[:rows], ref)
+                peer = torch._grouped_mm(x, b, offs=offs)
+                vs = rel_err(out[:rows], peer[:rows].float())
+                info["validated"] += 1
+                info["max_rel_err"] = max(info["max_rel_err"], err)
+                info["max_rel_vs_torch"] = max(info["max_rel_vs_torch"], vs)
+                if not err <= TOL or not vs <= TOL:
+                    fail(f"{name}: tokens {t} {label}: rel err {err:.3g}, vs torch._grouped_mm {vs:.3g}")
+    # 3. CUDA graph: captured once, replayed with new group sizes written into the same tensor
+    t = min(64, max(samples)) if masked else 256
+    try:
+        if masked:
+            x = torch.randn(e, t, k, device="cuda", generator=gen).to(torch.bfloat16)
+            sizes_t = torch.full((e,), t, device="cuda", dtype=torch.int32)
+            call = lambda: ops.grouped_mm_masked(x, b, sizes_t)  # noqa: E731
+        else:
+            x = torch.randn(t, k, device="cuda", generator=gen).to(torch.bfloat16)
+            sizes_t = torch.tensor(cases(t, e)["uniform"], device="cuda", dtype=torch.int32).cumsum(0).to(torch.int32)
+            call = lambda: ops.grouped_mm(x, b, sizes_t)  # noqa: E731
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            call()
+        torch.cuda.current_stream().wait_stream(s)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            static_out = call()
+        worst = 0.0
+        for label in ("skewed", "empty_and_ones", "one_expert"):
+            if masked:
+                counts = {"skewed": [min(t, c) for c in split(e * t // 2, fractions("skewed", e))],
+                          "empty_and_ones": [0 if i % 3 == 0 else (1 if i % 3 == 1 else t) for i in range(e)],
+                          "one_expert": [0] * (e - 1) + [t]}[label]
+                sizes_t.copy_(torch.tensor(counts, device="cuda", dtype=torch.int32))
+                g.replay()
+                err = max((rel_err(static_out[i, :c], x[i, :c].float() @ w[i].float().t())
+                           for i, c in enumerate(counts) if c), default=0.0)
+            else:
+                sizes = cases(t, e)[label]
+                sizes_t.copy_(torch.tensor(sizes, device="cuda", dtype=torch.int32).cumsum(0).to(torch.int32))
+                g.replay()
+                ref, rows = reference_offs(x, w, sizes)
+                err = rel_err(static_out[:rows], ref)
+            worst = max(worst, err)
+        torch.cuda.synchronize()
+        info["graph"] = {"tokens": t, "replays": 3, "max_rel_err": worst, "ok": worst <= TOL}
+        if worst > TOL:
+            fail(f"{name}: CUDA graph replay with new group sizes: rel err {worst:.3g}")
+    except Exception as ex:  # noqa: BLE001 - recorded, the run goes on
+        fail(f"{name}: CUDA graph: {type(ex).__name__}: {str(ex).splitlines()[0][:300]}")
+
+
+def compile_layer(ops, layer, w, gen, fail) -> dict:
+    """torch.compile(fullgraph=True) of a function calling the op, against eager."""
+    name, e, k = layer["name"], layer["experts"], layer["k"]
+    b = w.transpose(-2, -1)
+    try:
+        torch._dynamo.reset()
+        if layer["layout"] == "masked":
+            f = torch.compile(lambda x, b, c: torch.ops.cutegen.grouped_mm_masked(x, b, c) * 2, fullgraph=True)
+            x = torch.randn(e, 32, k, device="cuda", generator=gen).to(torch.bfloat16)
+            c = torch.tensor([(7 * i) % 33 for i in range(e)], device="cuda", dtype=torch.int32)
+            got, want = f(x, b, c), ops.grouped_mm_masked(x, b, c) * 2
+            same = all(torch.equal(got[i, :int(c[i])], want[i, :int(c[i])]) for i in range(e))
+        else:
+            f = torch.compile(lambda x, b, o: torch.ops.cutegen.grouped_mm(x, b, o) * 2, fullgraph=True)
+            x = torch.randn(300, k, device="cuda", generator=gen).to(torch.bfloat16)
+            o = torch.tensor(cases(300, e)["skewed"], device="cuda", dtype=torch.int32).cumsum(0).to(torch.int32)
+            same = torch.equal(f(x, b, o), ops.grouped_mm(x, b, o) * 2)
+        if not same:
+            fail(f"{name}: torch.compile result differs from eager")
+        return {"layer": name, "fullgraph": True, "equal_to_eager": bool(same)}
+    except Exception as ex:  # noqa: BLE001
+        fail(f"{name}: torch.compile: {type(ex).__name__}: {str(ex).splitlines()[0][:300]}")
+        return {"layer": name, "error": str(ex).splitlines()[0][:300]}
+
+
+def time_layer(ops, layer, w, gen, res, fail, t_end) -> None:
+    """The op and its peer at the layer's sampled token counts, on the layer's routing."""
+    name, e, k, routing = layer["name"], layer["experts"], layer["k"], layer["routing"]
+    masked, b = layer["layout"] == "masked", w.transpose(-2, -1)
+    for s in layer["samples"]:
+        t = s["tokens"]
+        if time.time() > t_end - 5:
+            fail(f"{name}: timing stopped before tokens {t} (budget)")
+            return
+        if masked:
+            x = torch.randn(e, t, k, device="cuda", generator=gen).to(torch.bfloat16)
+            cnt = torch.tensor([min(t, c) for c in split(e * t, fractions(routing, e))], device="cuda", dtype=torch.int32)
+            ours = time_us(lambda: ops.grouped_mm_masked(x, b, cnt))
+            peer_name, peer = "torch.bmm (full capacity)", time_us(lambda: torch.bmm(x, b))
+        else:
+            x = torch.randn(t, k, device="cuda", generator=gen).to(torch.bfloat16)
+            offs = torch.tensor(split(t, fractions(routing, e)), device="cuda", dtype=torch.int32).cumsum(0).to(torch.int32)
+            ours = time_us(lambda: ops.grouped_mm(x, b, offs))
+            peer_name, peer = "torch._grouped_mm", time_us(lambda: torch._grouped_mm(x, b, offs=offs))
+        row = {"layer": name, "tokens": t, "kernel": s["kernel"], "op_us": round(ours, 2), "peer": peer_name,
+               "peer_us": round(peer, 2), "speedup": round(peer / ours, 4), "predicted_us": s["time_us"],
+               "floor_us_target": s["floor_us"], "floor_fraction": round(s["floor_us"] / ours, 4)}
+        res["timing"].append(row)
+        print(f"{name} tokens {t}: {s['kernel']} {ours:.1f} us vs {peer_name} {peer:.1f} us ({peer / ours:.3f}x); "
+              f"predicted {s['time_us']:.1f}, floor fraction {s['floor_us'] / ours:.3f}", flush=True)
+
+
 def main(argv: list[str]) -> int:
     pack_dir, so, out_json = argv[:3]
     budget = float(argv[argv.index("--budget-s") + 1]) if "--budget-s" in argv else 150.0
@@ -125,161 +269,48 @@ def main(argv: list[str]) -> int:
     gen = torch.Generator(device="cuda").manual_seed(2026)
     dev = torch.cuda.get_device_properties(0)
     res = {"device": dev.name, "torch": torch.__version__, "pack": meta["name"], "target": meta["target"]["kind"],
-           "layers": [], "failures": [], "graph": [], "compile": [], "timing": []}
+           "layers": [], "failures": [], "compile": [], "timing": []}
     fails = res["failures"]
 
     def fail(what: str) -> None:
         print("FAIL", what, flush=True)
         fails.append(what)
 
+    def write() -> None:
+        offs_rows = [r for r in res["timing"] if r["peer"] == "torch._grouped_mm"]
+        if offs_rows:
+            res["geomean_vs_torch_grouped_mm"] = round(
+                math.exp(sum(math.log(r["speedup"]) for r in offs_rows) / len(offs_rows)), 4)
+        res["ok"] = not fails
+        os.makedirs(os.path.dirname(os.path.abspath(out_json)), exist_ok=True)
+        with open(out_json, "w") as f:
+            json.dump(res, f, indent=1)
+
+    layers = []
     for layer in meta["moe"]["layers"]:
-        name, e, n, k, layout = layer["name"], layer["experts"], layer["n"], layer["k"], layer["layout"]
         if layer["dtype"] != "bf16":
-            res["layers"].append({"name": name, "skipped": f"dtype {layer['dtype']} (this script validates bf16)"})
+            res["layers"].append({"name": layer["name"], "skipped": f"dtype {layer['dtype']} (this script runs bf16)"})
             continue
-        masked = layout == "masked"
-        w = (torch.randn(e, n, k, device="cuda", generator=gen) * 0.05).to(torch.bfloat16)
-        b = w.transpose(-2, -1)
-        samples = [s["tokens"] for s in layer["samples"]]
-        info = {"name": name, "layout": layout, "dispatch": [], "validated": 0, "max_rel_err": 0.0,
+        w = (torch.randn(layer["experts"], layer["n"], layer["k"], device="cuda", generator=gen) * 0.05).to(torch.bfloat16)
+        layers.append((layer, w))
+    # correctness first (dispatch, validation, graph) for every layer, then torch.compile, then timing
+    for layer, w in layers:
+        info = {"name": layer["name"], "layout": layer["layout"], "dispatch": [], "validated": 0, "max_rel_err": 0.0,
                 "max_rel_vs_torch": 0.0}
         res["layers"].append(info)
-        # 1. dispatch: the explain string names the kernel the segments give
-        probe = sorted(set(samples) | {s["tokens_first"] for s in layer["segments"]} |
-                       {max(1, s["tokens_first"] - 1) for s in layer["segments"]})
-        for t in probe:
-            a = torch.empty((e, t, k) if masked else (t, k), device="cuda", dtype=torch.bfloat16)
-            got = ops.grouped_explain(a, b, masked)
-            want = expected_kernel(layer, t)
-            info["dispatch"].append({"tokens": t, "kernel": got.split(":")[0], "expected": want})
-            if not got.startswith(want + ":"):
-                fail(f"{name}: tokens {t} dispatched to {got!r}, pack.json says {want}")
-        # 2. validation
-        totals = sorted({1, 2, 7, 100, 333, 1000} | {t for t in samples if t <= 4096} | {max(samples)})
-        for t in totals:
-            if time.time() > t_end - 60:
-                fail(f"{name}: validation stopped at tokens {t} (budget)")
-                break
-            if masked:
-                x = (torch.randn(e, t, k, device="cuda", generator=gen)).to(torch.bfloat16)
-                for label, counts in (("full", [t] * e), ("empty_and_ones", [0 if i % 3 == 0 else (1 if i % 3 == 1 else t)
-                                                                               for i in range(e)]),
-                                      ("uneven", [min(t, c) for c in split(e * t, fractions("skewed", e))])):
-                    cnt = torch.tensor(counts, device="cuda", dtype=torch.int32)
-                    out = ops.grouped_mm_masked(x, b, cnt)
-                    err = max((rel_err(out[i, :c], x[i, :c].float() @ w[i].float().t()) for i, c in enumerate(counts) if c),
-                              default=0.0)
-                    info["validated"] += 1
-                    info["max_rel_err"] = max(info["max_rel_err"], err)
-                    if not err <= TOL:
-                        fail(f"{name}: masked capacity {t} {label}: rel err {err:.3g}")
-            else:
-                x = torch.randn(t, k, device="cuda", generator=gen).to(torch.bfloat16)
-                for label, sizes in cases(t, e).items():
-                    offs = torch.tensor(sizes, device="cuda", dtype=torch.int32).cumsum(0).to(torch.int32)
-                    out = ops.grouped_mm(x, b, offs)
-                    ref, rows = reference_offs(x, w, sizes)
-                    err = rel_err(out[:rows], ref)
-                    peer = torch._grouped_mm(x, b, offs=offs)
-                    vs = rel_err(out[:rows], peer[:rows].float())
-                    info["validated"] += 1
-                    info["max_rel_err"] = max(info["max_rel_err"], err)
-                    info["max_rel_vs_torch"] = max(info["max_rel_vs_torch"], vs)
-                    if not err <= TOL or not vs <= TOL:
-                        fail(f"{name}: tokens {t} {label}: rel err {err:.3g}, vs torch._grouped_mm {vs:.3g}")
-        # 3. CUDA graph: captured once, replayed with new group sizes in the same tensor
-        t = 256 if not masked else min(64, max(samples))
-        try:
-            if masked:
-                x = torch.randn(e, t, k, device="cuda", generator=gen).to(torch.bfloat16)
-                sizes_t = torch.full((e,), t, device="cuda", dtype=torch.int32)
-                call = lambda: ops.grouped_mm_masked(x, b, sizes_t)  # noqa: E731
-            else:
-                x = torch.randn(t, k, device="cuda", generator=gen).to(torch.bfloat16)
-                sizes_t = torch.tensor(cases(t, e)["uniform"], device="cuda", dtype=torch.int32).cumsum(0).to(torch.int32)
-                call = lambda: ops.grouped_mm(x, b, sizes_t)  # noqa: E731
-            s = torch.cuda.Stream()
-            s.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(s):
-                call()
-            torch.cuda.current_stream().wait_stream(s)
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                static_out = call()
-            worst = 0.0
-            for label in ("skewed", "empty_and_ones", "one_expert"):
-                if masked:
-                    counts = {"skewed": [min(t, c) for c in split(e * t // 2, fractions("skewed", e))],
-                              "empty_and_ones": [0 if i % 3 == 0 else (1 if i % 3 == 1 else t) for i in range(e)],
-                              "one_expert": [0] * (e - 1) + [t]}[label]
-                    sizes_t.copy_(torch.tensor(counts, device="cuda", dtype=torch.int32))
-                    g.replay()
-                    err = max((rel_err(static_out[i, :c], x[i, :c].float() @ w[i].float().t())
-                               for i, c in enumerate(counts) if c), default=0.0)
-                else:
-                    sizes = cases(t, e)[label]
-                    sizes_t.copy_(torch.tensor(sizes, device="cuda", dtype=torch.int32).cumsum(0).to(torch.int32))
-                    g.replay()
-                    ref, rows = reference_offs(x, w, sizes)
-                    err = rel_err(static_out[:rows], ref)
-                worst = max(worst, err)
-            torch.cuda.synchronize()
-            res["graph"].append({"layer": name, "tokens": t, "replays": 3, "max_rel_err": worst, "ok": worst <= TOL})
-            if worst > TOL:
-                fail(f"{name}: CUDA graph replay with new group sizes: rel err {worst:.3g}")
-        except Exception as ex:  # noqa: BLE001 - recorded, the run goes on
-            fail(f"{name}: CUDA graph: {type(ex).__name__}: {str(ex).splitlines()[0][:300]}")
-        # 4. torch.compile
-        if time.time() < t_end - 40:
-            try:
-                torch._dynamo.reset()
-                if masked:
-                    f = torch.compile(lambda x, b, c: torch.ops.cutegen.grouped_mm_masked(x, b, c) * 2, fullgraph=True)
-                    x = torch.randn(e, 32, k, device="cuda", generator=gen).to(torch.bfloat16)
-                    c = torch.full((e,), 32, device="cuda", dtype=torch.int32)
-                    same = torch.equal(f(x, b, c), ops.grouped_mm_masked(x, b, c) * 2)
-                else:
-                    f = torch.compile(lambda x, b, o: torch.ops.cutegen.grouped_mm(x, b, o) * 2, fullgraph=True)
-                    x = torch.randn(300, k, device="cuda", generator=gen).to(torch.bfloat16)
-                    o = torch.tensor(cases(300, e)["skewed"], device="cuda", dtype=torch.int32).cumsum(0).to(torch.int32)
-                    same = torch.equal(f(x, b, o), ops.grouped_mm(x, b, o) * 2)
-                res["compile"].append({"layer": name, "fullgraph": True, "equal_to_eager": bool(same)})
-                if not same:
-                    fail(f"{name}: torch.compile result differs from eager")
-            except Exception as ex:  # noqa: BLE001
-                fail(f"{name}: torch.compile: {type(ex).__name__}: {str(ex).splitlines()[0][:300]}")
-        # 5. timing at the sampled token counts (largest first fit the budget best when it is short)
-        floors = {s["tokens"]: (s["floor_us"], s["time_us"], s["kernel"]) for s in layer["samples"]}
-        routing = layer["routing"]
-        for t in sorted(samples):
-            if time.time() > t_end - 15:
-                fail(f"{name}: timing stopped before tokens {t} (budget)")
-                break
-            if masked:
-                x = torch.randn(e, t, k, device="cuda", generator=gen).to(torch.bfloat16)
-                counts = [min(t, c) for c in split(e * t, fractions(routing, e))]
-                cnt = torch.tensor(counts, device="cuda", dtype=torch.int32)
-                ours = time_us(lambda: ops.grouped_mm_masked(x, b, cnt))
-                peer_name, peer = "torch.bmm (full capacity)", time_us(lambda: torch.bmm(x, b))
-            else:
-                x = torch.randn(t, k, device="cuda", generator=gen).to(torch.bfloat16)
-                offs = torch.tensor(split(t, fractions(routing, e)), device="cuda", dtype=torch.int32).cumsum(0).to(torch.int32)
-                ours = time_us(lambda: ops.grouped_mm(x, b, offs))
-                peer_name, peer = "torch._grouped_mm", time_us(lambda: torch._grouped_mm(x, b, offs=offs))
-            floor, predicted, kernel = floors[t]
-            row = {"layer": name, "tokens": t, "kernel": kernel, "op_us": round(ours, 2), "peer": peer_name,
-                   "peer_us": round(peer, 2), "speedup": round(peer / ours, 4), "predicted_us": predicted,
-                   "floor_us_target": floor, "floor_fraction": round(floor / ours, 4)}
-            res["timing"].append(row)
-            print(f"{name} tokens {t}: {kernel} {ours:.1f} us vs {peer_name} {peer:.1f} us ({peer / ours:.3f}x); "
-                  f"predicted {predicted:.1f}, floor {floor / ours:.3f}", flush=True)
-    offs_rows = [r for r in res["timing"] if r["peer"] == "torch._grouped_mm"]
-    if offs_rows:
-        res["geomean_vs_torch_grouped_mm"] = round(math.exp(sum(math.log(r["speedup"]) for r in offs_rows) / len(offs_rows)), 4)
-    res["ok"] = not fails
-    os.makedirs(os.path.dirname(os.path.abspath(out_json)), exist_ok=True)
-    with open(out_json, "w") as f:
-        json.dump(res, f, indent=1)
+        validate_layer(ops, layer, w, gen, info, fail, t_end)
+        print(f"{layer['name']}: {info['validated']} cases, max rel err {info['max_rel_err']:.3g}, vs torch "
+              f"{info['max_rel_vs_torch']:.3g}; graph {info.get('graph')}", flush=True)
+        write()
+    for layout in ("offs", "masked"):
+        first = next(((L, w) for L, w in layers if L["layout"] == layout), None)
+        if first is not None and time.time() < t_end - 45:
+            res["compile"].append(compile_layer(ops, *first, gen, fail))
+            print("compile:", res["compile"][-1], flush=True)
+    write()
+    for layer, w in layers:
+        time_layer(ops, layer, w, gen, res, fail, t_end)
+        write()
     print(f"gpu_pack_moe: {len(fails)} failures; geomean vs torch._grouped_mm "
           f"{res.get('geomean_vs_torch_grouped_mm')}; wrote {out_json}", flush=True)
     return 0 if not fails else 1
