@@ -139,22 +139,24 @@ def test_layers_of_one_class_share_kernels_and_classes_do_not_mix(tmp_path):
 
 
 def test_measured_times_from_the_database_win_and_are_labelled(tmp_path, selection):
-    """A results database holding a validated measurement of a (kernel, problem) on the kind is used instead of the
-    prediction, and the sample says so."""
+    """A results database holding a validated grouped measurement of a (kernel, problem) on the kind is used
+    instead of the prediction, and the sample says so; an unvalidated one, or one of another kind, is not."""
+    from cutegen.results import ResultsDB
+    from cutegen.results.measurement import Measurement
     L = selection.layers[1].layer
     cfg = selection.kernels[selection.layers[1].kernels[0]].config
+    db = ResultsDB(tmp_path / "db.sqlite", seed=False)
 
-    class DB:
-        def measurements(self, kind, problem):
-            from types import SimpleNamespace
-            if kind == "h200" and problem == L.problem(8):
-                return [SimpleNamespace(median_us=1.0, validated=True, is_benchmark=True, config=cfg),
-                        SimpleNamespace(median_us=0.5, validated=False, is_benchmark=True, config=cfg)]
-            return []
-    sel = grouped.select([L], "h200", db=DB())
-    s8 = next(s for s in sel.layers[0].samples if s.tokens == 8)
-    assert (s8.source, s8.time_us) == ("measured", 1.0)
-    assert all(s.source == "predicted" for s in sel.layers[0].samples if s.tokens != 8)
+    def rec(tokens, us, kind="h200", validated=True):
+        db.add(Measurement(problem=L.problem(tokens), config=cfg, backend="cutlass_builder", device_kind=kind,
+                           median_us=us, validated=validated, timing_method="cuda_events", source="test"))
+    rec(8, 1.0)
+    rec(8, 0.5, validated=False)
+    rec(64, 0.25, kind="h100-sxm")
+    sel = grouped.select([L], "h200", db=db, given={L.name: [cfg]})
+    got = {s.tokens: (s.source, s.time_us) for s in sel.layers[0].samples}
+    assert got[8] == ("measured", 1.0)
+    assert all(src == "predicted" for t, (src, _) in got.items() if t != 8)
     assert "1 (kernel, token count) pairs measured" in sel.notes[1]
 
 

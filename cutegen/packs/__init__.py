@@ -82,6 +82,9 @@ def make_tune_plan(shapes_file: str, target_kind: str, *, name: str = "cutegen_p
     entries, points, off = tune.timed_shapes(shapes_file, t, off_sample or tune.DEFAULT_OFF_SAMPLE)
     check_size(shapes_file, points, say)
     tune.check_timed(shapes_file, points + off)
+    if _moe_layers(shapes_file):
+        say("note: the [[moe]] layers are not tuned (their grouped kernels are chosen by the grouped cost model, or a "
+            "results database's grouped measurements, when the pack is made)")
     say(f"{t.kind}: {len(points)} sampled and {len(off)} off-sample shapes from {len(entries)} entries of {shapes_file}")
     exclude = tune.measured_keys(exclude_db, t, points + off) if exclude_db is not None else None
     cands, notes = tune.candidates(points, t, top_k=top_k or tune.TOP_K, cap=cap or tune.MAX_CANDIDATES,

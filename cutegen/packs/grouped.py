@@ -239,15 +239,20 @@ class MoeSelection:
     notes: list[str] = field(default_factory=list)
 
 
-def _measured_us(db, kind: str, problem, config) -> float | None:
-    """The fastest validated benchmark of exactly this configuration at exactly this problem on ``kind``."""
+def _measurements(db, kind: str, problem) -> list:
+    """The validated benchmarks of exactly this problem on ``kind`` (none without a database)."""
     if db is None:
-        return None
+        return []
     try:
         ms = db.measurements(kind, problem)
-    except Exception:       # a database that cannot key this operation has no grouped measurements
-        return None
-    times = [m.median_us for m in ms if m.validated and getattr(m, "is_benchmark", True) and m.config == config]
+    except CutegenError:     # a database that cannot key this operation holds no grouped measurements
+        return []
+    return [m for m in ms if m.validated and getattr(m, "is_benchmark", True)]
+
+
+def _measured_us(measurements: list, config) -> float | None:
+    """The fastest of ``measurements`` of exactly this configuration."""
+    times = [m.median_us for m in measurements if m.config == config]
     return min(times) if times else None
 
 
@@ -295,10 +300,11 @@ def select(layers: list[MoeLayer], kind: str, *, tolerance: float = 0.03, db=Non
             raise CutegenError(f"[[moe]] {layer.name}: the grouped search found no legal kernel")
         # times[c][s]: candidate c at sample s (measured where the database has it)
         times, sources = [], []
+        stored = [_measurements(db, kind, p) for p in problems]
         for cfg in pool:
             row, src = [], []
-            for p in problems:
-                m = _measured_us(db, kind, p, cfg)
+            for p, ms in zip(problems, stored):
+                m = _measured_us(ms, cfg)
                 row.append(m if m is not None else _price(p, cfg, kind))
                 src.append("measured" if m is not None else "predicted")
                 measured_pairs += m is not None
