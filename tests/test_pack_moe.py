@@ -377,3 +377,23 @@ def test_gpu_script_plan_step_writes_the_pack(tmp_path):
     meta = json.loads((tmp_path / "plan" / "h200" / "pack.json").read_text())
     assert meta["name"] == "moe_pack" and [L["name"] for L in meta["moe"]["layers"]] == ["qwen3.down"]
     assert (tmp_path / "plan" / "h200" / "torch" / "moe_pack_torch.cpp").is_file()
+
+
+def test_fp8_layers_select_kernels_of_their_own_class(tmp_path):
+    """e4m3 layers (per-tensor and block128 scales) get grouped kernels of their class; the dispatcher records the
+    scale kind, which the PyTorch op and cutegen_pack_moe_find_layer match on."""
+    f = _file(tmp_path, GEMM + '[[moe]]\nname = "t"\nexperts = 8\nn = 4096\nk = 4096\ndtype = "e4m3"\n'
+                              'tokens = [16, 4096]\n'
+                              '[[moe]]\nname = "b"\nexperts = 8\nn = 4096\nk = 4096\ndtype = "e4m3"\n'
+                              'scale = "block128"\ntokens = [16, 4096]\n')
+    sel = grouped.select(grouped.load(f), "h200")
+    from cutegen.core.templates import environment
+    env = environment()
+    gfiles, ctx = grouped.files(sel, "h200", env)
+    assert {k.cls for k in sel.kernels} == {"grouped_e4m3tensor_offs", "grouped_e4m3block128_offs"}
+    assert [(L["dtype"], L["scale"]) for L in ctx["layers"]] == [("e4m3", "tensor"), ("e4m3", "block128")]
+    src = env.get_template("pack_moe_dispatch.cpp.j2").render(moe=ctx)
+    assert '"t", 8, 4096, 4096, "e4m3", "tensor", "offs", false' in src
+    assert '"b", 8, 4096, 4096, "e4m3", "block128", "offs", false' in src
+    for k in ctx["kernels"]:
+        assert "GROUPED-ABI-SCALE" in gfiles[f"kernels/{k['dir']}/kernel.cu"]
