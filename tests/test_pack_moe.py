@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from cutegen.errors import CutegenError, FieldError
+from cutegen.errors import FieldError
 from cutegen.packs import grouped
 
 REPO = Path(__file__).resolve().parent.parent

@@ -47,7 +47,6 @@ MAX_SAMPLES_PER_LAYER = 64      # PACK-MOE-SAMPLES-MAX: listed token counts beyo
 MAX_TOKENS = 2**31 - 1
 ROUTINGS = ("uniform", "skewed", "worst")
 LAYER_KEYS = ("name", "experts", "n", "k", "dtype", "scale", "layout", "tokens", "routing", "weight", "note")
-TORCH_DTYPE_NAMES = {"bf16": "bf16", "e4m3": "e4m3"}
 SAMPLING_NOTE = ("MoE token ranges are sampled at every power of two inside them and their two ends; between two "
                  "samples served by different grouped kernels the boundary is where the cost model (or the "
                  "measurements) say the later kernel becomes no slower")
