@@ -67,7 +67,8 @@ EXT_PID=$!
 if command -v cmake > /dev/null; then
   cmake -S "$PACK" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCUTEGEN_CUTLASS_INCLUDE="$CUTLASS" \
     -DCMAKE_CUDA_COMPILER="$(command -v nvcc)" >> "$OUTD/build.txt" 2>&1 &&
-  run_until $(( LIMIT_S - 90 )) cmake --build "$BUILD" -j "$JOBS" >> "$OUTD/build.txt" 2>&1
+  KEEP_GOING=$([ -f "$BUILD/Makefile" ] && echo "-k" || echo "-k 0")   # make / ninja: build every kernel it can
+  run_until $(( LIMIT_S - 90 )) cmake --build "$BUILD" -j "$JOBS" -- $KEEP_GOING >> "$OUTD/build.txt" 2>&1
   BRC=$?
 else
   echo "no cmake here: the CMake project's compiles by hand (same flags)"
@@ -84,6 +85,44 @@ else
 fi
 LIB="$BUILD/lib$NAME.a"
 echo "build rc $BRC at $(elapsed) s"
+if [ "$BRC" -ne 0 ] && [ -d "$BUILD/CMakeFiles/$NAME.dir" ]; then
+  # One kernel nvcc failed on (or not done in time) must not cost the run: the archive is made by hand from the
+  # objects that exist, each missing kernel a stub whose calls fail with a message naming it (status 3).
+  OBJ="$BUILD/CMakeFiles/$NAME.dir"
+  rm -f "$LIB"
+  for d in $(ls "$PACK/kernels"); do
+    src=$([ -f "$PACK/kernels/$d/entry.cu" ] && echo entry || echo plan)
+    [ -f "$OBJ/kernels/$d/$src.cu.o" ] && continue
+    h=${d#*_}
+    echo "stub for $d: $(grep -m1 -i "error" "$OUTD/build.txt" | grep "$d" || echo 'not built')"
+    if [ "$src" = entry ]; then
+      printf '%s\n' '#include <stddef.h>' '#include <stdint.h>' '#include <cuda_runtime.h>' \
+        "extern \"C\" int cutegen_${h}_grouped_gemm(const void*, const void*, void*, const int32_t*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, const float*, const float*, int64_t, void*, size_t, cudaStream_t) { return 3; }" \
+        "extern \"C\" size_t cutegen_${h}_grouped_workspace_size(int64_t) { return 256; }" \
+        "extern \"C\" size_t cutegen_${h}_grouped_smem_bytes(void) { return 0; }" \
+        "extern \"C\" const char* cutegen_${h}_describe(void) { return \"{}\"; }" \
+        "extern \"C\" const char* cutegen_${h}_last_error(void) { return \"kernel ${d} was not built on this machine (build.txt)\"; }" \
+        > "$BUILD/stub_$d.cpp"
+    else
+      printf '%s\n' '#include "cutegen_pack.h"' \
+        "extern \"C\" int cutegen_${h}_plan_create(const cutegen_pack_shape*, void** out) { *out = nullptr; return 3; }" \
+        "extern \"C\" size_t cutegen_${h}_plan_workspace(const void*) { return 0; }" \
+        "extern \"C\" void cutegen_${h}_plan_destroy(void*) {}" \
+        "extern \"C\" int cutegen_${h}_plan_run(void*, const void*, const void*, const void*, void*, const void*, void*, size_t, cudaStream_t) { return 3; }" \
+        "extern \"C\" const char* cutegen_${h}_plan_error(void) { return \"kernel ${d} was not built on this machine (build.txt)\"; }" \
+        > "$BUILD/stub_$d.cpp"
+    fi
+    g++ -std=c++17 -O2 -fPIC -I "$PACK/include" -I "$CUDA_HOME/include" -c "$BUILD/stub_$d.cpp" -o "$BUILD/stub_$d.o" \
+      >> "$OUTD/build.txt" 2>&1
+  done
+  for f in dispatch moe_dispatch; do
+    [ -f "$OBJ/src/$f.cpp.o" ] || g++ -std=c++17 -O2 -fPIC -I "$PACK/include" -I "$CUDA_HOME/include" \
+      -c "$PACK/src/$f.cpp" -o "$OBJ/src/$f.cpp.o" >> "$OUTD/build.txt" 2>&1
+  done
+  ar rcs "$LIB" $(find "$OBJ" -name "*.o") $(ls "$BUILD"/stub_*.o 2> /dev/null) >> "$OUTD/build.txt" 2>&1 && BRC=0
+  echo "archive by hand with $(ls "$BUILD"/stub_*.o 2> /dev/null | wc -l) stub(s): rc $BRC"
+  RC=1
+fi
 [ "$BRC" -eq 0 ] && [ -f "$LIB" ] || { echo "gpu_pack_moe: the pack did not build"; grep -m8 -i "error" "$OUTD/build.txt"; exit 1; }
 # no symbol defined twice in the archive (the link lesson of issue 22), grouped kernels' names carry their hash
 DUP=$(nm -g --defined-only "$LIB" 2> /dev/null | awk 'NF == 3 && $2 ~ /[TDBR]/ {print $3}' | sort | uniq -d | head -5)

@@ -397,3 +397,87 @@ def test_fp8_layers_select_kernels_of_their_own_class(tmp_path):
     assert '"b", 8, 4096, 4096, "e4m3", "block128", "offs", false' in src
     for k in ctx["kernels"]:
         assert "GROUPED-ABI-SCALE" in gfiles[f"kernels/{k['dir']}/kernel.cu"]
+
+
+class _ReferenceOps:
+    """torch.ops.cutegen's MoE ops as their docstrings define them, on the CPU (for the GPU script's CPU half):
+    per group, (X_i * scale) @ (W_i * scale)^T, written in bf16; rows past the groups are left as they were."""
+
+    def __init__(self, layers: list[dict], wrong: bool = False):
+        self.layers, self.wrong = layers, wrong
+
+    def _group(self, x, b_i, sx, sw_i, sx_rows=None):
+        import torch
+        xa, wb = x.float(), b_i.float()                    # wb: (K, N)
+        k, n = wb.shape
+        if sx is not None and sx_rows is not None:         # block128
+            xa = xa * sx_rows.repeat_interleave(128, -1)[..., :k]
+            wb = wb * sw_i.t().repeat_interleave(128, 0).repeat_interleave(128, 1)[:k, :n]
+            return xa @ wb
+        out = xa @ wb
+        if sx is not None:
+            out = out * sx.reshape(-1)[0] * sw_i
+        return out + (1e-3 if self.wrong else 0.0) * out.abs().max().clamp_min(1.0) * torch.ones_like(out)
+
+    def grouped_mm(self, x, b, offs, sx=None, sw=None):
+        import torch
+        out = torch.zeros(x.shape[0], b.shape[2], dtype=torch.bfloat16)
+        start = 0
+        for i, end in enumerate(offs.tolist()):
+            if end > start:
+                block = sx is not None and sx.dim() == 2
+                out[start:end] = self._group(x[start:end], b[i], sx, None if sw is None else sw[i],
+                                             sx[start:end] if block else None).to(torch.bfloat16)
+            start = max(start, end)
+        return out
+
+    def grouped_mm_masked(self, x, b, counts, sx=None, sw=None):
+        import torch
+        out = torch.zeros(x.shape[0], x.shape[1], b.shape[2], dtype=torch.bfloat16)
+        for i, c in enumerate(counts.tolist()):
+            if c:
+                block = sx is not None and sx.dim() == 3
+                out[i, :c] = self._group(x[i, :c], b[i], sx, None if sw is None else sw[i],
+                                         sx[i, :c] if block else None).to(torch.bfloat16)
+        return out
+
+    def grouped_explain(self, a, b, masked, sx=None):
+        g = _gpu_script()
+        L = next(L for L in self.layers if L["experts"] == b.shape[0] and L["n"] == b.shape[2] and L["k"] == b.shape[1]
+                 and (L["dtype"] == "bf16") == (a.dtype.itemsize == 2) and (L["layout"] == "masked") == masked
+                 and (L["scale"] != "block128" or sx.dim() >= 2) and (L["scale"] != "tensor" or sx.dim() < 2))
+        return f"{g.expected_kernel(L, a.shape[1] if masked else a.shape[0])}: MoE layer {L['name']}"
+
+
+def test_gpu_script_validation_half_on_the_cpu_with_a_reference_op(monkeypatch):
+    """bench/gpu_pack_moe.py's validation (operands, FP8 scales, float32 references, cases, dispatch check) run on the
+    CPU against a reference op written from the op's documented semantics: every case passes; an op off by 0.1% of
+    the output's range is still within the tolerance, one off by 5% is caught."""
+    import torch
+    g = _gpu_script()
+    monkeypatch.setattr(g, "DEVICE", "cpu")
+    seg = lambda name: [{"tokens_first": 1, "kernel": f"{name}_a"}, {"tokens_first": 50, "kernel": f"{name}_b"}]  # noqa: E731
+    metas = [{"name": n, "experts": 4, "n": 256, "k": 384, "layout": lay, "dtype": dt, "scale": sc, "routing": "skewed",
+              "segments": seg(n), "samples": [{"tokens": 8}, {"tokens": 64}]}
+             for n, lay, dt, sc in (("bf", "offs", "bf16", "none"), ("pt", "offs", "e4m3", "tensor"),
+                                    ("bl", "offs", "e4m3", "block128"), ("mk", "masked", "bf16", "none"))]
+    for wrong, expect_fail in ((False, False), (True, False)):
+        ops = _ReferenceOps(metas, wrong)
+        gen = torch.Generator(device="cpu").manual_seed(1)
+        for m in metas:
+            fails, info = [], {"dispatch": [], "validated": 0, "max_rel_err": 0.0, "max_rel_vs_torch": 0.0}
+            g.validate_layer(g.Layer(ops, m, gen), info, fails.append, t_end=float("inf"))
+            real = [f for f in fails if "CUDA graph" not in f]    # no CUDA here: the graph step reports itself
+            assert bool(real) == expect_fail, (m["name"], real)
+            assert info["validated"] >= 12 and info["max_rel_err"] < g.TOL
+            assert [d["kernel"] == d["expected"] for d in info["dispatch"]] == [True] * len(info["dispatch"])
+
+    class Off(_ReferenceOps):
+        def grouped_mm(self, x, b, offs, sx=None, sw=None):
+            out = super().grouped_mm(x, b, offs, sx, sw)
+            return out * 1.05
+    fails = []
+    info = {"dispatch": [], "validated": 0, "max_rel_err": 0.0, "max_rel_vs_torch": 0.0}
+    g.validate_layer(g.Layer(Off(metas), metas[2], torch.Generator(device="cpu").manual_seed(2)), info, fails.append,
+                     t_end=float("inf"))
+    assert any("rel err" in f for f in fails)
