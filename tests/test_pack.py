@@ -524,7 +524,7 @@ def test_committed_packs_are_what_the_code_selects_today():
     repo = Path(__file__).resolve().parent.parent
     root = repo / "bench" / "packs"
     sets = sorted(p.name for p in root.iterdir() if p.is_dir())
-    assert sets == ["llm", "qwen2.5"]
+    assert sets == ["llm", "moe", "qwen2.5"]
     for s in sets:
         kinds = sorted(p.name for p in (root / s).iterdir() if p.is_dir())
         assert kinds == ["h200"]

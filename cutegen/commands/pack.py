@@ -139,6 +139,8 @@ def _run(args: argparse.Namespace, ex) -> int:
     from .. import packs
     from ..search import ranking
     _readable_text(args.shapes)
+    from ..packs import grouped as pack_grouped
+    pack_grouped.load(args.shapes)      # a bad [[moe]] table fails here, in one line, before any search
     if Path(args.out).exists() and not Path(args.out).is_dir():    # before the searches, not after
         raise CutegenError(f"-o/--out: {args.out} exists and is not a directory")
     if args.prior and args.db:
