@@ -53,7 +53,11 @@ GQA_SHAPES = {
                                         head_dim=128, layout="bhsd"),
 }
 E4M3_MAX = 448.0
-TOL_MAX, TOL_MEAN, TOL_LSE = 0.10, 0.04, 0.05     # FP8 validation: max and mean relative error of O, LSE absolute
+# FP8 validation: max and mean relative error of O, LSE absolute. P rounded to e4m3 for P V alone gives about 0.02-0.03
+# of both on these inputs (a float32 emulation: softmax's P in e4m3, row sums in f32, O in bf16); the bounds leave
+# room for the kernel's accumulation order
+TOL_MAX, TOL_MEAN, TOL_LSE = 0.10, 0.05, 0.05
+DEVICE = "cuda"
 
 
 def _problem(fields, **extra):
@@ -150,18 +154,17 @@ def dequantize(x8, descale):
 def make_logical(B, H, S, D, layout, seed, amplitude=1.0, dtype=None):
     """(B, H, S, D) logical float32 (or ``dtype``) N(0, amplitude^2), stored in ``layout`` order (never zeros)."""
     torch = _torch()
-    g = torch.Generator(device="cuda").manual_seed(seed)
+    g = torch.Generator(device=DEVICE).manual_seed(seed)
     if layout == "bshd":
-        t = torch.randn(B, S, H, D, generator=g, device="cuda", dtype=torch.float32).transpose(1, 2)
+        t = torch.randn(B, S, H, D, generator=g, device=DEVICE, dtype=torch.float32).transpose(1, 2)
     else:
-        t = torch.randn(B, H, S, D, generator=g, device="cuda", dtype=torch.float32)
+        t = torch.randn(B, H, S, D, generator=g, device=DEVICE, dtype=torch.float32)
     t = t * amplitude
     return t if dtype is None else t.to(dtype)
 
 
 def quantize_like(x):
     """Quantize keeping x's memory order (a BSHD view stays a BSHD view)."""
-    torch = _torch()
     x8, d = quantize(x)
     if x.stride(1) == x.shape[3] and x.dim() == 4 and x.shape[1] > 1:      # BSHD view
         x8 = x8.transpose(1, 2).contiguous().transpose(1, 2)
@@ -325,32 +328,38 @@ def validate(args) -> int:
                        and "dir" in e})
     dirs = [str(plan_dir / d) for d in fp8_dirs if (plan_dir / d / "kernel.so").is_file()]
     missing = [d for d in fp8_dirs if not (plan_dir / d / "kernel.so").is_file()]
-    deadline = time.time() + args.deadline
+    t0 = time.time()
+    deadline, hard = t0 + args.deadline, t0 + max(args.hard, args.deadline)
     results, running, queue = [], [], list(dirs)
     first = dirs[0] if dirs else None
+    import tempfile
+    logs = Path(tempfile.mkdtemp(prefix="fp8attn-validate-"))
     while queue or running:
         while queue and len(running) < args.jobs and time.time() < deadline:
             d = queue.pop(0)
             cmd = [sys.executable, __file__, "validate-one", d] + (["--compile"] if d == first else [])
-            running.append((d, time.time(), subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                                             text=True)))
+            log = logs / f"{len(results) + len(running)}-{Path(d).name}.txt"
+            with open(log, "w") as f:           # a file, not a pipe: a chatty worker never blocks on it
+                running.append((d, time.time(), subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT), log))
         if queue and time.time() >= deadline and not running:
             break
         time.sleep(0.5)
         for item in list(running):
-            d, started, proc = item
-            if proc.poll() is None and time.time() - started < args.timeout:
+            d, started, proc, log = item
+            late = time.time() - started >= args.timeout or time.time() >= hard
+            if proc.poll() is None and not late:
                 continue
+            verdict = None
             if proc.poll() is None:
                 proc.kill()
-                out, verdict = proc.communicate()[0], "hang"
-            else:
-                out, verdict = proc.communicate()[0], None
+                proc.wait()
+                verdict = "hang" if time.time() - started >= args.timeout else "not finished (hard deadline)"
+            out = log.read_text(errors="replace")
             running.remove(item)
             line = next((x for x in out.splitlines() if x.startswith("RESULT ")), None)
             if line is None:
                 rec = {"kernel": d, "ok": False, "verdict": verdict or "crash",
-                       "error": (f"no result after {args.timeout} s" if verdict else out[-600:])}
+                       "error": (f"no result after {time.time() - started:.0f} s" if verdict else out[-600:])}
             else:
                 rec = json.loads(line[len("RESULT "):])
                 rec["verdict"] = "pass" if rec["ok"] else "fail"
@@ -506,6 +515,7 @@ def main(argv=None) -> int:
     p.add_argument("--jobs", type=int, default=2, help="kernels validated at once, one process each")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds one kernel may take")
     p.add_argument("--deadline", type=float, default=70.0, help="seconds after which no kernel starts")
+    p.add_argument("--hard", type=float, default=0.0, help="seconds after which running kernels are stopped too")
     p = sub.add_parser("validate-one", help="one kernel; prints RESULT <json>")
     p.add_argument("kernel")
     p.add_argument("--compile", action="store_true", help="also the op under torch.compile(fullgraph=True)")

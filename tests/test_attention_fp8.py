@@ -271,3 +271,18 @@ def test_transpose_v_pads_rows_to_16():
     vt = transpose_v(v)
     assert vt.shape == (2, 3, 64, 333) and vt.stride() == (3 * 64 * 336, 64 * 336, 336, 1)
     assert torch.equal(vt.float(), v.float().transpose(2, 3))
+
+
+def test_cli_search_fp8_and_the_accumulator_consent(capsys):
+    from cutegen.cli import main
+    base = ["attention", "search", "--dtype", "e4m3", "--top-k", "2", "--batch", "2", "--heads-q", "8"]
+    assert main(base) == 0
+    out = capsys.readouterr().out
+    assert "_e4m3:" in out and "accf16" not in out
+    assert main(base + ["--allow-f16-qk-acc", "--dtype-out", "f16"]) == 0
+    out = capsys.readouterr().out
+    assert "_e4m3_of16_f16accok:" in out and "_accf16" in out
+    # a 16-bit problem with an f16 output type it does not write: one line naming the field
+    assert main(["attention", "search", "--dtype", "bf16", "--dtype-out", "f16"]) != 0
+    captured = capsys.readouterr()
+    assert "dtype_out" in captured.err + captured.out

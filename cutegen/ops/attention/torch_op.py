@@ -137,9 +137,8 @@ def attention_fwd_fp8(q: torch.Tensor, k: torch.Tensor, vt: torch.Tensor, librar
     k = _fit_strides(k, grouped, Hkv, B)
     vt = _fit_vt(vt, grouped, Hkv, B)
     out_dtype = OUT_TORCH_DTYPES[desc["problem"].get("dtype_out", "bf16")]
-    out = torch.empty((B, Sq, Hq, D), dtype=out_dtype, device=q.device).transpose(1, 2)
-    if q.stride(1) != q.shape[3] or (grouped and B > 1):       # q is BHSD (or a grouped batch): O in BHSD
-        out = torch.empty((B, Hq, Sq, D), dtype=out_dtype, device=q.device)
+    # O contiguous (B, Hq, Sq, D), as the fake implementation says (torch.compile plans with the fake's strides)
+    out = torch.empty((B, Hq, Sq, D), dtype=out_dtype, device=q.device)
     lse = torch.empty((B, Hq, Sq), dtype=torch.float32, device=q.device)
     stream = torch.cuda.current_stream(q.device).cuda_stream
     with torch.cuda.device(q.device):
