@@ -401,10 +401,10 @@ def time_plan(args) -> int:
     from cutegen.ops.attention.torch_op import AttentionKernels, transpose_v
     plan_dir = Path(args.plan)
     plan_doc = json.loads((plan_dir / "plan.json").read_text())
-    valid = None
-    if args.validated and Path(args.validated).is_file():
-        valid = {Path(r["kernel"]).name for r in json.loads(Path(args.validated).read_text())["results"]
-                 if r.get("verdict") == "pass"}
+    verdicts = None             # kernel name -> validation verdict; a kernel that hung or crashed is not timed,
+    if args.validated and Path(args.validated).is_file():     # one that computed wrong is timed and marked
+        verdicts = {Path(r["kernel"]).name: r.get("verdict") for r in
+                    json.loads(Path(args.validated).read_text())["results"]}
     deadline = time.time() + args.deadline
     dev = torch.cuda.get_device_properties(0)
     doc = {"device": dev.name, "torch": torch.__version__, "cuda": torch.version.cuda,
@@ -438,11 +438,14 @@ def time_plan(args) -> int:
             if "dir" not in entry or not (plan_dir / entry["dir"] / "kernel.so").is_file():
                 row["contenders"][entry["role"]] = {"skipped": "not built", **{k_: entry[k_] for k_ in ("config",)}}
                 continue
-            if valid is not None and entry["dtype"] == "e4m3" and Path(entry["dir"]).name not in valid:
-                row["contenders"][entry["role"]] = {"dir": entry["dir"], "skipped": "not validated"}
+            verdict = None if verdicts is None or entry["dtype"] != "e4m3" else verdicts.get(Path(entry["dir"]).name)
+            if verdicts is not None and entry["dtype"] == "e4m3" and verdict not in ("pass", "fail"):
+                row["contenders"][entry["role"]] = {"dir": entry["dir"], "skipped": f"validation verdict {verdict}"}
                 continue
             op = AttentionKernels([plan_dir / entry["dir"]])
             meta = {"dir": entry["dir"], "config": entry["config"], "predicted_tflops": entry.get("predicted_tflops")}
+            if verdict is not None:
+                meta["validation"] = verdict
             if entry["dtype"] == "e4m3":
                 contenders[entry["role"] + " (V^T given)"] = (meta, ref_fp8, lambda op=op: op(
                     q8, k8, vt8, is_causal=p.causal, scale=scale, descale_q=dq, descale_k=dk, descale_v=dv,
@@ -522,7 +525,8 @@ def main(argv=None) -> int:
     p = sub.add_parser("time", help="FP8 vs cutegen bf16 vs SDPA cuDNN bf16 through the op, one process (GPU)")
     p.add_argument("plan")
     p.add_argument("--json", required=True)
-    p.add_argument("--validated", help="validate's JSON: time only the FP8 kernels that passed")
+    p.add_argument("--validated", help="validate's JSON: FP8 kernels that hung or crashed there are not timed; "
+                                       "those that failed are timed and marked")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--deadline", type=float, default=60.0)
     args = ap.parse_args(argv)

@@ -105,14 +105,31 @@ def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, library: st
     return out, lse
 
 
-def transpose_v(v: torch.Tensor) -> torch.Tensor:
-    """V (B, H, S, D) -> V^T as a (B, H, D, S) view whose rows (the KV sequence, contiguous) are padded to 16
-    elements: the FP8 kernel's V layout. One read and one write of V."""
-    B, H, S, D = v.shape
+def _vt_strides(shape) -> tuple[int, int, int, int]:
+    B, H, S, D = shape
     padded = -(-S // VT_ROW_ALIGN) * VT_ROW_ALIGN
-    vt = torch.empty((B, H, D, padded), dtype=v.dtype, device=v.device)[..., :S]
+    return (H * D * padded, D * padded, padded, 1)
+
+
+@torch.library.custom_op("cutegen::attention_transpose_v", mutates_args=())
+def _transpose_v_op(v: torch.Tensor) -> torch.Tensor:
+    B, H, S, D = v.shape
+    vt = torch.empty_strided((B, H, D, S), _vt_strides(v.shape), dtype=v.dtype, device=v.device)
     vt.copy_(v.transpose(2, 3))
     return vt
+
+
+@_transpose_v_op.register_fake
+def _transpose_v_fake(v):
+    B, H, S, D = v.shape
+    return v.new_empty_strided((B, H, D, S), _vt_strides(v.shape))
+
+
+def transpose_v(v: torch.Tensor) -> torch.Tensor:
+    """V (B, H, S, D) -> V^T (B, H, D, S) with its rows (the KV sequence, contiguous) padded to 16 elements: the
+    FP8 kernel's V layout. One read and one write of V. A custom op of its own (``cutegen::attention_transpose_v``):
+    torch.compile keeps it opaque (Inductor cannot lower this float8 copy: it promotes Bool with Float8)."""
+    return torch.ops.cutegen.attention_transpose_v(v)
 
 
 def _fit_vt(vt: torch.Tensor, group_merge: bool, heads: int, batch: int) -> torch.Tensor:
