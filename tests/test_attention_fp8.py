@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from cutegen.errors import FieldError
 from cutegen.legality.attention import check_attention
@@ -244,7 +245,6 @@ def test_sixteen_bit_kernels_are_unchanged():
 
 # --- the op's host side (no GPU: argument checks before any kernel runs) ------------------------------------------
 def test_op_refuses_fp8_arguments_on_16bit_inputs_and_bad_descales():
-    torch = pytest.importorskip("torch")
     from cutegen.ops.attention import torch_op
     op = torch_op.AttentionKernels.__new__(torch_op.AttentionKernels)
     op.entries = []
@@ -265,7 +265,6 @@ def test_op_refuses_fp8_arguments_on_16bit_inputs_and_bad_descales():
 
 
 def test_transpose_v_pads_rows_to_16():
-    torch = pytest.importorskip("torch")
     from cutegen.ops.attention.torch_op import transpose_v
     v = torch.randn(2, 3, 333, 64).to(torch.float8_e4m3fn)
     vt = transpose_v(v)
@@ -286,3 +285,23 @@ def test_cli_search_fp8_and_the_accumulator_consent(capsys):
     assert main(["attention", "search", "--dtype", "bf16", "--dtype-out", "f16"]) != 0
     captured = capsys.readouterr()
     assert "dtype_out" in captured.err + captured.out
+
+
+def test_fp8_ops_schemas_and_fake_implementations(monkeypatch):
+    """What torch.compile traces with: the FP8 op's schema, its fake (O in the kernel's 16-bit type, contiguous;
+    float32 LSE) and the transpose op's fake (the padded V^T strides)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from cutegen.ops.attention import torch_op
+    schema = str(torch.ops.cutegen.attention_fwd_fp8.default._schema)
+    assert schema.startswith("cutegen::attention_fwd_fp8(Tensor q, Tensor k, Tensor vt, str library, float scale, "
+                             "float descale_q, float descale_k, float descale_v)")
+    desc = {"hash": "h", "problem": {"dtype": "e4m3", "dtype_out": "f16", "grouped": True}}
+    monkeypatch.setattr(torch_op, "load_library", lambda path: (None, desc))
+    with FakeTensorMode():
+        q = torch.empty(2, 8, 100, 128, dtype=torch.float8_e4m3fn)
+        k = torch.empty(2, 2, 300, 128, dtype=torch.float8_e4m3fn)
+        vt = torch.ops.cutegen.attention_transpose_v(k)
+        assert vt.shape == (2, 2, 128, 300) and vt.stride() == (2 * 128 * 304, 128 * 304, 304, 1)
+        o, lse = torch.ops.cutegen.attention_fwd_fp8(q, k, vt, "/k/kernel.so", 0.1, 1.0, 1.0, 1.0)
+        assert o.shape == (2, 8, 100, 128) and o.dtype == torch.float16 and o.is_contiguous()
+        assert lse.shape == (2, 8, 100) and lse.dtype == torch.float32
