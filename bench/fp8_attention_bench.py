@@ -111,9 +111,11 @@ def plan(args) -> int:
             return 1
         entries.append(add("fp8", fp8, found.ranked[0].config, found.ranked[0].cost))
         if timed:
+            # the example's f32 FP8 kernels (head 128: 128x256 cooperative and 128x128 ping-pong; head 256: 128x128
+            # cooperative and ping-pong): a 128-row KV tile beside the search's pick in case the 128x256 form
+            # serializes its WGMMAs (228 registers by the count, where 16-bit kernels do)
             for i, c in enumerate(c for c in EXAMPLE_CONFIGS_FP8.get(fp8.head_dim, ()) if c.acc_qk == "f32"):
                 entries.append(add(f"fp8-example{'' if i == 0 else f'-{i + 1}'}", fp8, c))
-                break                    # the example's first f32 kernel
             if not fp8.causal and fp8.head_dim == 128:
                 allowed = _problem(fields, dtype="e4m3", allow_f16_qk_acc=True)
                 found16, seconds16 = pick(allowed)
