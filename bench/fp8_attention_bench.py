@@ -165,9 +165,10 @@ def make_logical(B, H, S, D, layout, seed, amplitude=1.0, dtype=None):
     return t if dtype is None else t.to(dtype)
 
 
-def quantize_like(x):
-    """Quantize keeping x's memory order (a BSHD view stays a BSHD view)."""
-    x8, d = quantize(x)
+def quantize_like(x, full_range=True):
+    """Quantize keeping x's memory order (a BSHD view stays a BSHD view). ``full_range`` False: descale 1 (the
+    values as they are, |x| well inside e4m3's range), as the example's FP8 runs feed an f16 accumulator."""
+    x8, d = quantize(x, E4M3_MAX if full_range else max(float(x.abs().max()), 1e-12))
     if x.stride(1) == x.shape[3] and x.dim() == 4 and x.shape[1] > 1:      # BSHD view
         x8 = x8.transpose(1, 2).contiguous().transpose(1, 2)
     return x8, d
@@ -211,16 +212,22 @@ def validate_kernel(kdir: str) -> dict:
     op = AttentionKernels([kdir])
     rec = {"kernel": kdir, "hash": desc["hash"], "key": key, "config": desc["config"], "cases": []}
     t0 = time.time()
-    for i, (B, Hq, Hkv, Sq, Skv, layout, scale, amp, vt_given) in enumerate(validation_cases(key)):
+    cases = [c + (not f16_acc,) for c in validation_cases(key)]
+    if f16_acc:   # the trade the consent rule is about, recorded beside (not counted): full-range inputs
+        cases += [(1, 2, 2, 1000, 1000, "bhsd", None, 1.0, True, True)]
+    for i, (B, Hq, Hkv, Sq, Skv, layout, scale, amp, vt_given, full_range) in enumerate(cases):
         if not key["grouped"] and Hq != Hkv:
             continue
         s = 1 / math.sqrt(D) if scale is None else scale
         case = {"B": B, "Hq": Hq, "Hkv": Hkv, "Sq": Sq, "Skv": Skv, "layout": layout, "scale": s, "amplitude": amp,
-                "v_transposed": vt_given}
+                "v_transposed": vt_given, "full_range": full_range}
+        info_only = f16_acc and full_range
+        if info_only:
+            case["info_only"] = "f16 Q K^T accumulator with full-range (amax/448) inputs: may overflow f16"
         try:
-            q8, dq = quantize_like(make_logical(B, Hq, Sq, D, layout, 10 * i + 1, amp))
-            k8, dk = quantize_like(make_logical(B, Hkv, Skv, D, layout, 10 * i + 2, amp))
-            v8, dv = quantize_like(make_logical(B, Hkv, Skv, D, layout, 10 * i + 3, amp))
+            q8, dq = quantize_like(make_logical(B, Hq, Sq, D, layout, 10 * i + 1, amp), full_range)
+            k8, dk = quantize_like(make_logical(B, Hkv, Skv, D, layout, 10 * i + 2, amp), full_range)
+            v8, dv = quantize_like(make_logical(B, Hkv, Skv, D, layout, 10 * i + 3, amp), full_range)
             case["descale"] = [dq, dk, dv]
             from cutegen.ops.attention.torch_op import transpose_v
             vin = transpose_v(v8) if vt_given else v8
@@ -240,13 +247,10 @@ def validate_kernel(kdir: str) -> dict:
         except Exception as e:  # noqa: BLE001 - a refusal or CUDA error is this case's result
             case.update({"ok": False, "error": f"{type(e).__name__}: {e}"[:400]})
         rec["cases"].append(case)
-    if f16_acc:
-        # the trade the consent rule is about: full-range (amax-scaled) e4m3 inputs overflow an f16 Q K^T sum
-        # (|q.k| reaches 448^2 x D); recorded, not a failure of the kernel
-        rec["f16_acc_full_range_note"] = "cases above use amax/448 descales: an f16 accumulator can overflow there"
     rec["probes"] = probes(lib, key)
-    rec["ok"] = all(c["ok"] for c in rec["cases"]) and all(p["ok"] for p in rec["probes"])
-    errs = [c for c in rec["cases"] if "err_max_rel" in c]
+    counted = [c for c in rec["cases"] if "info_only" not in c]
+    rec["ok"] = all(c["ok"] for c in counted) and all(p["ok"] for p in rec["probes"])
+    errs = [c for c in counted if "err_max_rel" in c]
     if errs:
         rec["worst_err_max_rel"] = max(c["err_max_rel"] for c in errs)
         rec["worst_err_mean_rel"] = max(c["err_mean_rel"] for c in errs)
