@@ -69,7 +69,7 @@ def _problem(fields, **extra):
 def plan(args) -> int:
     from cutegen.core import registry
     from cutegen.core.search import search
-    from cutegen.ops.attention.config import EXAMPLE_CONFIGS_FP8
+    from cutegen.ops.attention.config import EXAMPLE_CONFIGS_FP8, AttentionConfig
     from cutegen.ops.attention.render import backend_refusals, render
 
     op_cost = registry.get("attention").cost
@@ -116,6 +116,9 @@ def plan(args) -> int:
             # serializes its WGMMAs (228 registers by the count, where 16-bit kernels do)
             for i, c in enumerate(c for c in EXAMPLE_CONFIGS_FP8.get(fp8.head_dim, ()) if c.acc_qk == "f32"):
                 entries.append(add(f"fp8-example{'' if i == 0 else f'-{i + 1}'}", fp8, c))
+            if fp8.head_dim == 128:
+                # a 192-key tile: fewer softmax passes per FLOP than 128, under the 228 registers that serialize
+                entries.append(add("fp8-192", fp8, AttentionConfig(128, 192, "ws_cooperative", stages_kv=4)))
             if not fp8.causal and fp8.head_dim == 128:
                 allowed = _problem(fields, dtype="e4m3", allow_f16_qk_acc=True)
                 found16, seconds16 = pick(allowed)

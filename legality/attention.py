@@ -398,20 +398,22 @@ def _registers(c: AttentionContext):
 # on three bf16 warp-specialized kernels with 2 consumer warpgroups, each at 228 registers by the count above:
 # head 64 128x256 cooperative and ping-pong (H200 build, 2026-11-26, bench/results/attention run 1) and head 256
 # 128x128 cooperative (this machine, 2026-11-26); head 32 128x256 at 212 and head 128 128x128 at 164 built
-# clean. The boundary lies in (212, 228]: the rule refuses from the first count seen to serialize. Only 16-bit
-# inputs have evidence (e4m3 keeps P in a quarter of S's registers and is not rendered yet).
+# clean. The boundary lies in (212, 228]: the rule refuses from the first count seen to serialize. e4m3 too
+# (helper fp8attn, this machine, 2026-11-26): head 128 128x256 cooperative persistent, f32 accumulation, 128 + 32
+# + 64 + 4 = 228, serialized (C7512); the same head with 128x128 ping-pong (164) built clean, no spills. The
+# CUTLASS 88 example's own FP8 128x256 kernel is that form: nvcc 13.0 serializes it.
 SERIALIZED_AT_REGISTERS = 228
 
 
 @_r("ATTN-WGMMA-SERIALIZED", rulebook="B10 (nvcc evidence)",
     source="ptxas C7512 on the H200 build of 2026-11-26 (bench/results/attention/2026-11-26-h200-run1-build.txt: "
            "attn_d64_bf16_128x256_ws{coop,pp}) and a head-256 128x128 cooperative build here; head 32 128x256 "
-           "(212 registers) built clean",
-    summary=f"16-bit inputs: S + P + O + softmax registers per consumer thread below {SERIALIZED_AT_REGISTERS}; "
+           "(212 registers) built clean; e4m3 head 128 128x256 (228) serialized here, 128x128 (164) clean",
+    summary=f"S + P + O + softmax registers per consumer thread below {SERIALIZED_AT_REGISTERS} (any input type); "
             "from there ptxas serializes the WGMMAs (the build refuses the kernel)")
 def _serialized(c: AttentionContext):
     r = c.registers
-    if c.bits == 16 and r["total"] >= SERIALIZED_AT_REGISTERS:
+    if r["total"] >= SERIALIZED_AT_REGISTERS:
         return (f"S {r['s']} + P {r['p']} + O {r['o']} + softmax {r['softmax']} = {r['total']} registers per "
                 f"consumer thread >= {SERIALIZED_AT_REGISTERS}: ptxas serializes the WGMMAs (C7512; seen at 228 "
                 f"for head 64 128x256 and head 256 128x128)")

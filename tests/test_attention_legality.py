@@ -194,6 +194,10 @@ def test_example_kernels_are_legal(dtype, table):
         for c in configs:
             # the example's f16 Q K^T accumulator kernels are legal where the problem allows one
             r = check_attention(P(head_dim=d, dtype=dtype, allow_f16_qk_acc=c.acc_qk == "f16"), c)
+            if dtype == "e4m3" and (d, c.tile_kv, c.acc_qk) == (128, 256, "f32"):
+                # 228 registers: nvcc 13.0 serializes the example's FP8 128x256 f32 kernel (built here, 2026-11-26)
+                assert [v.rule_id for v in r.violations] == ["ATTN-WGMMA-SERIALIZED"], r.violations
+                continue
             assert r.legal and r.search_legal, (d, c.short_name(), [str(v) for v in r.violations + r.warnings])
 
 
