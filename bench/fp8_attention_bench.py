@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import subprocess
 import sys
@@ -471,6 +472,14 @@ def time_plan(args) -> int:
                 return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=p.causal, scale=scale)
         contenders["sdpa_cudnn_bf16"] = ({}, ref_bf16, cudnn)
         contenders["transpose_v_alone"] = ({}, None, lambda: transpose_v(v8))
+
+        def naive():
+            os.environ["CUTEGEN_ATTENTION_VT_NAIVE"] = "1"       # the op's one-pass byte copy, for comparison
+            try:
+                return transpose_v(v8)
+            finally:
+                del os.environ["CUTEGEN_ATTENTION_VT_NAIVE"]
+        contenders["transpose_v_naive"] = ({}, None, naive)
         reps, runnable = {}, {}
         for name, (meta, ref, fn) in contenders.items():
             rec = dict(meta)
@@ -492,7 +501,7 @@ def time_plan(args) -> int:
         for name in runnable:
             rec = row["contenders"][name]
             rec["ms"] = statistics.median(rec["ms_rounds"])
-            if name != "transpose_v_alone":
+            if not name.startswith("transpose_v"):
                 rec["tflops"] = p.flops / (rec["ms"] * 1e-3) / 1e12
         c = row["contenders"]
         bf16_ms = c.get("bf16", {}).get("ms")
@@ -508,8 +517,8 @@ def time_plan(args) -> int:
             f"{n} {r['tflops']:.0f} TFLOP/s" + (f" (x{r['vs_cutegen_bf16']:.2f} bf16)" if r.get("vs_cutegen_bf16") else "")
             + (f" err {r['err_max_rel']:.3f}/{r['err_mean_rel']:.4f}" if "err_max_rel" in r else "")
             for n, r in c.items() if r.get("tflops"))
-            + (f"  transpose {c['transpose_v_alone']['ms'] * 1e3:.0f} us" if c.get('transpose_v_alone', {}).get('ms')
-               else ""), flush=True)
+            + "".join(f"  {n} {c[n]['ms'] * 1e3:.0f} us" for n in ("transpose_v_alone", "transpose_v_naive")
+                      if c.get(n, {}).get("ms")), flush=True)
         q = k = v = q8 = k8 = v8 = vt8 = contenders = runnable = None
         torch.cuda.empty_cache()
     Path(args.json).write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
