@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import statistics
 import subprocess
 import sys
@@ -472,14 +471,6 @@ def time_plan(args) -> int:
                 return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=p.causal, scale=scale)
         contenders["sdpa_cudnn_bf16"] = ({}, ref_bf16, cudnn)
         contenders["transpose_v_alone"] = ({}, None, lambda: transpose_v(v8))
-
-        def naive():
-            os.environ["CUTEGEN_ATTENTION_VT_NAIVE"] = "1"       # the op's one-pass byte copy, for comparison
-            try:
-                return transpose_v(v8)
-            finally:
-                del os.environ["CUTEGEN_ATTENTION_VT_NAIVE"]
-        contenders["transpose_v_naive"] = ({}, None, naive)
         reps, runnable = {}, {}
         for name, (meta, ref, fn) in contenders.items():
             rec = dict(meta)

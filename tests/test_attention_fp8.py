@@ -280,23 +280,6 @@ def test_transpose_v_pads_rows_to_16():
     assert torch.equal(vt.float(), v.float().transpose(2, 3))
 
 
-@pytest.mark.parametrize("shape,bshd", [((2, 3, 333, 64), False), ((2, 3, 16, 128), True), ((1, 1, 1, 128), False),
-                                        ((2, 2, 7, 256), True), ((1, 2, 3, 32), False), ((1, 2, 4, 40), True)])
-def test_transpose_v_word_path_equals_the_plain_copy(shape, bshd, monkeypatch):
-    """The two-pass 32-bit-word transpose (the op's default) is byte-identical to the plain strided copy, for
-    BHSD and BSHD views, rows not a multiple of 4 (the tail) and fewer than 4 rows."""
-    from cutegen.ops.attention.torch_op import transpose_v
-    B, H, S, D = shape
-    x = torch.randn(B, S, H, D).transpose(1, 2) if bshd else torch.randn(B, H, S, D)
-    v = x.to(torch.float8_e4m3fn)
-    words = transpose_v(v)
-    monkeypatch.setenv("CUTEGEN_ATTENTION_VT_NAIVE", "1")
-    plain = transpose_v(v)
-    assert words.stride() == plain.stride()
-    assert torch.equal(words.view(torch.uint8), plain.view(torch.uint8))
-    assert torch.equal(words.view(torch.uint8), v.transpose(2, 3).view(torch.uint8))
-
-
 def test_cli_search_fp8_and_the_accumulator_consent(capsys):
     from cutegen.cli import main
     base = ["attention", "search", "--dtype", "e4m3", "--top-k", "2", "--batch", "2", "--heads-q", "8"]
