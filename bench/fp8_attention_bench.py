@@ -206,7 +206,7 @@ def validation_cases(key):
 
 def validate_kernel(kdir: str) -> dict:
     torch = _torch()
-    from attention_bench import reference
+    from cutegen.ops.attention.runner import reference
     from cutegen.ops.attention.torch_op import AttentionKernels, load_library
     lib, desc = load_library(kdir)
     key = desc["problem"]
@@ -406,7 +406,7 @@ def _time_round(fn, reps):
 def time_plan(args) -> int:
     torch = _torch()
     from torch.nn.attention import SDPBackend, sdpa_kernel
-    from attention_bench import reference
+    from cutegen.ops.attention.runner import reference
     from cutegen.ops.attention.torch_op import AttentionKernels, transpose_v
     plan_dir = Path(args.plan)
     plan_doc = json.loads((plan_dir / "plan.json").read_text())

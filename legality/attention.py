@@ -92,6 +92,10 @@ class AttentionContext:
         self.tm_wg = c.tile_q // self.mma_wgs if self.ws else c.tile_q
         self.threads = (self.mma_wgs + 1) * THREADS_PER_WARPGROUP if self.ws else THREADS_PER_WARPGROUP
         self.out_dtype = getattr(p, "output_dtype", None) or OUTPUT_DTYPE[p.dtype]
+        # split-KV (config kv_splits > 1): the kernel's epilogue stores a float32 partial O per split
+        # (templates/attention/fmha_sm90_splitkv.cu.j2: FmhaFwdEpilogue<float, ...>); a combine kernel writes O
+        self.kv_splits = int(getattr(c, "kv_splits", 1))
+        self.epilogue_dtype = "f32" if self.kv_splits > 1 else self.out_dtype
 
     # --- WGMMA ----------------------------------------------------------------------------------------
     @cached_property
@@ -139,13 +143,13 @@ class AttentionContext:
     def epilogue_plan(self) -> smem.EpiloguePlan | None:
         """The TMA epilogue the example builds per warpgroup tile (fmha_epilogue.hpp:49-57: TmaWarpSpecialized,
         EpilogueTileAuto, void C, O in the output type)."""
-        return _epilogue_plan(self.tm_wg, self.dv, self.out_dtype, self.config.tile_kv)
+        return _epilogue_plan(self.tm_wg, self.dv, self.epilogue_dtype, self.config.tile_kv)
 
     @cached_property
     def smem_parts(self) -> dict | None:
         """sizeof of each member of the kernel's SharedStorage, and the total (None: no epilogue fits)."""
         c = self.config
-        return _smem_parts(self.epilogue_plan, self.tm_wg, self.d, self.dv, self.esize, self.out_dtype, c.tile_kv,
+        return _smem_parts(self.epilogue_plan, self.tm_wg, self.d, self.dv, self.esize, self.epilogue_dtype, c.tile_kv,
                            c.stages_q, c.stages_kv, self.ws, self.mma_wgs, bool(c.persistent))
 
     @property
@@ -638,8 +642,74 @@ def _fp8_schedule(c: AttentionContext):
     return None
 
 
+# ============================================================================ split-KV (decode) =====
+# The split-KV kernel (config kv_splits > 1; templates/attention/fmha_sm90_splitkv.cu.j2): the KV length cut
+# into chunks of whole KV tiles run by separate CTAs, float32 partial O and LSE per split in the workspace, a
+# combine kernel after. cutegen/ops/attention/splitkv.py mirrors its arithmetic.
+_SPLIT_TPL = "templates/attention/fmha_sm90_splitkv.cu.j2"
+INT32_MAX = 2**31 - 1
+ATTN_SPLIT_RULES = RuleSet("attention_split_kv")
+_s = ATTN_SPLIT_RULES.rule
+
+
+def split_kv_tiles(seqlen_kv: int, tile_kv: int) -> int:
+    """KV tiles of a sequence: the most splits that each get one (the ABI runs min(kv_splits, tiles))."""
+    return -(-seqlen_kv // tile_kv)
+
+
+@_s("ATTN-SPLIT-SCHEDULE", source=f"{_SPLIT_TPL} (SplitKvMainloop derives from {_COLL_WS}'s "
+    "FmhaMainloopTmaWarpSpecialized; the tma kernel's loads are another collective, fmha_collective_tma.hpp)",
+    summary="kv_splits > 1 needs a warp-specialized schedule (ws_cooperative or ws_pingpong)")
+def _split_schedule(c: AttentionContext):
+    if c.kv_splits > 1 and not c.ws:
+        return f"kv_splits={c.kv_splits} with schedule {c.config.schedule}: the split mainloop is the warp-specialized one"
+    return None
+
+
+@_s("ATTN-SPLIT-CAUSAL", source="cutegen/ops/attention/problem.py (causal is top-left, SDPA's is_causal); "
+    f"{_EX}/collective/fmha_fusion.hpp:136-146 (CausalFusion::get_trip_count <= ceil((q_block + 1) x tile_q / tile_kv))",
+    summary="kv_splits > 1 only without the causal mask: top-left causal reads at most ceil((q_block + 1) x tile_q / "
+            "tile_kv) KV tiles per Q block, so the keys past seqlen_q are never read and there is no long walk to split "
+            "(the split kernel renders no mask)")
+def _split_causal(c: AttentionContext):
+    if c.kv_splits > 1 and getattr(c.problem, "causal", False):
+        return (f"kv_splits={c.kv_splits} with causal true: a Q block of {c.config.tile_q} rows reads at most "
+                f"ceil((q_block + 1) x {c.config.tile_q} / {c.config.tile_kv}) KV tiles (top-left mask)")
+    return None
+
+
+@_s("ATTN-SPLIT-TILES", source=f"{_SPLIT_TPL} kv_split_of (split j runs tiles [floor(j T / S), floor((j + 1) T / S))); "
+    "cutegen/ops/attention/splitkv.py split_ranges",
+    summary="kv_splits <= ceil(seqlen_kv / tile_kv): every split owns at least one KV tile (beyond that the ABI "
+            "runs min(kv_splits, tiles) splits, so a larger count is the same kernel with a larger workspace)")
+def _split_tiles(c: AttentionContext):
+    if c.kv_splits <= 1:
+        return None
+    tiles = split_kv_tiles(c.problem.seqlen_kv, c.config.tile_kv)
+    if c.kv_splits > tiles:
+        return (f"kv_splits={c.kv_splits} > {tiles} KV tiles of {c.config.tile_kv} keys in seqlen_kv="
+                f"{c.problem.seqlen_kv}: {c.kv_splits - tiles} split(s) would have no key")
+    return None
+
+
+@_s("ATTN-SPLIT-WORKSPACE", source=f"{_SPLIT_TPL} (StrideO of the partial O: (head dim, _1, (splits x rows x head "
+    f"dim, rows x head dim)), int); {_EPI}:62-66 (the epilogue's strides are int)",
+    summary="kv_splits x group x seqlen_q x head_dim_v <= 2^31 - 1: the partial O of one (batch, KV head) across its "
+            "splits is addressed with the 88 epilogue's 32-bit strides")
+def _split_workspace(c: AttentionContext):
+    if c.kv_splits <= 1:
+        return None
+    p = c.problem
+    elems = c.kv_splits * (p.heads_q // p.heads_kv) * p.seqlen_q * c.head_dim_v
+    if elems > INT32_MAX:
+        return (f"kv_splits={c.kv_splits} x group {p.heads_q // p.heads_kv} x seqlen_q {p.seqlen_q} x head_dim_v "
+                f"{c.head_dim_v} = {elems} partial-O elements per (batch, KV head) > 2^31 - 1")
+    return None
+
+
 # ==================================================================================== the check ======
-RULESETS: list[RuleSet] = [ATTN_WGMMA_RULES, ATTN_TMA_RULES, ATTN_RESOURCE_RULES, ATTN_FMHA_RULES, ATTN_FP8_RULES]
+RULESETS: list[RuleSet] = [ATTN_WGMMA_RULES, ATTN_TMA_RULES, ATTN_RESOURCE_RULES, ATTN_FMHA_RULES, ATTN_SPLIT_RULES,
+                           ATTN_FP8_RULES]
 # Warnings that do not make a configuration unfit for the search (both are still reported): a head dim the
 # example does not compile is what the search is for; can_implement is not called by cutegen's ABI.
 NOTE_ONLY = frozenset({"ATTN-HEAD-DIM-EXAMPLE", "ATTN-CAN-IMPLEMENT"})
@@ -696,5 +766,5 @@ def all_attention_rules() -> list:
 
 
 __all__ = ["AttentionContext", "AttentionReport", "check_attention", "first_pruning_violation", "RULESETS", "NOTE_ONLY",
-           "ATTN_WGMMA_RULES", "ATTN_TMA_RULES", "ATTN_RESOURCE_RULES", "ATTN_FMHA_RULES", "ATTN_FP8_RULES",
-           "all_attention_rules"]
+           "ATTN_WGMMA_RULES", "ATTN_TMA_RULES", "ATTN_RESOURCE_RULES", "ATTN_FMHA_RULES", "ATTN_SPLIT_RULES",
+           "ATTN_FP8_RULES", "all_attention_rules", "split_kv_tiles"]

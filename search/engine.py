@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import resource
+import threading
 import time
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -155,8 +156,14 @@ class SearchResult:
 
 # --- the e-graph of one problem -------------------------------------------------------------------------
 
+_SHARED_SPACES: dict = {}      # SearchSpace.shared: (WGMMA K, TMA can load, policies) -> the saturated space
+_SHARED_LOCK = threading.Lock()
+
+
 class SearchSpace:
     """The saturated e-graph of one problem's choices, before any candidate is expanded."""
+
+    _in_use = False
 
     def __init__(self, problem, policies=POLICIES):
         from cutegen.dtypes import DTYPES
@@ -178,6 +185,46 @@ class SearchSpace:
         self.policies = sorted({tuple(i64(x) for x in r.inputs[:3]) for r in frozen["Pol"].rows})
         self._tile_class = {tuple(i64(x) for x in r.inputs): r.output for r in frozen["CtaTile"].rows}
         self._frozen = frozen
+
+    @classmethod
+    def shared(cls, problem, policies=POLICIES) -> "SearchSpace":
+        """The same space, its saturated e-graph built once per process for each (WGMMA K of the types,
+        TMA can load the operands, policies): everything ``__init__`` reads of the problem. A search expands
+        into it between egglog's ``(push)`` and ``(pop)``, so every problem of a pack's class (any M, N, K)
+        starts from the same saturated e-graph without saturating it again; ``release`` pops back. A space
+        already in use (a nested search) is built fresh."""
+        from cutegen.dtypes import DTYPES
+
+        key = (DTYPES[problem.dtype_a].wgmma_k, tma_can_load(problem), tuple(policies))
+        with _SHARED_LOCK:              # a Dask worker runs searches in several threads of one process
+            base = _SHARED_SPACES.get(key)
+            if base is not None and base._in_use:
+                base = None
+            elif base is None:
+                base = _SHARED_SPACES[key] = cls(problem, policies)
+                base._in_use = True
+            else:
+                base._in_use = True
+        if base is None:
+            return cls(problem, policies)
+        space = object.__new__(cls)
+        space.__dict__.update(base.__dict__)
+        space.problem = problem
+        space._base, space._iterations = base, base.egg.iterations
+        base.egg.run("(push)")
+        return space
+
+    def release(self) -> None:
+        """Done with this space: a shared one pops the e-graph back to its saturated state (and its
+        iteration count), any other is closed."""
+        base = self.__dict__.get("_base")
+        if base is None:
+            self.egg.close()
+            return
+        self.egg.run("(pop)")
+        self.egg.iterations = self._iterations
+        with _SHARED_LOCK:
+            base._in_use = False
 
     def reaches(self, config) -> bool:
         """Is this configuration's (tile, cluster, policy) a term the rewrites reached?"""
@@ -273,6 +320,17 @@ def _make_config(tile, cluster, policy, stages="auto", raster="heuristic", swizz
                         mainloop_load=costmod.LOADS[s // ns])
 
 
+@lru_cache(maxsize=256)
+def _family_stages(shape_free_problem, tiles: tuple) -> np.ndarray:
+    """Per tile of the space, the auto stage count of each epilogue family (coop, other, no_smem): a function of
+    the problem's types and layouts and the tiles alone, so every search of one pack's class (every M, N, K)
+    shares it (read-only)."""
+    out = np.array([[_auto_stages(shape_free_problem, tuple(int(x) for x in t), fam)
+                     for fam in ("coop", "other", "no_smem")] for t in tiles], dtype=np.int64)
+    out.setflags(write=False)
+    return out
+
+
 def rank_space(space: SearchSpace, rates=None):
     """Cost every reachable (tile, cluster, policy) at once; returns arrays and the order."""
     p = space.problem
@@ -285,8 +343,7 @@ def rank_space(space: SearchSpace, rates=None):
     keep = problem_mask(p, clusters, pols, ci, pi)
     ti, ci, pi = ti[keep], ci[keep], pi[keep]
     free = p.replace(m=1, n=1, k=1, batch=1, lda=0, ldb=0, ldc=0)
-    fam_stages = np.array([[_auto_stages(free, tuple(int(x) for x in t), fam)
-                            for fam in ("coop", "other", "no_smem")] for t in tiles], dtype=np.int64)
+    fam_stages = _family_stages(free, tuple(space.tiles))
     fam = np.where(pols[:, 1] == 2, 2, np.where(pols[:, 0] % len(costmod.SCHEDULES) == 1, 0, 1))
     stages = fam_stages[ti, fam[pi]]
     # a stream-K row costs its cheapest launch plan (search/decomposition.py)
@@ -311,7 +368,7 @@ def _exact_costs(problem, rows: list, rates=None) -> list[tuple[float, tuple]]:
 
 
 def search(problem, top_k: int = 5, *, explain: bool = False, backend: str = "cutlass", device: str | None = None,
-           predictor=None, staging: bool = True) -> SearchResult:
+           predictor=None, staging: bool = True, egraph_sizes: bool = True) -> SearchResult:
     """Search the legal Hopper GEMM kernels for ``problem``; the best ``top_k``, cheapest first.
 
     ``backend`` is the renderer the result is for: "cutlass" (explicit C++ types), "cutlass_builder"
@@ -322,7 +379,8 @@ def search(problem, top_k: int = 5, *, explain: bool = False, backend: str = "cu
     ``staging``: offer the staged form (cutegen/staging.py) of a problem whose A or B TMA cannot read;
     False for callers whose kernels run without the C ABI's copies (kernel packs' plan entry points); it
     also leaves out the split-K-with-separate-reduction form (``split_k_reduce_forms``), whose reduction
-    kernel is the C ABI's too."""
+    kernel is the C ABI's too. ``egraph_sizes=False``: the result's ``egraph_nodes``/``egraph_classes`` are 0 (counting
+    them reads the whole e-graph back; a kernel pack's searches do not report them)."""
     from cutegen.errors import FieldError
     from cutegen.problem import GemmProblem
     from cutegen.collective_builder import uses_register_a
@@ -359,12 +417,12 @@ def search(problem, top_k: int = 5, *, explain: bool = False, backend: str = "cu
             from cutegen.staging import stage_flags, staged_problem
             flags = stage_flags(problem, staged)
             oriented = staged_problem(problem, _make_config((128, 128, 64), (1, 1), (1, 1, 0)).replace(**flags))
-            space = SearchSpace(oriented)
+            space = SearchSpace.shared(oriented)
             try:
                 results.append(((False, staged), _search(space, oriented, top_k, explain, t0, backend, device,
-                                                          predictor)))
+                                                          predictor, egraph_sizes)))
             finally:
-                space.egg.close()
+                space.release()
             continue
         if swapped:
             if backend == "dsl":        # DSL-SWAP-AB: the DSL renderer does not exchange operands
@@ -377,7 +435,7 @@ def search(problem, top_k: int = 5, *, explain: bool = False, backend: str = "cu
                     swap_pruned[v.rule_id] = swap_pruned.get(v.rule_id, 0) + 1
                 continue
         oriented = transposed(problem) if swapped else problem
-        space = SearchSpace(oriented)
+        space = SearchSpace.shared(oriented)
         try:
             if not swapped and stage and predictor is None and len(costs_so_far()) >= top_k:
                 # the same bound between the staged form and the unstaged one: when the cheapest
@@ -396,9 +454,10 @@ def search(problem, top_k: int = 5, *, explain: bool = False, backend: str = "cu
                 if float(est.min()) * (1.0 + swap_margin(problem)) >= stated_best:
                     unjudged += int(est.size)
                     continue
-            results.append(((swapped, ()), _search(space, oriented, top_k, explain, t0, backend, device, predictor)))
+            results.append(((swapped, ()), _search(space, oriented, top_k, explain, t0, backend, device, predictor,
+                                                   egraph_sizes)))
         finally:
-            space.egg.close()
+            space.release()
     sliced_results = []
     for s in split_k_reduce_forms(problem, backend) if staging else ():
         # the batched slice GEMM (cutegen/split_k_reduce.py), searched like any problem; its kernels carry
@@ -406,7 +465,7 @@ def search(problem, top_k: int = 5, *, explain: bool = False, backend: str = "cu
         from cutegen.split_k_reduce import sliced_problem
         reduce_us = costmod.split_k_reduce_us(problem, s, device_rates(device))
         sliced = sliced_problem(problem, _make_config((128, 128, 64), (1, 1), (1, 1, 0)).replace(split_k_slices=s))
-        space = SearchSpace(sliced, PERSISTENT_POLICIES)
+        space = SearchSpace.shared(sliced, PERSISTENT_POLICIES)
         try:
             so_far = sorted(costs_so_far() + [x.cost + reduce_us for _, r in sliced_results for x in r.ranked])
             if predictor is None and len(so_far) >= top_k:
@@ -416,9 +475,10 @@ def search(problem, top_k: int = 5, *, explain: bool = False, backend: str = "cu
                 if est.size == 0 or float(est.min()) + reduce_us >= so_far[top_k - 1]:
                     unjudged += int(est.size)
                     continue
-            sliced_results.append((s, _search(space, sliced, top_k, explain, t0, backend, device, predictor)))
+            sliced_results.append((s, _search(space, sliced, top_k, explain, t0, backend, device, predictor,
+                                              egraph_sizes)))
         finally:
-            space.egg.close()
+            space.release()
     return _merge(problem, results, top_k, swap_pruned, t0, unjudged, device, sliced_results)
 
 
@@ -552,7 +612,8 @@ def _temporal(problem, ranked: list, stages: list, backend: str, judge, explain:
 
 
 def _search(space: SearchSpace, problem, top_k: int, explain: bool, t0: float,
-            backend: str = "cutlass", device: str | None = None, predictor=None) -> SearchResult:
+            backend: str = "cutlass", device: str | None = None, predictor=None,
+            egraph_sizes: bool = True) -> SearchResult:
     from .learned.device import rates as device_rates
 
     rates = device_rates(device)
@@ -646,7 +707,7 @@ def _search(space: SearchSpace, problem, top_k: int, explain: bool, t0: float,
                          f"16 bytes]")
         ranked.append(Ranked(v.config, pred.us if pred is not None else c, bd, chain, pred, plan))
     _temporal(problem, ranked, [costs[key][2].stages for key in picked], backend, judge, explain)
-    nodes, classes = egg.sizes()
+    nodes, classes = egg.sizes() if egraph_sizes else (0, 0)
     rejected = [{"config": row[5].to_dict(), "rules": row[6].rules, "reasons": row[6].reasons}
                 for row in expanded[:50] if not row[6].legal] if explain else []
     result = SearchResult(

@@ -240,6 +240,9 @@ def test_fp8_renderer_refusals_two_sided():
     # a 16-bit V^T is e4m3's layout, not rendered for bf16
     assert any(r.startswith("ATTN-RENDER-V-LAYOUT") for r in backend_refusals(P(dtype="bf16", v_transposed=True), C()))
     assert not backend_refusals(P(dtype="bf16"), C())
+    # split-KV (decode) kernels are 16-bit only
+    assert any(r.startswith("ATTN-RENDER-FP8-SPLIT-KV") for r in backend_refusals(P(seqlen_q=1), C(kv_splits=4)))
+    assert not any(r.startswith("ATTN-RENDER-FP8-SPLIT-KV") for r in backend_refusals(P(seqlen_q=1), C()))
     with pytest.raises(Exception, match="ATTN-RENDER-FP8-SCHEDULE"):
         render(P(head_dim=64), tma, toolchain=TOOLCHAIN)
 

@@ -284,6 +284,7 @@ def _dispatcher(tmp_path, files: dict[str, str], main_src: str | None = None):
     if "src/vendor_cublaslt.cpp" in files:      # the vendor tactic's entry points (tests/test_pack_vendor.py)
         stubs.append("namespace cutegen_pack_vendor {\n"
                      "int plan_create(int, const cutegen_pack_shape*, void** o) { *o = nullptr; return 0; }\n"
+                     "const char* algorithm_note(int, const cutegen_pack_shape*) { return \"stub\"; }\n"
                      "size_t plan_workspace(const void*) { return 0; }\nvoid plan_destroy(void*) {}\n"
                      "int plan_run(void*, const void*, const void*, const void*, void*, const void*, void*, size_t, "
                      "cudaStream_t) { return 0; }\nconst char* plan_error() { return \"\"; }\n}")

@@ -26,7 +26,8 @@ SEARCH_S_ESTIMATE = 1.0  # seconds per search on one core (issue 22: 0.3-1.5 s o
 
 def make_pack(shapes_file: str, target_kind: str, *, max_kernels: int = 16, tolerance: float = 0.03,
               name: str = "cutegen_pack", db=None, say=lambda msg: None, executor=None,
-              progress: bool = False, measured: str | None = None, vendor: bool = True) -> dict[str, str]:
+              progress: bool = False, measured: str | None = None, vendor: bool = True,
+              vendor_algorithms: str | None = None) -> dict[str, str]:
     """Every file of the pack for one target: {path relative to the pack's folder: text}. ``executor`` (a
     ``cutegen.executor.Executor``; None: this process) runs the searches, per (N, K) and M bucket and per
     class's fallback; the files are the same wherever they ran. ``progress``: progress bars on stderr.
@@ -44,7 +45,14 @@ def make_pack(shapes_file: str, target_kind: str, *, max_kernels: int = 16, tole
                         progress=progress)
     fallbacks = render.add_fallbacks(sel, say=say, executor=executor)
     points = render.apply_measured(sel, measured, name) if measured else None
-    return render.pack_files(sel, fallbacks, name, Path(shapes_file).name, measured=points, vendor_on=vendor)
+    return render.pack_files(sel, fallbacks, name, Path(shapes_file).name, measured=points, vendor_on=vendor,
+                             vendor_algorithms=_algorithms(vendor_algorithms))
+
+
+def _algorithms(path: str | None) -> dict | None:
+    """``--vendor-algorithms``: the tuning step's timings of cuBLASLt's algorithms (cutegen/packs/vendor.py)."""
+    from . import vendor
+    return vendor.load_algorithms(path) if path else None
 
 
 def make_tune_plan(shapes_file: str, target_kind: str, *, name: str = "cutegen_pack", say=lambda msg: None,
@@ -78,7 +86,8 @@ def make_tune_plan(shapes_file: str, target_kind: str, *, name: str = "cutegen_p
 
 def make_tuned_pack(shapes_file: str, target_kind: str, db, *, max_kernels: int = 16, tolerance: float = 0.03,
                     name: str = "cutegen_pack", say=lambda msg: None, executor=None,
-                    off_sample: tuple[int, ...] | None = None, vendor: bool = True) -> dict[str, str]:
+                    off_sample: tuple[int, ...] | None = None, vendor: bool = True,
+                    vendor_algorithms: str | None = None) -> dict[str, str]:
     """``pack --tune`` after the GPU step: the pack selected from ``db``'s measurements (no GPU); with ``vendor``,
     measured segments where no generated kernel comes within the tolerance of cuBLAS run on cuBLASLt."""
     from . import render, targets, tune
@@ -91,7 +100,7 @@ def make_tuned_pack(shapes_file: str, target_kind: str, db, *, max_kernels: int 
                                                 tolerance=tolerance, say=say)
     fallbacks = render.add_fallbacks(sel, say=say, executor=executor)
     return render.pack_files(sel, fallbacks, name, Path(shapes_file).name, measured=measured_points,
-                             vendor_on=vendor)
+                             vendor_on=vendor, vendor_algorithms=_algorithms(vendor_algorithms))
 
 
 def check_size(shapes_file: str, points: list, say=lambda msg: None) -> int:

@@ -19,6 +19,7 @@ from .problem import AttentionProblem
 BACKEND = "cutlass"
 TEMPLATE = "attention/fmha_sm90.cu.j2"
 TEMPLATE_FP8 = "attention/fmha_sm90_fp8.cu.j2"   # e4m3 inputs: V^T, descale factors, a 16-bit O (its own file)
+TEMPLATE_SPLIT_KV = "attention/fmha_sm90_splitkv.cu.j2"      # config.kv_splits > 1 (cutegen.ops.attention.splitkv)
 ELEMENT = {"bf16": "cutlass::bfloat16_t", "f16": "cutlass::half_t", "e4m3": "cutlass::float_e4m3_t"}
 ACC = {"f32": "float", "f16": "cutlass::half_t"}
 WGMMA_M = 64                      # rows of one wgmma.mma_async (every Hopper WGMMA shape is 64 x N x K)
@@ -31,6 +32,9 @@ SMEM_LIMIT = 232448               # bytes: sm_90's opt-in shared memory per bloc
 REFUSALS = {
     "ATTN-RENDER-FP8-SCHEDULE": ("e4m3 is rendered on the warp-specialized schedules only",
                                  "88 fmha_collective_tma.hpp: LayoutQKV (int, _1, (int, int)) for Q, K and V: no V^T"),
+    "ATTN-RENDER-FP8-SPLIT-KV": ("e4m3 kernels are not split along the KV length",
+                                 "templates/attention/fmha_sm90_splitkv.cu.j2 is written for 16-bit inputs (V head-dim "
+                                 "contiguous); the FP8 template has no split mainloop"),
     "ATTN-RENDER-V-LAYOUT": ("16-bit kernels read V with its head dim contiguous (v_transposed is e4m3's layout)",
                              "templates/attention/fmha_sm90.cu.j2: StrideV (int, _1, ...); 16-bit WGMMA could read V^T "
                              "MN-major, not rendered"),
@@ -59,6 +63,12 @@ REFUSALS = {
                               "88 fmha_collective_tma_warpspecialized.hpp:81-82 static_asserts"),
     "ATTN-RENDER-88-TILE-Q": ("tile_q / mma_warpgroups is a multiple of 64 (one WGMMA M per warpgroup)",
                               "88 TileShapeQK = tile_q / NumMmaWarpGroups; PTX ISA wgmma M = 64"),
+    "ATTN-RENDER-SPLIT-SCHEDULE": ("kv_splits > 1 needs a warp-specialized schedule",
+                                   "templates/attention/fmha_sm90_splitkv.cu.j2: SplitKvMainloop derives from "
+                                   "FmhaMainloopTmaWarpSpecialized (fmha_collective_tma.hpp's loads are another collective)"),
+    "ATTN-RENDER-SPLIT-CAUSAL": ("kv_splits > 1 renders no causal mask",
+                                 "cutegen/ops/attention/splitkv.py CAUSAL_NOTE: top-left causal reads at most "
+                                 "ceil((q_block + 1) x tile_q / tile_kv) KV tiles, nothing long to split"),
 }
 
 
@@ -79,6 +89,8 @@ def backend_refusals(problem: AttentionProblem, config: AttentionConfig, backend
     p, c = problem, config
     if p.dtype == "e4m3" and c.schedule == "tma":
         refuse("ATTN-RENDER-FP8-SCHEDULE", "dtype e4m3, schedule tma")
+    if p.dtype == "e4m3" and getattr(c, "kv_splits", 1) > 1:
+        refuse("ATTN-RENDER-FP8-SPLIT-KV", f"dtype e4m3, kv_splits {c.kv_splits}")
     if p.dtype != "e4m3" and p.v_is_transposed:
         refuse("ATTN-RENDER-V-LAYOUT", f"dtype {p.dtype}, v_transposed true")
     if p.head_dim_v is not None:
@@ -110,6 +122,10 @@ def backend_refusals(problem: AttentionProblem, config: AttentionConfig, backend
             refuse("ATTN-RENDER-88-STAGES", f"stages_q {c.stages_q}, mma_warpgroups {c.mma_warpgroups}, stages_kv {c.stages_kv}")
     if c.tile_q % (c.mma_warpgroups * WGMMA_M):
         refuse("ATTN-RENDER-88-TILE-Q", f"tile_q {c.tile_q} over {c.mma_warpgroups} warpgroup(s)")
+    if c.kv_splits > 1 and c.schedule == "tma":
+        refuse("ATTN-RENDER-SPLIT-SCHEDULE", f"kv_splits {c.kv_splits}, schedule tma")
+    if c.kv_splits > 1 and p.causal:
+        refuse("ATTN-RENDER-SPLIT-CAUSAL", f"kv_splits {c.kv_splits}, causal true")
     return out
 
 
@@ -134,6 +150,9 @@ def _config_lines(problem: AttentionProblem, config: AttentionConfig) -> list[st
              f"cluster {c.cluster_m}x1x1, {c.blocks_per_sm} CTA(s) per SM, Q K^T accumulates in {c.acc_qk}"]
     if problem.dtype == "e4m3":
         lines.append(f"e4m3 Q, K, V^T with descale factors, O in {problem.output_dtype}")
+    if c.kv_splits > 1:
+        lines.append(f"KV length split into at most {c.kv_splits} chunks of whole {c.tile_kv}-key tiles, "
+                     f"float32 partials combined by LSE")
     return lines
 
 
@@ -151,7 +170,7 @@ def _context(problem: AttentionProblem, config: AttentionConfig) -> dict[str, An
         "warp_specialized": c.warp_specialized, "schedule": c.schedule, "mma_warpgroups": c.mma_warpgroups,
         "stages_q": c.stages_q, "stages_kv": c.stages_kv, "persistent": c.persistent,
         "loads_q_separately": c.loads_q_separately, "cluster_m": c.cluster_m, "blocks_per_sm": c.blocks_per_sm,
-        "describe_json": _describe(problem, config, khash), "smem_limit": SMEM_LIMIT,
+        "describe_json": _describe(problem, config, khash), "smem_limit": SMEM_LIMIT, "kv_splits": c.kv_splits,
     }
 
 
@@ -161,7 +180,10 @@ def _environment():
 
 
 def render_source(problem: AttentionProblem, config: AttentionConfig) -> str:
-    template = TEMPLATE_FP8 if problem.dtype == "e4m3" else TEMPLATE
+    if problem.dtype == "e4m3":
+        template = TEMPLATE_FP8
+    else:
+        template = TEMPLATE_SPLIT_KV if config.kv_splits > 1 else TEMPLATE
     return _environment().get_template(template).render(**_context(problem, config))
 
 

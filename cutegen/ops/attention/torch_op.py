@@ -19,6 +19,10 @@ K-major only): pass ``v_transposed=True`` with ``value`` of shape (B, Hkv, D, Sk
 sequence contiguous and a 16-element multiple row stride), or an SDPA-layout ``value`` (B, Hkv, Skv, D)
 that the op copies into V^T (``transpose_v``: one read and one write of V per call, counted in the op's time).
 
+A split-KV kernel (config ``kv_splits`` > 1, for decode-like calls: few queries, a long KV cache) takes its
+float32 partials in a workspace the op allocates through torch (``cutegen_attention_workspace_size``), and Q
+in an order that reads a group's query heads as rows (BHSD, or one query); other Q strides get one copy.
+
 The kernel runs behind ``torch.library.custom_op("cutegen::attention_fwd")`` (FP8: ``cutegen::attention_fwd_fp8``): opaque to ``torch.compile``
 (its fake implementation gives the shapes) and capturable in CUDA graphs (it launches on the current stream,
 allocates only through torch, and never synchronizes). The library's dynamic shared-memory attribute is set
@@ -54,8 +58,15 @@ def _library_path(path: str | os.PathLike) -> str:
     return str(p.resolve())
 
 
+_BY_ARGUMENT: dict[str, tuple[ctypes.CDLL, dict]] = {}      # the op's hot path: no stat/realpath per call
+
+
 def load_library(path: str | os.PathLike) -> tuple[ctypes.CDLL, dict]:
-    """The bound library and its ``cutegen_describe`` JSON, loaded once per path."""
+    """The bound library and its ``cutegen_describe`` JSON, loaded once per path (a path given before is answered
+    without touching the file system: resolving it cost ~25 us per op call)."""
+    got = _BY_ARGUMENT.get(str(path))
+    if got is not None:
+        return got
     key = _library_path(path)
     with _LOCK:
         got = _LIBS.get(key)
@@ -66,6 +77,7 @@ def load_library(path: str | os.PathLike) -> tuple[ctypes.CDLL, dict]:
             abi.bind(lib)
             got = (lib, json.loads(lib.cutegen_describe().decode()))
             _LIBS[key] = got
+        _BY_ARGUMENT[str(path)] = got
     return got
 
 
@@ -86,19 +98,27 @@ def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, library: st
     B, Hq, Sq, D = q.shape
     Hkv, Skv = k.shape[1], k.shape[2]
     grouped = bool(desc["problem"].get("grouped"))
-    q = _fit_strides(q, grouped, Hq, B)
-    k = _fit_strides(k, grouped, Hkv, B)
-    v = _fit_strides(v, grouped, Hkv, B)
+    split = int(desc["config"].get("kv_splits", 1)) > 1
+    # a split-KV kernel folds (batch, KV head) into one mode whatever the group (templates/attention/fmha_sm90_splitkv.cu.j2)
+    q = _fit_strides(q, grouped or split, Hq, B)
+    k = _fit_strides(k, grouped or split, Hkv, B)
+    v = _fit_strides(v, grouped or split, Hkv, B)
+    if split and Hq != Hkv and not (Sq == 1 and q.stride(1) >= D) and q.stride(1) != Sq * q.stride(2):
+        q = q.contiguous()                 # the group's query heads as rows of one problem (ATTN-ABI-SPLIT-PACK)
     out = torch.empty_like(q)              # q's memory order (BSHD or BHSD), so O's strides match a BSHD caller
-    if grouped and B > 1 and out.stride(0) != Hq * out.stride(1):
+    if grouped and not split and B > 1 and out.stride(0) != Hq * out.stride(1):
         out = torch.empty((B, Hq, Sq, D), dtype=q.dtype, device=q.device)
     lse = torch.empty((B, Hq, Sq), dtype=torch.float32, device=q.device)
+    workspace, ws_bytes = None, 0
+    if split:                              # float32 partial O and LSE per KV split (torch's allocator: graph-safe)
+        ws_bytes = int(lib.cutegen_attention_workspace_size(B, Hq, Sq))
+        workspace = torch.empty(ws_bytes, dtype=torch.uint8, device=q.device)
     stream = torch.cuda.current_stream(q.device).cuda_stream
     with torch.cuda.device(q.device):
         status = lib.cutegen_attention(
             q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
             B, Hq, Hkv, Sq, Skv, D, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
-            float(scale), None, 0, stream)
+            float(scale), workspace.data_ptr() if workspace is not None else None, ws_bytes, stream)
     if status != 0:
         raise RuntimeError(f"cutegen attention kernel {desc['hash']}: status {status} "
                            f"({abi.STATUS.get(status, '?')}): {lib.cutegen_last_error().decode()}")
@@ -212,13 +232,22 @@ class AttentionKernels:
         if not self.entries:
             raise ValueError("AttentionKernels: no kernel given")
 
-    def pick(self, dtype: str, head_dim: int, causal: bool, grouped: bool) -> str:
+    def pick(self, dtype: str, head_dim: int, causal: bool, grouped: bool, decode_like: bool | None = None) -> str:
         """The library path of the first kernel computing this kind of problem; a grouped kernel also
-        serves MHA calls (group 1), an MHA kernel only MHA."""
+        serves MHA calls (group 1), an MHA kernel only MHA. ``decode_like`` (``splitkv.is_decode_like``): among
+        those, the first split-KV kernel (config kv_splits > 1) for a decode-like call and the first unsplit one
+        otherwise, where one of that kind is loaded (a split kernel's workspace grows with the query rows)."""
+        matching = []
         for path, desc in self.entries:
             p = desc["problem"]
             if (p["dtype"], p["head_dim"], p["causal"]) == (dtype, head_dim, causal) and (p["grouped"] or not grouped):
-                return path
+                matching.append((path, int(desc.get("config", {}).get("kv_splits", 1)) > 1))
+        if matching:
+            if decode_like is not None:
+                for path, split in matching:
+                    if split == decode_like:
+                        return path
+            return matching[0][0]
         raise ValueError(f"ATTN-OP-NO-KERNEL: no loaded kernel computes dtype {dtype}, head_dim {head_dim}, "
                          f"causal {causal}, grouped {grouped}")
 
@@ -253,7 +282,8 @@ class AttentionKernels:
         if dtype is None or key.dtype != query.dtype or value.dtype != query.dtype:
             raise ValueError(f"ATTN-OP-DTYPE: q, k, v must all be bfloat16 or float16, got "
                              f"{query.dtype}, {key.dtype}, {value.dtype}")
-        library = self.pick(dtype, D, bool(is_causal), Hkv != Hq)
+        from .splitkv import is_decode_like
+        library = self.pick(dtype, D, bool(is_causal), Hkv != Hq, is_decode_like(B, Hq, Hkv, Sq, bool(is_causal)))
         s = 1.0 / math.sqrt(D) if scale is None else float(scale)
         out, _ = torch.ops.cutegen.attention_fwd(query, key, value, library, s)
         return out
