@@ -134,9 +134,10 @@ def candidates(problem) -> list[Candidate]:
     show a rule at work (one consumer warpgroup in a warp-specialized kernel, two K/V stages). The ping-pong
     kernel is seeded in its one spelling; the e-graph states its equality with the cooperative one."""
     out = []
-    # an f16 Q K^T accumulator only for FP8 (the example's option, 88_hopper_fmha.cu:962): f16 inputs could take one
-    # too (ATTN-ACC-QK-TYPE allows it), but scores past 65504 would overflow where f32 does not
-    accs = ("f32", "f16") if problem.dtype == "e4m3" else ("f32",)
+    # an f16 Q K^T accumulator for FP8 (the example's option, 88_hopper_fmha.cu:962; ATTN-ACC-QK-F16-CONSENT prunes
+    # it unless the problem allows it), and for f16 inputs only when allowed (scores past 65504 overflow in f16)
+    accs = ("f32", "f16") if problem.dtype == "e4m3" or (problem.dtype == "f16" and problem.allow_f16_qk_acc) \
+        else ("f32",)
     split_tiles_q = split_q_tiles(problem) if offers_kv_splits(problem) else ()
     for q in TILE_Q:
         for kv in TILE_KV:

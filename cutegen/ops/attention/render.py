@@ -18,6 +18,7 @@ from .problem import AttentionProblem
 
 BACKEND = "cutlass"
 TEMPLATE = "attention/fmha_sm90.cu.j2"
+TEMPLATE_FP8 = "attention/fmha_sm90_fp8.cu.j2"   # e4m3 inputs: V^T, descale factors, a 16-bit O (its own file)
 TEMPLATE_SPLIT_KV = "attention/fmha_sm90_splitkv.cu.j2"      # config.kv_splits > 1 (cutegen.ops.attention.splitkv)
 ELEMENT = {"bf16": "cutlass::bfloat16_t", "f16": "cutlass::half_t", "e4m3": "cutlass::float_e4m3_t"}
 ACC = {"f32": "float", "f16": "cutlass::half_t"}
@@ -29,8 +30,14 @@ SMEM_LIMIT = 232448               # bytes: sm_90's opt-in shared memory per bloc
 # What this renderer refuses, by ID: the summary and where the limit comes from. The hardware rules
 # (WGMMA shapes, shared memory, registers, TMA) are legality/attention*'s; these are the template's.
 REFUSALS = {
-    "ATTN-RENDER-FP8": ("e4m3 is not rendered yet",
-                        "88 FwdRunner: 8-bit V is read MN-major (StrideV (_1, int, ...)); the ABI makes no transposed copy yet"),
+    "ATTN-RENDER-FP8-SCHEDULE": ("e4m3 is rendered on the warp-specialized schedules only",
+                                 "88 fmha_collective_tma.hpp: LayoutQKV (int, _1, (int, int)) for Q, K and V: no V^T"),
+    "ATTN-RENDER-FP8-SPLIT-KV": ("e4m3 kernels are not split along the KV length",
+                                 "templates/attention/fmha_sm90_splitkv.cu.j2 is written for 16-bit inputs (V head-dim "
+                                 "contiguous); the FP8 template has no split mainloop"),
+    "ATTN-RENDER-V-LAYOUT": ("16-bit kernels read V with its head dim contiguous (v_transposed is e4m3's layout)",
+                             "templates/attention/fmha_sm90.cu.j2: StrideV (int, _1, ...); 16-bit WGMMA could read V^T "
+                             "MN-major, not rendered"),
     "ATTN-RENDER-HEAD-DIM-V": ("head_dim_v must equal head_dim",
                                "88 TileShape has one head mode for Q K^T's K and P V's N"),
     "ATTN-RENDER-VARLEN": ("variable-length batches are not rendered",
@@ -80,8 +87,12 @@ def backend_refusals(problem: AttentionProblem, config: AttentionConfig, backend
     if backend != BACKEND:
         return [f"ATTN-RENDER-BACKEND: backend {backend!r} is not one of attention's ({BACKEND})"]
     p, c = problem, config
-    if p.dtype == "e4m3":
-        refuse("ATTN-RENDER-FP8", "dtype e4m3")
+    if p.dtype == "e4m3" and c.schedule == "tma":
+        refuse("ATTN-RENDER-FP8-SCHEDULE", "dtype e4m3, schedule tma")
+    if p.dtype == "e4m3" and getattr(c, "kv_splits", 1) > 1:
+        refuse("ATTN-RENDER-FP8-SPLIT-KV", f"dtype e4m3, kv_splits {c.kv_splits}")
+    if p.dtype != "e4m3" and p.v_is_transposed:
+        refuse("ATTN-RENDER-V-LAYOUT", f"dtype {p.dtype}, v_transposed true")
     if p.head_dim_v is not None:
         refuse("ATTN-RENDER-HEAD-DIM-V", f"head_dim {p.head_dim}, head_dim_v {p.head_dim_v}")
     if p.varlen:
@@ -137,6 +148,8 @@ def _config_lines(problem: AttentionProblem, config: AttentionConfig) -> list[st
              f"stages: Q {c.stages_q}, K/V {c.stages_kv}",
              f"persistent {str(c.persistent).lower()}, loads Q separately {str(c.loads_q_separately).lower()}",
              f"cluster {c.cluster_m}x1x1, {c.blocks_per_sm} CTA(s) per SM, Q K^T accumulates in {c.acc_qk}"]
+    if problem.dtype == "e4m3":
+        lines.append(f"e4m3 Q, K, V^T with descale factors, O in {problem.output_dtype}")
     if c.kv_splits > 1:
         lines.append(f"KV length split into at most {c.kv_splits} chunks of whole {c.tile_kv}-key tiles, "
                      f"float32 partials combined by LSE")
@@ -151,7 +164,7 @@ def _context(problem: AttentionProblem, config: AttentionConfig) -> dict[str, An
         "version": __version__, "kernel_hash": khash, "problem_class": problem.kernel_class_name,
         "config_name": c.short_name(), "config_lines": _config_lines(problem, config),
         "element": ELEMENT[problem.dtype], "element_out": ELEMENT[problem.output_dtype],
-        "dtype": problem.dtype, "acc_qk": c.acc_qk, "element_acc_qk": ACC[c.acc_qk],
+        "dtype": problem.dtype, "dtype_out": problem.output_dtype, "acc_qk": c.acc_qk, "element_acc_qk": ACC[c.acc_qk],
         "head_dim": problem.head_dim, "head_tile": head_tile(problem), "causal": problem.causal,
         "grouped": problem.heads_q != problem.heads_kv, "tile_q": c.tile_q, "tile_kv": c.tile_kv,
         "warp_specialized": c.warp_specialized, "schedule": c.schedule, "mma_warpgroups": c.mma_warpgroups,
@@ -167,7 +180,10 @@ def _environment():
 
 
 def render_source(problem: AttentionProblem, config: AttentionConfig) -> str:
-    template = TEMPLATE_SPLIT_KV if config.kv_splits > 1 else TEMPLATE
+    if problem.dtype == "e4m3":
+        template = TEMPLATE_FP8
+    else:
+        template = TEMPLATE_SPLIT_KV if config.kv_splits > 1 else TEMPLATE
     return _environment().get_template(template).render(**_context(problem, config))
 
 
@@ -192,7 +208,7 @@ def render(problem: AttentionProblem, config: AttentionConfig, backend: str = BA
                                       legality=legality if legality is not None else {"checked_by": "renderer refusals"},
                                       cost=cost, toolchain=toolchain)
     man["op"] = "attention"
-    man["abi"] = "cutegen_attention"
+    man["abi"] = "cutegen_attention_fp8" if problem.dtype == "e4m3" else "cutegen_attention"
     man["include_dirs"] = [SOURCE_88]
     from ...render import RenderedKernel
     return RenderedKernel(problem, config, backend, man["kernel_hash"],

@@ -11,11 +11,19 @@ rule: ``attn_mask`` (ATTN-OP-MASK), ``dropout_p`` != 0 (ATTN-OP-DROPOUT), a prob
 (ATTN-OP-NO-KERNEL). Variable-length batches (flash-attention's ``flash_attn_varlen_func``) have no entry
 point: the renderer refuses them (ATTN-RENDER-VARLEN; cutegen/ops/attention/render.py says why).
 
+FP8 (e4m3, ``torch.float8_e4m3fn`` q, k, v): ``descale_q``, ``descale_k``, ``descale_v`` (floats, default 1.0;
+real value = stored x descale, FlashAttention-3's convention; a one-element tensor is read with ``float()``,
+which synchronizes) and O in the kernel's 16-bit output type (bf16 unless the kernel was rendered with
+``dtype_out`` f16). The kernel reads V transposed (V^T, the KV sequence contiguous: 8-bit WGMMA takes B
+K-major only): pass ``v_transposed=True`` with ``value`` of shape (B, Hkv, D, Skv) (any strides with the
+sequence contiguous and a 16-element multiple row stride), or an SDPA-layout ``value`` (B, Hkv, Skv, D)
+that the op copies into V^T (``transpose_v``: one read and one write of V per call, counted in the op's time).
+
 A split-KV kernel (config ``kv_splits`` > 1, for decode-like calls: few queries, a long KV cache) takes its
 float32 partials in a workspace the op allocates through torch (``cutegen_attention_workspace_size``), and Q
 in an order that reads a group's query heads as rows (BHSD, or one query); other Q strides get one copy.
 
-The kernel runs behind ``torch.library.custom_op("cutegen::attention_fwd")``: opaque to ``torch.compile``
+The kernel runs behind ``torch.library.custom_op("cutegen::attention_fwd")`` (FP8: ``cutegen::attention_fwd_fp8``): opaque to ``torch.compile``
 (its fake implementation gives the shapes) and capturable in CUDA graphs (it launches on the current stream,
 allocates only through torch, and never synchronizes). The library's dynamic shared-memory attribute is set
 on its first call: call once before capturing.
@@ -34,7 +42,9 @@ import torch
 
 from . import abi
 
-TORCH_DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16}
+TORCH_DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16, "e4m3": torch.float8_e4m3fn}
+OUT_TORCH_DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16}
+VT_ROW_ALIGN = 16                  # elements: a V^T row (the TMA stride over the head dim) is 16 bytes of e4m3
 _LOCK = threading.Lock()
 _LIBS: dict[str, tuple[ctypes.CDLL, dict]] = {}
 
@@ -115,6 +125,95 @@ def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, library: st
     return out, lse
 
 
+def _vt_strides(shape) -> tuple[int, int, int, int]:
+    B, H, S, D = shape
+    padded = -(-S // VT_ROW_ALIGN) * VT_ROW_ALIGN
+    return (H * D * padded, D * padded, padded, 1)
+
+
+@torch.library.custom_op("cutegen::attention_transpose_v", mutates_args=())
+def _transpose_v_op(v: torch.Tensor) -> torch.Tensor:
+    B, H, S, D = v.shape
+    vt = torch.empty_strided((B, H, D, S), _vt_strides(v.shape), dtype=v.dtype, device=v.device)
+    # One byte-granular strided copy: 0.37 ms for 64 MiB on the H200 (363 GB/s). A two-pass transpose over 32-bit
+    # words was slower there (0.49 ms, run 2); the real fix is the kernel transposing V in shared memory (FA3).
+    vt.copy_(v.transpose(2, 3))
+    return vt
+
+
+@_transpose_v_op.register_fake
+def _transpose_v_fake(v):
+    B, H, S, D = v.shape
+    return v.new_empty_strided((B, H, D, S), _vt_strides(v.shape))
+
+
+def transpose_v(v: torch.Tensor) -> torch.Tensor:
+    """V (B, H, S, D) -> V^T (B, H, D, S) with its rows (the KV sequence, contiguous) padded to 16 elements: the
+    FP8 kernel's V layout. One read and one write of V. A custom op of its own (``cutegen::attention_transpose_v``):
+    torch.compile keeps it opaque (Inductor cannot lower this float8 copy: it promotes Bool with Float8)."""
+    return torch.ops.cutegen.attention_transpose_v(v)
+
+
+def _fit_vt(vt: torch.Tensor, group_merge: bool, heads: int, batch: int) -> torch.Tensor:
+    """V^T as the FP8 kernel takes it: the sequence contiguous, 16-byte aligned base and strides (rows padded),
+    and for a grouped kernel with batch > 1, batch stride == heads x head stride; otherwise one padded copy."""
+    ok = vt.stride(-1) == 1 and vt.data_ptr() % 16 == 0 and all(s % VT_ROW_ALIGN == 0 for s in vt.stride()[:3])
+    if ok and group_merge and batch > 1:
+        ok = vt.stride(0) == heads * vt.stride(1)
+    return vt if ok else transpose_v(vt.transpose(2, 3))
+
+
+@torch.library.custom_op("cutegen::attention_fwd_fp8", mutates_args=())
+def attention_fwd_fp8(q: torch.Tensor, k: torch.Tensor, vt: torch.Tensor, library: str, scale: float,
+                      descale_q: float, descale_k: float, descale_v: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(O, LSE) of the FP8 kernel library at ``library`` for e4m3 q (B, Hq, Sq, D), k (B, Hkv, Skv, D) and
+    vt = V^T (B, Hkv, D, Skv); O in the kernel's 16-bit output type."""
+    lib, desc = load_library(library)
+    B, Hq, Sq, D = q.shape
+    Hkv, Skv = k.shape[1], k.shape[2]
+    grouped = bool(desc["problem"].get("grouped"))
+    q = _fit_strides(q, grouped, Hq, B)
+    k = _fit_strides(k, grouped, Hkv, B)
+    vt = _fit_vt(vt, grouped, Hkv, B)
+    out_dtype = OUT_TORCH_DTYPES[desc["problem"].get("dtype_out", "bf16")]
+    # O contiguous (B, Hq, Sq, D), as the fake implementation says (torch.compile plans with the fake's strides)
+    out = torch.empty((B, Hq, Sq, D), dtype=out_dtype, device=q.device)
+    lse = torch.empty((B, Hq, Sq), dtype=torch.float32, device=q.device)
+    stream = torch.cuda.current_stream(q.device).cuda_stream
+    with torch.cuda.device(q.device):
+        status = lib.cutegen_attention_fp8(
+            q.data_ptr(), k.data_ptr(), vt.data_ptr(), out.data_ptr(), lse.data_ptr(),
+            B, Hq, Hkv, Sq, Skv, D, *q.stride()[:3], *k.stride()[:3], *vt.stride()[:3], *out.stride()[:3],
+            float(scale), float(descale_q), float(descale_k), float(descale_v), None, 0, stream)
+    if status != 0:
+        raise RuntimeError(f"cutegen attention kernel {desc['hash']}: status {status} "
+                           f"({abi.STATUS.get(status, '?')}): {lib.cutegen_last_error().decode()}")
+    return out, lse
+
+
+@attention_fwd_fp8.register_fake
+def _attention_fwd_fp8_fake(q, k, vt, library, scale, descale_q, descale_k, descale_v):
+    torch._check(q.dim() == 4 and k.dim() == 4 and vt.dim() == 4, lambda: "cutegen::attention_fwd_fp8: 4-d q, k, vt")
+    _, desc = load_library(library)
+    B, Hq, Sq, D = q.shape
+    out_dtype = OUT_TORCH_DTYPES[desc["problem"].get("dtype_out", "bf16")]
+    return q.new_empty((B, Hq, Sq, vt.shape[2]), dtype=out_dtype), q.new_empty((B, Hq, Sq), dtype=torch.float32)
+
+
+def _descale(name: str, value) -> float:
+    if value is None:
+        return 1.0
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise ValueError(f"ATTN-OP-DESCALE: {name} must be one per-tensor factor, got a tensor of shape "
+                             f"{tuple(value.shape)}")
+        value = float(value)
+    value = float(value)
+    if not (value > 0.0 and math.isfinite(value)):
+        raise ValueError(f"ATTN-OP-DESCALE: {name} {value} is not a positive finite number")
+    return value
+
+
 @attention_fwd.register_fake
 def _attention_fwd_fake(q, k, v, library, scale):
     torch._check(q.dim() == 4 and k.dim() == 4 and v.dim() == 4, lambda: "cutegen::attention_fwd: 4-d q, k, v")
@@ -153,8 +252,15 @@ class AttentionKernels:
                          f"causal {causal}, grouped {grouped}")
 
     def scaled_dot_product_attention(self, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
-                                     scale=None, enable_gqa=False):
-        """``torch.nn.functional.scaled_dot_product_attention`` for the cases the kernels cover."""
+                                     scale=None, enable_gqa=False, *, descale_q=None, descale_k=None, descale_v=None,
+                                     v_transposed=False):
+        """``torch.nn.functional.scaled_dot_product_attention`` for the cases the kernels cover; e4m3 inputs take
+        the descale factors and ``v_transposed`` (``value`` given as V^T, (B, Hkv, D, Skv))."""
+        if query.dtype == torch.float8_e4m3fn:
+            return self._fp8(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa,
+                             descale_q, descale_k, descale_v, bool(v_transposed))
+        if v_transposed or descale_q is not None or descale_k is not None or descale_v is not None:
+            raise ValueError("ATTN-OP-FP8-ARGS: descale factors and v_transposed are for float8_e4m3fn inputs")
         if attn_mask is not None:
             raise ValueError("ATTN-OP-MASK: attn_mask is not supported (is_causal is)")
         if dropout_p != 0.0:
@@ -180,6 +286,35 @@ class AttentionKernels:
         library = self.pick(dtype, D, bool(is_causal), Hkv != Hq, is_decode_like(B, Hq, Hkv, Sq, bool(is_causal)))
         s = 1.0 / math.sqrt(D) if scale is None else float(scale)
         out, _ = torch.ops.cutegen.attention_fwd(query, key, value, library, s)
+        return out
+
+    def _fp8(self, query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, descale_q, descale_k,
+             descale_v, v_transposed):
+        if attn_mask is not None:
+            raise ValueError("ATTN-OP-MASK: attn_mask is not supported (is_causal is)")
+        if dropout_p != 0.0:
+            raise ValueError(f"ATTN-OP-DROPOUT: dropout_p {dropout_p} is not supported (forward inference only)")
+        if query.dim() != 4 or key.dim() != 4 or value.dim() != 4:
+            raise ValueError("ATTN-OP-SHAPE: query, key and value must be 4-d")
+        if key.dtype != query.dtype or value.dtype != query.dtype:
+            raise ValueError(f"ATTN-OP-DTYPE: q, k, v must all be float8_e4m3fn, got {query.dtype}, {key.dtype}, "
+                             f"{value.dtype}")
+        B, Hq, Sq, D = query.shape
+        Hkv, Skv = key.shape[1], key.shape[2]
+        v_shape = (B, Hkv, D, Skv) if v_transposed else (B, Hkv, Skv, D)
+        if key.shape[0] != B or key.shape[3] != D or tuple(value.shape) != v_shape:
+            raise ValueError(f"ATTN-OP-SHAPE: key {tuple(key.shape)} and value {tuple(value.shape)} do not match query "
+                             f"{tuple(query.shape)} (value {'V^T ' if v_transposed else ''}expected {v_shape})")
+        if Hkv != Hq and not enable_gqa:
+            raise ValueError(f"ATTN-OP-GQA: {Hq} query heads and {Hkv} KV heads need enable_gqa=True (as SDPA)")
+        if Hq % Hkv:
+            raise ValueError(f"ATTN-OP-GQA: {Hkv} KV heads do not divide {Hq} query heads")
+        dq, dk, dv = (_descale(n, v) for n, v in (("descale_q", descale_q), ("descale_k", descale_k),
+                                                  ("descale_v", descale_v)))
+        library = self.pick("e4m3", D, bool(is_causal), Hkv != Hq)
+        vt = value if v_transposed else transpose_v(value)
+        s = 1.0 / math.sqrt(D) if scale is None else float(scale)
+        out, _ = torch.ops.cutegen.attention_fwd_fp8(query, key, vt, library, s, dq, dk, dv)
         return out
 
     __call__ = scaled_dot_product_attention
