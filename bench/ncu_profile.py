@@ -50,6 +50,14 @@ sys.path.insert(0, str(BENCH))
 GROUPED_CASES = ("mixtral_w1_prefill_uniform", "dsv3_gate_up_prefill_uniform", "dsv3_gate_up_prefill_skewed",
                  "dsv3_down_prefill_uniform", "qwen3_gate_up_prefill_uniform", "qwen3_down_prefill_skewed",
                  "gptoss_gate_up_prefill_skewed", "qwen3_down_decode_skewed")
+# grouped kernels timed (CUDA events, not profiled) beside the picks on every grouped case, for the search to
+# learn from: 256-row tiles (a uniform 256-row group in one M tile, so each expert's weights are read once),
+# the same with a 1x2 cluster (the X tile multicast to the CTA pair along N), 64- and 128-row ping-pong tiles
+# (less of a skewed group's last tile wasted; the epilogue hidden under the other warpgroup's mainloop)
+GROUPED_ALTERNATIVES = (dict(tile_m=256, tile_n=128, tile_k=64),
+                        dict(tile_m=256, tile_n=128, tile_k=64, cluster_n=2),
+                        dict(tile_m=128, tile_n=128, tile_k=128, schedule="ptr_pingpong"),
+                        dict(tile_m=64, tile_n=256, tile_k=64, schedule="ptr_pingpong"))
 # the attention shapes below cuDNN (NOTES.md "Attention on the H200, run 4" and call 1)
 ATTN_SHAPES = ("b4_h32_s4096_d128", "b8_h16_s2048_d64_causal")
 # torch.matmul bf16, A (M, K) times W (N, K)^T: the square ceiling, one DeepSeek-V3-like expert at its
@@ -100,6 +108,7 @@ def cmd_plan(args) -> int:
     from cutegen.ops.attention.config import EXAMPLE_CONFIGS
     from cutegen.ops.attention.render import backend_refusals
     from cutegen.ops.attention.render import render as render_attention
+    from cutegen.ops.grouped_gemm.config import GroupedGemmConfig
 
     out = Path(args.out)
     suite = {c["name"]: c for c in gm.load_suite()}
@@ -124,6 +133,19 @@ def cmd_plan(args) -> int:
                         "predicted": {k: pick.breakdown[k] for k in ("tiles", "waves", "kblocks", "partial_tile_waste",
                                                                      "mainloop_us", "dram_us", "hbm_floor_us",
                                                                      "floor_us", "fraction_of_floor")}})
+    # the alternatives, judged on the first case's problem (every grouped case is one kernel class: bf16, offs)
+    alternatives = []
+    p0 = gm.problem_of(suite[GROUPED_CASES[0]])
+    for fields in GROUPED_ALTERNATIVES:
+        config = GroupedGemmConfig(**fields)
+        broken = [v.rule_id for v in registry.check(p0, config) if getattr(v, "enforced", True)]
+        if broken:
+            fail(f"alternative {config.short_name()} breaks {broken[0]}")
+        kernel = registry.render(p0, config)
+        rel = f"kernels/{kernel.kernel_hash}"
+        if rel not in rendered and rel not in {g["dir"] for g in grouped}:
+            rendered[rel] = kernel
+            alternatives.append({"dir": rel, "config_name": config.short_name(), "config": config.to_dict()})
     for name in ATTN_SHAPES:
         p = ab._problem(ab.SHAPES[name])
         res = search(p, 1)
@@ -148,13 +170,15 @@ def cmd_plan(args) -> int:
     tmp = Path(tempfile.mkdtemp(prefix=out.name + ".", dir=out.parent))
     for rel, kernel in rendered.items():
         kernel.write(tmp / rel)
-    (tmp / "plan.json").write_text(json.dumps({"grouped": grouped, "attention": attention, "dense": DENSE},
+    (tmp / "plan.json").write_text(json.dumps({"grouped": grouped, "grouped_alternatives": alternatives,
+                                               "attention": attention, "dense": DENSE},
                                               indent=1, sort_keys=True) + "\n")
     (tmp / "dirs.txt").write_text("".join(f"{rel}\n" for rel in sorted(rendered)))
     if out.exists():
         shutil.rmtree(out)
     tmp.rename(out)
-    print(f"plan: {len(grouped)} grouped cases, {len(attention)} attention shapes, {len(rendered)} kernels -> {out}")
+    print(f"plan: {len(grouped)} grouped cases, {len(alternatives)} grouped alternatives, {len(attention)} attention "
+          f"shapes, {len(rendered)} kernels -> {out}")
     for g in grouped:
         print(f"  {g['name']:34s} {g['config_name']:32s} predicted {g['predicted_us']:.1f} us "
               f"({g['predicted']['fraction_of_floor']:.2f} of the floor)")
@@ -164,8 +188,10 @@ def cmd_plan(args) -> int:
 
 
 # --- the targets (GPU) -------------------------------------------------------------------------------------
-def targets(plan_dir: Path, plan: dict, which: str):
-    """(name, family, info, make) per target of the set; ``make()`` returns the call (tensors made inside)."""
+def targets(plan_dir: Path, plan: dict, which: str, timing: bool = False):
+    """(name, family, info, make) per target of the set; ``make()`` returns the call (tensors made inside).
+    Timing the cutegen set runs every grouped kernel of the plan (picks and alternatives) on every grouped case;
+    profiling it, each case's pick only."""
     import torch
     out = []
     if which == "peers":
@@ -183,8 +209,17 @@ def targets(plan_dir: Path, plan: dict, which: str):
             out.append((f"{case['name']}/torch_grouped_mm", "grouped", info,
                         lambda case=case: _grouped_call(plan_dir, case, torch_peer=True)))
         else:
-            out.append((f"{case['name']}/cutegen {case['config_name']}", "grouped", info,
-                        lambda case=case: _grouped_call(plan_dir, case, torch_peer=False)))
+            kernels = [(case["dir"], case["config_name"])]
+            if timing:
+                kernels += [(k["dir"], k["config_name"]) for k in plan.get("grouped_alternatives", ())]
+                kernels += [(c["dir"], c["config_name"]) for c in plan["grouped"]]
+            swapped = {c["dir"]: c["config"]["swap_ab"] for c in plan["grouped"]}
+            for kdir, cname in dict.fromkeys(kernels):
+                if swapped.get(kdir, False) != case["config"]["swap_ab"]:
+                    continue            # a decode kernel on a prefill case (or the other way): not a contender
+                role = "cutegen" if kdir == case["dir"] else "alt"
+                out.append((f"{case['name']}/{role} {cname}", "grouped", info,
+                            lambda case=case, kdir=kdir: _grouped_call(plan_dir, {**case, "dir": kdir}, torch_peer=False)))
     for shape in plan["attention"]:
         info = _attention_info(shape)
         if which == "peers":
@@ -298,7 +333,7 @@ def cmd_workload(args) -> int:
         tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
         tmp.replace(path)
 
-    for name, family, info, make in targets(plan_dir, plan, args.set):
+    for name, family, info, make in targets(plan_dir, plan, args.set, timing=args.time):
         rec = {"target": name, "family": family, **info}
         if time.time() > deadline:
             rec["skipped"] = "deadline"
@@ -482,10 +517,15 @@ def summarize(manifests: list[dict], csv_rows: list[list[dict]], timings: list[d
         for t in manifest.get("targets", []):
             if not t.get("marker"):
                 out.append({k: v for k, v in t.items()})
+    events = []
     for t in timings:
         for r in t.get("targets", []):
-            if r.get("ms") and not any(o["target"] == r["target"] for o in out):
-                out.append({**r, "events_ms": r["ms"], "tflops": r["flops"] / (r["ms"] * 1e-3) / 1e12})
+            rec = {k: v for k, v in r.items() if k != "ms"}
+            if r.get("ms"):
+                rec.update({"events_ms": r["ms"], "tflops": r["flops"] / (r["ms"] * 1e-3) / 1e12})
+                if r.get("floor_s"):
+                    rec["of_floor"] = r["floor_s"] * 1e3 / r["ms"]
+            events.append(rec)
     # attention: against cuDNN's kernel at the same shape
     cudnn = {r["target"].split("/")[0]: r["main"]["duration_us"] for r in out
              if r["target"].endswith("/sdpa_cudnn") and r.get("main")}
@@ -493,7 +533,14 @@ def summarize(manifests: list[dict], csv_rows: list[list[dict]], timings: list[d
         base = cudnn.get(r["target"].split("/")[0])
         if r.get("family") == "attention" and base and r.get("main") and r["main"]["duration_us"]:
             r["vs_cudnn"] = base / r["main"]["duration_us"]
-    return {"targets": out}
+    # events: each case's contenders against its torch peer (torch._grouped_mm, SDPA cuDNN) in the same run
+    peer = {r["target"].split("/")[0]: r["events_ms"] for r in events
+            if r.get("events_ms") and r["target"].endswith(("/torch_grouped_mm", "/sdpa_cudnn"))}
+    for r in events:
+        base = peer.get(r["target"].split("/")[0])
+        if base and r.get("events_ms"):
+            r["vs_peer"] = base / r["events_ms"]
+    return {"targets": out, "events": events}
 
 
 def _f(v, fmt="{:.0f}"):
@@ -519,6 +566,16 @@ def markdown(doc: dict) -> str:
             f"{_f(m['sm_clock_mhz'])} | {_f(m['sm_active_pct'])} | {_f(m['sm_throughput_pct'])} | {_f(m['tensor_pipe_pct'])} | "
             f"{_f(m['dram_throughput_pct'])} | {_f(m['dram_tb_per_s'], '{:.2f}')} | {rw} | {_f(m['l2_hit_pct'])} | "
             f"{_f(m['achieved_occupancy_pct'])} | {_f(m['registers'])} | {_f(m['grid'])} | {stalls} | {r['limiter']} |")
+    if doc.get("events"):
+        lines += ["", "CUDA events (eager, back-to-back calls through the op; the case's kernels and its torch peer):", "",
+                  "| target | ms | TFLOP/s | of floor | vs peer | check |", "|---|---|---|---|---|---|"]
+        for r in sorted(doc["events"], key=lambda r: (r["target"].split("/")[0], r.get("events_ms") or 1e9)):
+            chk = "ok" if r.get("ok") else ("WRONG" if r.get("ok") is False else "")
+            if not r.get("events_ms"):
+                lines.append(f"| {r['target']} | {r.get('error') or r.get('skipped') or '-'} | | | | |")
+                continue
+            lines.append(f"| {r['target']} | {r['events_ms']:.4f} | {r['tflops']:.0f} | {_f(r.get('of_floor'), '{:.2f}')} | "
+                         f"{_f(r.get('vs_peer'), '{:.2f}')} | {chk} |")
     lines.append("")
     lines.append("of floor: the issue's floor (used experts' weights + X + D at 4.8 TB/s, or FLOPs at 989 TFLOP/s) over "
                  "the main kernel's duration (grouped); vs cuDNN: cuDNN's kernel duration over this one (attention); "

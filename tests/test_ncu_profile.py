@@ -60,7 +60,10 @@ def test_summary_cuts_at_markers_and_reads_the_main_kernel(tmp_path):
         {"target": "dsv3/cutegen", "family": "grouped", "flops": 4.8e11, "floor_s": 486e-6, "marker": True},
         {"target": "b4/sdpa_cudnn", "family": "attention", "flops": 2e14, "marker": True},
         {"target": "late/one", "family": "grouped", "flops": 1.0, "skipped": "deadline"}]}
-    doc = ncu.summarize([manifest], [rows], [{"targets": [{"target": "dsv3/cutegen", "ms": 0.61}]}])
+    timing = {"targets": [{"target": "dsv3/cutegen", "ms": 0.61, "flops": 4.8e11, "floor_s": 486e-6, "ok": True},
+                          {"target": "dsv3/alt 256x128", "ms": 0.5, "flops": 4.8e11, "floor_s": 486e-6, "ok": False},
+                          {"target": "dsv3/torch_grouped_mm", "ms": 0.732, "flops": 4.8e11, "floor_s": 486e-6}]}
+    doc = ncu.summarize([manifest], [rows], [timing])
     by = {r["target"]: r for r in doc["targets"]}
     g = by["dsv3/cutegen"]
     assert g["kernels_in_range"] == 2 and g["main"]["kernel"].startswith("void cutlass::device_kernel")
@@ -74,8 +77,11 @@ def test_summary_cuts_at_markers_and_reads_the_main_kernel(tmp_path):
     assert by["b4/sdpa_cudnn"]["limiter"] == "tensor pipe"      # 85 >= 80
     assert by["b4/sdpa_cudnn"]["vs_cudnn"] == 1.0
     assert by["late/one"]["skipped"] == "deadline" and "main" not in by["late/one"]
+    ev = {r["target"]: r for r in doc["events"]}
+    assert abs(ev["dsv3/cutegen"]["vs_peer"] - 0.732 / 0.61) < 1e-12 and abs(ev["dsv3/alt 256x128"]["of_floor"] - 0.972) < 1e-12
     md = ncu.markdown(doc)
-    assert sum(line.startswith("| ") for line in md.splitlines()) == 1 + 3 and "| dsv3/cutegen | 600.0 | 800 | 0.81 |" in md
+    assert "| dsv3/alt 256x128 | 0.5000 | 960 | 0.97 | 1.46 | WRONG |" in md       # a wrong kernel says so
+    assert sum(line.startswith("| ") for line in md.split("CUDA events")[0].splitlines()) == 1 + 3 and "| dsv3/cutegen | 600.0 | 800 | 0.81 |" in md
 
 
 def test_limiter_bounds():
@@ -150,7 +156,7 @@ def test_workload_marks_one_range_per_target_and_records_failures(tmp_path, monk
                 raise RuntimeError(f"{name} failed")
         return fn
 
-    def fake_targets(plan_dir, plan, which):
+    def fake_targets(plan_dir, plan, which, timing=False):
         def broken_make():
             raise RuntimeError("no library")
         return [("a", "dense", {"flops": 1}, lambda: call("a")),
@@ -168,3 +174,21 @@ def test_workload_marks_one_range_per_target_and_records_failures(tmp_path, monk
     ranges = [r.split("stop")[0].split() for r in " ".join(events).split("start")[1:]]
     assert ranges == [["marker", "a"], ["marker", "b"], ["marker", "d"]]
     assert events.count("a") == 3 and events.count("d") == 3          # two warm-up calls outside the range
+
+
+def test_timing_the_cutegen_set_runs_every_grouped_kernel_of_its_orientation(tmp_path):
+    """Timed, each prefill case runs its pick, the alternatives and the other prefill picks (not the decode
+    case's swap-AB kernel); profiled, its pick alone."""
+    out = tmp_path / "plan"
+    assert ncu.main(["plan", "--out", str(out)]) == 0
+    plan = json.loads((out / "plan.json").read_text())
+    timed = [t[0] for t in ncu.targets(out, plan, "cutegen", timing=True) if t[1] == "grouped"]
+    profiled = [t[0] for t in ncu.targets(out, plan, "cutegen", timing=False) if t[1] == "grouped"]
+    assert len(profiled) == len(ncu.GROUPED_CASES)
+    prefill_kernels = {g["dir"] for g in plan["grouped"] if not g["config"]["swap_ab"]}
+    prefill_kernels |= {a["dir"] for a in plan["grouped_alternatives"]}
+    dsv3 = [t for t in timed if t.startswith("dsv3_gate_up_prefill_uniform/")]
+    assert len(dsv3) == len(prefill_kernels) and sum(t.split("/")[1].startswith("cutegen ") for t in dsv3) == 1
+    assert not any("swap" in t for t in dsv3)
+    decode = [t for t in timed if t.startswith("qwen3_down_decode_skewed/")]
+    assert len(decode) == 1 and "swap" in decode[0]
