@@ -17,12 +17,25 @@
 #   4. cutegen  after the build: the grouped picks through the op and the attention kernels, profiled the same way,
 #               then timed with CUDA events if time is left
 #   5. summary  profile.json and profile.md (bench/ncu_profile.py summarize)
+# MODE=compare (plan: bash bench/gpu_ncu.sh --plan-compare, carry out/profile-compare): the changed grouped picks,
+# their runners-up and the old picks built, validated on the ragged cases and timed against torch._grouped_mm, the
+# loop of torch.matmul and padded bmm in one process (bench/grouped_moe.py run); files log.txt, compare.json, compare.md.
 # Files: $OUT/profile/{log.txt,profile.json,profile.md}. ncu runs with --clock-control none (the clocks as found)
 # and flushes the caches before each replayed pass.
 set -u -o pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$REPO"
 PLAN=${PLAN:-out/profile-plan}
+
+if [ "${1:-}" = "--plan-compare" ]; then
+  # the second mode's plan: this tree's grouped picks beside the old ones (bench/grouped_compare.py)
+  PY=${PYTHON:-$( [ -x "$REPO/.venv/bin/python" ] && echo "$REPO/.venv/bin/python" || echo python3 )}
+  . "$REPO/bench/stage_package.sh"
+  "$PY" bench/grouped_compare.py plan --out "${PLAN_COMPARE:-out/profile-compare}"
+  rc=$?
+  rm -rf "$STAGE"
+  exit $rc
+fi
 
 if [ "${1:-}" = "--plan" ]; then
   PY=${PYTHON:-$( [ -x "$REPO/.venv/bin/python" ] && echo "$REPO/.venv/bin/python" || echo python3 )}
@@ -56,10 +69,43 @@ phase "environment"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw,power.limit --format=csv 2>&1 | head -3
 nvcc --version | tail -1
 "$PY" -c "import sys, torch; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda, 'cudnn', torch.backends.cudnn.version(), torch.cuda.get_device_name(0))"
-[ -n "$NCU" ] && "$NCU" --version | tail -n 1 || { echo "gpu_ncu: no ncu on this machine"; exit 2; }
-[ -f "$PLAN/plan.json" ] || { echo "gpu_ncu: no plan at $PLAN (run 'bash bench/gpu_ncu.sh --plan' there and carry $PLAN)"; exit 2; }
+if [ "${MODE:-profile}" != "compare" ]; then
+  [ -n "$NCU" ] && "$NCU" --version | tail -n 1 || { echo "gpu_ncu: no ncu on this machine"; exit 2; }
+  [ -f "$PLAN/plan.json" ] || { echo "gpu_ncu: no plan at $PLAN (run 'bash bench/gpu_ncu.sh --plan' there and carry $PLAN)"; exit 2; }
+fi
 [ -f "$CUTEGEN_CUTLASS_INCLUDE/include/cutlass/version.h" ] || echo "gpu_ncu: CUTLASS headers missing (carry .carry and untar it into oracles/.cutlass)"
 "$PY" -c "import cutegen.build, cutegen.ops.grouped_gemm.torch_op, cutegen.ops.attention.torch_op" || { echo "gpu_ncu: cutegen does not import"; exit 2; }
+
+if [ "${MODE:-profile}" = "compare" ]; then
+  # MODE=compare: the changed grouped picks against the old ones and torch._grouped_mm, validated and timed in one
+  # process (bench/grouped_moe.py run on bench/grouped_compare.py's plan). Files: log.txt, compare.json, compare.md.
+  CPLAN=${PLAN_COMPARE:-out/profile-compare}
+  [ -f "$CPLAN/plan.json" ] || { echo "gpu_ncu: no plan at $CPLAN (bash bench/gpu_ncu.sh --plan-compare; carry it)"; exit 2; }
+  phase "1. build the compare plan (jobs ${JOBS_COMPARE:-16}, none past ${BUILD_END_S} s)"
+  sed "s|^|$CPLAN/|" "$CPLAN/build_order.txt" > "$STAGE/cdirs.txt"
+  cat > "$STAGE/build_all.py" <<'PYEOF'
+import sys
+from cutegen.build import build
+dirs = [l.strip() for l in open(sys.argv[2]) if l.strip()]
+summary = build(dirs, jobs=int(sys.argv[1]), progress=sys.stdout, timeout=int(sys.argv[3]))
+print(summary.line())
+PYEOF
+  run_until "$BUILD_END_S" "$PY" "$STAGE/build_all.py" "${JOBS_COMPARE:-16}" "$STAGE/cdirs.txt" "$BUILD_END_S" > "$STAGE/build.txt" 2>&1
+  grep -E "FAILED|error|built " "$STAGE/build.txt" | tail -n 12
+  echo "libraries: $(ls "$CPLAN"/kernels/*/kernel.so 2> /dev/null | wc -l) of $(wc -l < "$STAGE/cdirs.txt")"
+  phase "2. validate and time (no case starts after ${PROFILE_END_S} s)"
+  LEFT=$(( HARD_LIMIT_S - $(elapsed) ))
+  timeout --kill-after=10 "$LEFT" "$PY" bench/grouped_moe.py run "$CPLAN" --json "$OUT_DIR/compare.json" \
+    --deadline $(( PROFILE_END_S - $(elapsed) )) > "$STAGE/run.txt" 2>&1
+  echo "run exit code $?"
+  grep -E "^validate .*FAIL|^op |^probes " "$STAGE/run.txt" | head -n 12
+  echo "validated: $(grep -c '^validate .* PASS' "$STAGE/run.txt") pass, $(grep -c '^validate .* FAIL' "$STAGE/run.txt") fail"
+  grep -vE "^validate |^probes " "$STAGE/run.txt" | tail -n 60
+  phase "3. summary"
+  [ -f "$OUT_DIR/compare.json" ] && "$PY" bench/grouped_compare.py summarize "$CPLAN" "$OUT_DIR/compare.json" --out "$OUT_DIR/compare.md"
+  phase "done ($(elapsed) s); files: $(cd "$OUT_DIR" && ls | tr '\n' ' ')"
+  exit 0
+fi
 
 phase "1. build (jobs $JOBS, none past ${BUILD_END_S} s), in the background"
 sed "s|^|$PLAN/|" "$PLAN/dirs.txt" > "$STAGE/dirs.txt"
