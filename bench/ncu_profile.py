@@ -237,7 +237,7 @@ def _grouped_info(case: dict) -> dict:
     from cutegen.core import registry
     p = registry.problem_from_dict(case["problem"])
     sizes = gm.sizes_for(p, case.get("fill"))
-    return {"flops": 2 * sum(sizes) * p.n * p.k, "floor_s": gm.floor_seconds(p, sizes),
+    return {"problem": case["problem"], "flops": 2 * sum(sizes) * p.n * p.k, "floor_s": gm.floor_seconds(p, sizes),
             "experts_used": sum(1 for m in sizes if m), "rows": sum(sizes), "max_group": max(sizes)}
 
 

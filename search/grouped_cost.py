@@ -24,12 +24,13 @@ their mean. Terms, each in the breakdown:
 * dram       -- the bytes each wave's tiles touch in HBM (the X rows and W rows of the tiles a wave covers,
                 per group, in the scheduler's raster order), summed over waves; at least the compulsory
                 bytes: every used expert's W once, X and D once (``hbm_floor_us``).
+* cluster    -- per tile, ``CLUSTER_TILE_US`` for a CTA of a 2+ CTA cluster (the cluster runs its tiles in
+                step), the one term calibrated on measured grouped kernels (H200 run 2 and the profile run).
 * total      -- mainloop and DRAM overlap as cost.py's p-norm, plus the launch and the ABI's prep kernel.
 
 ``floor_us`` is the issue's floor on the device's datasheet: max(bytes of the used experts' weights, X
 and D at the HBM peak, useful FLOPs at the tensor peak); ``fraction_of_floor`` = floor / predicted.
-No grouped kernel has been timed yet: the two constants added here (DESCRIPTOR_UPDATE_US,
-GROUP_PREP_US) are estimates, and every other term is GEMM's H200-calibrated model.
+DESCRIPTOR_UPDATE_US and GROUP_PREP_US are estimates; every other term is GEMM's H200-calibrated model.
 """
 from __future__ import annotations
 
@@ -44,6 +45,15 @@ from . import cost as costmod
 DESCRIPTOR_UPDATE_US = 1.0
 # The C ABI's prep kernel (pointer, stride and shape arrays from the device offsets) is one more launch.
 GROUP_PREP_US = 2.0
+# Calibrated on the H200 (the only constant here fitted to grouped kernels): per tile, a CTA of a 2+ CTA cluster
+# waits for the slowest of its cluster's CTAs (their mainloops multicast into each other's stages, so they run
+# in step: the peer's epilogue, tile switch and tensor-map updates are the skew). Picked from a grid of 0-4 us
+# against bench/results/grouped/2026-11-26-h200-run2-results.json and bench/results/profile/2026-11-26-h200-run1-
+# profile.json (17 prefill cases, every timed kernel): the model's fastest kernel over the measured fastest,
+# geomean 1.030 -> 1.012 (run 2) and 1.019 -> 1.007 (profile run), worst 1.073 -> 1.037; 4 us sends Mixtral w1
+# skewed to a 1x1 cluster that measured 18% slower. It moves the short-K cases (K 2048-2880: Qwen3 gate_up,
+# DeepSeek-V3 down, gpt-oss) to 1x1 along M, measured 3-7% faster than 1x2 in both runs.
+CLUSTER_TILE_US = 3.0
 DEFAULT_DEVICE = "h200"          # issue 26's targets are H200 figures
 SCHEDULES = ("ptr_cooperative", "ptr_pingpong")
 
@@ -210,7 +220,7 @@ def grouped_cost(problem, config, stages: int, device=None, sizes=None, terms=No
     # the epilogue's store share grows with the CTAs storing at once (cost_arrays: x busy / STORE rate)
     t_epi = terms["epilogue_us_per_tile"] * busy / max(terms["active_ctas"], 1.0)
     kblocks = math.ceil(problem.k / tk)
-    per_tile = kblocks * t_k + t_epi + costmod.TILE_SWITCH_US
+    per_tile = kblocks * t_k + t_epi + costmod.TILE_SWITCH_US + (CLUSTER_TILE_US if cm * cn > 1 else 0.0)
     waves = math.ceil(tiles / active_all) if tiles else 0
     switches = descriptor_switches(per_group, active_all)
     t_desc = switches * DESCRIPTOR_UPDATE_US

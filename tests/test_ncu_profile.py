@@ -190,5 +190,10 @@ def test_timing_the_cutegen_set_runs_every_grouped_kernel_of_its_orientation(tmp
     dsv3 = [t for t in timed if t.startswith("dsv3_gate_up_prefill_uniform/")]
     assert len(dsv3) == len(prefill_kernels) and sum(t.split("/")[1].startswith("cutegen ") for t in dsv3) == 1
     assert not any("swap" in t for t in dsv3)
+    decode_case = next(g for g in plan["grouped"] if g["name"] == "qwen3_down_decode_skewed")
     decode = [t for t in timed if t.startswith("qwen3_down_decode_skewed/")]
-    assert len(decode) == 1 and "swap" in decode[0]
+    swapped = {g["config_name"] for g in plan["grouped"] if g["config"]["swap_ab"]}
+    if decode_case["config"]["swap_ab"]:
+        assert decode == [f"qwen3_down_decode_skewed/cutegen {decode_case['config_name']}"]
+    else:                   # an unswapped decode pick runs beside the prefill kernels, not a swapped one
+        assert len(decode) == len(prefill_kernels | {decode_case["dir"]}) and not any(t.split(" ", 1)[1] in swapped for t in decode)
