@@ -31,7 +31,7 @@ if [ "${1:-}" = "--plan-compare" ]; then
   # the second mode's plan: this tree's grouped picks beside the old ones (bench/grouped_compare.py)
   PY=${PYTHON:-$( [ -x "$REPO/.venv/bin/python" ] && echo "$REPO/.venv/bin/python" || echo python3 )}
   . "$REPO/bench/stage_package.sh"
-  "$PY" bench/grouped_compare.py plan --out "${PLAN_COMPARE:-out/profile-compare}"
+  "$PY" bench/grouped_compare.py plan --out "${PLAN_COMPARE:-out/profile-compare}" ${COMPARE_ARGS:-}   # e.g. "--cases other --top-k 1"
   rc=$?
   rm -rf "$STAGE"
   exit $rc

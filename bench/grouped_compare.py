@@ -35,6 +35,12 @@ CASES = ("mixtral_w1_prefill_uniform", "mixtral_w1_prefill_skewed", "mixtral_w2_
 # (128x256x64, 2x1 cluster, the heuristic raster), the fastest kernel of H200 run 2 on DeepSeek-V3 gate-up and
 # Mixtral w2 uniform, which the search does not pick
 PREFILL_EXTRA = (dict(tile_m=128, tile_n=256, tile_k=64, cluster_m=2),)
+# the other kernel classes of the suite (FP8 per-tensor and block-scaled, the masked layout), and the one bf16
+# decode case whose final pick no earlier run built
+OTHER_CASES = ("mixtral_w1_prefill_uniform_e4m3", "dsv3_gate_up_prefill_uniform_e4m3",
+               "mixtral_w1_prefill_uniform_e4m3_fastacc", "dsv3_gate_up_prefill_uniform_e4m3_fastacc",
+               "dsv3_gate_up_prefill_uniform_block128", "dsv3_gate_up_decode_uniform_block128",
+               "dsv3_gate_up_decode_masked", "qwen3_down_decode_skewed")
 MAX_KERNELS = 16           # one round of 16 nvcc jobs on the GPU machine
 
 
@@ -66,7 +72,8 @@ def cmd_plan(args) -> int:
             rendered[h] = kernel
         return h
 
-    for name in CASES:
+    names = CASES if args.cases == "bf16" else OTHER_CASES
+    for name in names:
         p = gm.problem_of(suite[name])
         res = search(p, top_k=args.top_k if "prefill" in name else 1)
         ranked = []
@@ -84,13 +91,15 @@ def cmd_plan(args) -> int:
         return 2
     from cutegen.ops.grouped_gemm.config import GroupedGemmConfig
     first_prefill = next(gm.problem_of(suite[n]) for n in CASES if "prefill" in n)
-    extra = [add(first_prefill, GroupedGemmConfig(**f), "fixed alternative") for f in PREFILL_EXTRA]
+    extra = [add(first_prefill, GroupedGemmConfig(**f), "fixed alternative") for f in PREFILL_EXTRA] \
+        if args.cases == "bf16" else []
     picks = list(dict.fromkeys(c["pick"] for c in cases))
-    kind = lambda name: "prefill" if "prefill" in name else "decode"  # noqa: E731
+    classes = {c["name"]: c["class"] for c in cases}
+    kind = lambda name: ("prefill" if "prefill" in name else "decode", classes[name])  # noqa: E731
     for c in cases:
         # its own ranked kernels, its old pick, and the new picks of the other cases of its kind (prefill, decode)
         same_kind = [o["pick"] for o in cases if kind(o["name"]) == kind(c["name"])]
-        same_kind += extra if kind(c["name"]) == "prefill" else []
+        same_kind += extra if kind(c["name"])[0] == "prefill" else []
         c["kernels"] = list(dict.fromkeys([r["kernel"] for r in c["ranked"]] + ([c["old_pick"]] if c["old_pick"] else [])
                                           + same_kind))
     build_order = picks + [h for h in sorted(kernels, key=lambda h: kernels[h]["order"]) if h not in picks]
@@ -135,7 +144,7 @@ def compare_table(plan: dict, results: dict) -> tuple[str, dict]:
         new_s, new_ms = cell(pc["pick"])
         ok = {h: r for h, r in ks.items() if r.get("ok") and h in valid and "ms" in r}
         best = min(ok, key=lambda h: ok[h]["ms"]) if ok else None
-        torch_r = rec.get("peers", {}).get("torch_grouped_mm", {})
+        torch_r = rec.get("peers", {}).get("torch_scaled_grouped_mm") or rec.get("peers", {}).get("torch_grouped_mm", {})
         torch_s = f"{torch_r['ms']:.4f} ({torch_r['of_floor']:.2f})" if "ms" in torch_r else "-"
         best_s = f"{names[best]} {ok[best]['ms']:.4f} ({ok[best]['of_floor']:.2f})" if best else "-"
         if old_ms and new_ms:
@@ -146,7 +155,7 @@ def compare_table(plan: dict, results: dict) -> tuple[str, dict]:
         rows.append(f"| {rec['name']} | {pc.get('old_pick_name') or '-'} {old_s} | {names[pc['pick']]} {new_s} | "
                     f"{best_s} | {torch_s} |")
     geo = math.exp(sum(math.log(r) for r in ratios) / len(ratios)) if ratios else None
-    md = ["| case | old pick ms (of floor) | new pick ms (of floor) | fastest validated | torch._grouped_mm |",
+    md = ["| case | old pick ms (of floor) | new pick ms (of floor) | fastest validated | torch._(scaled_)grouped_mm |",
           "|---|---|---|---|---|", *rows, "",
           f"new pick over old pick: geomean speedup {geo:.3f}x over {len(ratios)} cases" if geo else "no pair timed"]
     return "\n".join(md) + "\n", {"cases": summary, "geomean_old_over_new": geo}
@@ -169,6 +178,8 @@ def main(argv=None) -> int:
     p.add_argument("--out", default="out/profile-compare")
     p.add_argument("--top-k", type=int, default=2)
     p.add_argument("--old", default=str(OLD_RESULTS), help="a grouped_moe results.json whose picks are the old ones")
+    p.add_argument("--cases", choices=("bf16", "other"), default="bf16",
+                   help="bf16: the bf16 offs cases (CASES); other: FP8, block128, masked and one decode (OTHER_CASES)")
     p.set_defaults(fn=cmd_plan)
     s = sub.add_parser("summarize", help="old pick vs new pick vs torch._grouped_mm, from grouped_moe's results")
     s.add_argument("plan")

@@ -46,3 +46,16 @@ def test_table_marks_a_wrong_kernel_and_takes_the_fastest_validated():
     md, doc = cmp.compare_table(plan, results)
     assert doc["cases"]["c"]["best"] == 0.8 and abs(doc["geomean_old_over_new"] - 1.25) < 1e-12
     assert "| c | old 1.0000 (0.50) | new 0.8000 (0.62) | new 0.8000 (0.62) | 0.9000 (0.56) |" in md
+
+
+def test_the_other_classes_plan_fits_one_build_round(tmp_path):
+    # FP8 per-tensor (with and without fast accumulation), block128, the masked layout and one bf16 decode case: each
+    # case's new pick, its old one, and the new picks of its kind and class only
+    out = tmp_path / "other"
+    assert cmp.main(["plan", "--cases", "other", "--top-k", "1", "--out", str(out)]) == 0
+    plan = json.loads((out / "plan.json").read_text())
+    assert [c["name"] for c in plan["cases"]] == list(cmp.OTHER_CASES)
+    assert len(plan["kernels"]) <= cmp.MAX_KERNELS
+    for c in plan["cases"]:
+        assert {plan["kernels"][h]["class"] for h in c["kernels"]} == {c["class"]}
+        assert c["old_pick"] in c["kernels"]
