@@ -26,9 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -193,204 +191,11 @@ def plan_probes(args) -> int:
     return 0
 
 
-# --- the GPU half -------------------------------------------------------------------------------------------
-def _torch():
-    import torch
-    return torch
-
-
-def make_tensor(B, H, S, D, layout, dtype, seed, device="cuda"):
-    """(B, H, S, D) logical, stored in ``layout`` order; values N(0, 1) (never zeros)."""
-    torch = _torch()
-    g = torch.Generator(device=device).manual_seed(seed)
-    if layout == "bshd":
-        return torch.randn(B, S, H, D, generator=g, device=device, dtype=torch.float32).to(dtype).transpose(1, 2)
-    return torch.randn(B, H, S, D, generator=g, device=device, dtype=torch.float32).to(dtype)
-
-
-def reference(q, k, v, causal, scale, batches=None, heads=None):
-    """float32 O and LSE (natural log) of softmax(scale q k^T [top-left causal]) v, for the given batch and
-    query-head indices (all by default); GQA by query head h -> KV head h // (Hq / Hkv), as SDPA."""
-    torch = _torch()
-    B, Hq, Sq, D = q.shape
-    Hkv, Skv = k.shape[1], k.shape[2]
-    G = Hq // Hkv
-    batches = range(B) if batches is None else batches
-    heads = range(Hq) if heads is None else heads
-    outs, lses = [], []
-    for b in batches:
-        ob, lb = [], []
-        for h in heads:
-            qf = q[b, h].float()
-            kf = k[b, h // G].float()
-            vf = v[b, h // G].float()
-            s = (qf @ kf.t()) * scale
-            if causal:
-                keep = torch.ones(Sq, Skv, dtype=torch.bool, device=q.device).tril()
-                s = s.masked_fill(~keep, float("-inf"))
-            lb.append(torch.logsumexp(s, -1))
-            ob.append(torch.softmax(s, -1) @ vf)
-        outs.append(torch.stack(ob))
-        lses.append(torch.stack(lb))
-    return torch.stack(outs), torch.stack(lses)
-
-
-def compare(o, lse, ref_o, ref_lse, tol):
-    """Max errors: O relative to max(1, max |ref|), LSE absolute."""
-    torch = _torch()
-    o = o.float()
-    finite = bool(torch.isfinite(o).all()) and bool(torch.isfinite(lse).all())
-    scale = max(1.0, float(ref_o.abs().max()))
-    err_o = float((o - ref_o).abs().max()) / scale
-    err_lse = float((lse - ref_lse).abs().max())
-    return {"err_o": err_o, "err_lse": err_lse, "finite": finite,
-            "ok": finite and err_o <= tol and err_lse <= 2e-2}
-
-
-def validation_cases(key):
-    """(B, Hq, Hkv, Sq, Skv, layout, scale) per kernel key: ragged, unequal, batch, both layouts, scale;
-    grouped kernels add GQA, MQA, group 1 and decode-like (packed) calls."""
-    cases = [(1, 1, 1, 1, 1, "bhsd", None), (2, 3, 3, 13, 13, "bshd", None), (1, 2, 2, 127, 127, "bhsd", None),
-             (2, 2, 2, 200, 333, "bshd", None), (1, 2, 2, 333, 200, "bhsd", None), (3, 2, 2, 128, 256, "bhsd", 0.3),
-             (1, 3, 3, 1000, 1000, "bshd", None), (2, 2, 2, 64, 64, "bhsd", 0.05)]
-    if key["grouped"]:
-        cases += [(2, 8, 2, 200, 333, "bhsd", None), (2, 8, 1, 129, 257, "bhsd", None), (1, 8, 2, 300, 300, "bshd", None),
-                  (3, 32, 8, 1, 1000, "bhsd", None), (2, 32, 8, 7, 777, "bhsd", None), (1, 16, 2, 16, 4096, "bshd", None),
-                  (2, 4, 4, 100, 100, "bhsd", None)]
-    return cases
-
-
-def _abi_call(lib, q, k, v, o, lse, scale, D=None, workspace=None, ws_bytes=0, ptr_q=None):
-    torch = _torch()
-    B, Hq, Sq, Dq = q.shape
-    stream = torch.cuda.current_stream().cuda_stream
-    return lib.cutegen_attention(ptr_q if ptr_q is not None else q.data_ptr(), k.data_ptr(), v.data_ptr(),
-                                 o.data_ptr(), lse.data_ptr() if lse is not None else None,
-                                 B, Hq, k.shape[1], Sq, k.shape[2], D if D is not None else Dq,
-                                 *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3],
-                                 float(scale), workspace, ws_bytes, stream)
-
-
-def probes(lib, key):
-    """The ABI's refusals: (name, status, rule expected) -> what came back."""
-    torch = _torch()
-    dtype = {"bf16": torch.bfloat16, "f16": torch.float16}[key["dtype"]]
-    D = key["head_dim"]
-    out = []
-
-    def probe(name, want_status, want_rule, status):
-        msg = lib.cutegen_last_error().decode() if status else ""
-        out.append({"probe": name, "status": status, "message": msg, "want_status": want_status, "want_rule": want_rule,
-                    "ok": status == want_status and (want_rule is None or msg.startswith(want_rule))})
-
-    q = make_tensor(2, 4, 64, D, "bhsd", dtype, 1)
-    k = make_tensor(2, 4, 64, D, "bhsd", dtype, 2)
-    v = make_tensor(2, 4, 64, D, "bhsd", dtype, 3)
-    o = torch.empty_like(q)
-    lse = torch.empty(2, 4, 64, device="cuda", dtype=torch.float32)
-    s = 1 / math.sqrt(D)
-    probe("misaligned Q base", 1, "E18", _abi_call(lib, q, k, v, o, lse, s, ptr_q=q.data_ptr() + q.element_size()))
-    probe("head_dim + 8", 1, "ATTN-ABI-HEAD-DIM", _abi_call(lib, q, k, v, o, lse, s, D=D + 8))
-    padded = torch.empty(2, 4, 64, D + 4, device="cuda", dtype=dtype)[..., :D]
-    padded.copy_(q)
-    probe("sequence stride D+4 elements", 1, "TMA-GMEM-STRIDE-16B", _abi_call(lib, padded, k, v, o, lse, s))
-    probe("no LSE, no workspace", 2, "ATTN-ABI-WORKSPACE", _abi_call(lib, q, k, v, o, None, s))
-    need = int(lib.cutegen_attention_workspace_size(2, 4, 64))
-    ws = torch.empty(need, dtype=torch.uint8, device="cuda")
-    o.zero_()
-    st = _abi_call(lib, q, k, v, o, None, s, workspace=ws.data_ptr(), ws_bytes=need)
-    torch.cuda.synchronize()
-    ref_o, ref_l = reference(q, k, v, key["causal"], s)
-    good = st == 0 and compare(o, ref_l, ref_o, ref_l, 0.02)["ok"]
-    out.append({"probe": "no LSE, queried workspace", "status": st, "want_status": 0, "ok": bool(good),
-                "workspace_bytes": need})
-    k2, v2 = k[:, :2], v[:, :2]
-    if key["grouped"]:
-        qb = make_tensor(2, 4, 64, D, "bshd", dtype, 4)
-        kb = make_tensor(2, 2, 64, D, "bshd", dtype, 5)
-        vb = make_tensor(2, 2, 64, D, "bshd", dtype, 6)
-        ob = torch.empty_like(qb)
-        probe("GQA, BSHD, batch 2", 1, "ATTN-ABI-GQA-STRIDES", _abi_call(lib, qb, kb, vb, ob, lse, s))
-    else:
-        probe("GQA heads on an MHA kernel", 1, "ATTN-ABI-GQA-KERNEL", _abi_call(lib, q, k2.contiguous(), v2.contiguous(), o, lse, s))
-    probe("heads_kv 3 of heads_q 4", 1, "ATTN-ABI-GQA-GROUPS",
-          _abi_call(lib, q, k[:, :3].contiguous(), v[:, :3].contiguous(), o, lse, s))
-    torch.cuda.synchronize()
-    return out
-
-
-def validate_kernel(kdir: str) -> dict:
-    torch = _torch()
-    from cutegen.ops.attention.torch_op import AttentionKernels, load_library
-    lib, desc = load_library(kdir)
-    key = desc["problem"]
-    dtype = {"bf16": torch.bfloat16, "f16": torch.float16}[key["dtype"]]
-    D = key["head_dim"]
-    op = AttentionKernels([kdir])
-    rec = {"kernel": kdir, "hash": desc["hash"], "key": key, "config": desc["config"], "cases": []}
-    t0 = time.time()
-    for i, (B, Hq, Hkv, Sq, Skv, layout, scale) in enumerate(validation_cases(key)):
-        if not key["grouped"] and Hq != Hkv:
-            continue
-        q = make_tensor(B, Hq, Sq, D, layout, dtype, 10 * i + 1)
-        k = make_tensor(B, Hkv, Skv, D, layout, dtype, 10 * i + 2)
-        v = make_tensor(B, Hkv, Skv, D, layout, dtype, 10 * i + 3)
-        s = 1 / math.sqrt(D) if scale is None else scale
-        case = {"B": B, "Hq": Hq, "Hkv": Hkv, "Sq": Sq, "Skv": Skv, "layout": layout, "scale": s}
-        try:
-            o, lse = torch.ops.cutegen.attention_fwd(q, k, v, op.pick(key["dtype"], D, key["causal"], Hq != Hkv), s)
-            torch.cuda.synchronize()
-            ref_o, ref_l = reference(q, k, v, key["causal"], s)
-            case.update(compare(o, lse, ref_o, ref_l, 0.02))
-        except Exception as e:  # noqa: BLE001 - a refusal or CUDA error is this case's result
-            case.update({"ok": False, "error": f"{type(e).__name__}: {e}"[:400]})
-        rec["cases"].append(case)
-    rec["probes"] = probes(lib, key)
-    rec["ok"] = all(c["ok"] for c in rec["cases"]) and all(p["ok"] for p in rec["probes"])
-    rec["seconds"] = round(time.time() - t0, 2)
-    return rec
-
-
-def compile_and_graph(kdir: str) -> dict:
-    """The op under torch.compile(fullgraph) and replayed from a CUDA graph, both against eager."""
-    torch = _torch()
-    from cutegen.ops.attention.torch_op import AttentionKernels, load_library
-    _, desc = load_library(kdir)
-    key = desc["problem"]
-    dtype = {"bf16": torch.bfloat16, "f16": torch.float16}[key["dtype"]]
-    D = key["head_dim"]
-    Hkv = 2 if key["grouped"] else 4
-    op = AttentionKernels([kdir])
-    q = make_tensor(2, 4, 256, D, "bhsd", dtype, 7)
-    k = make_tensor(2, Hkv, 300, D, "bhsd", dtype, 8)
-    v = make_tensor(2, Hkv, 300, D, "bhsd", dtype, 9)
-
-    def f(q, k, v):
-        return op(q, k, v, is_causal=key["causal"], enable_gqa=key["grouped"]) * 2.0
-
-    out = {}
-    eager = f(q, k, v)
-    try:
-        compiled = torch.compile(f, fullgraph=True)
-        out["torch_compile"] = {"ok": bool(torch.equal(compiled(q, k, v), eager))}
-    except Exception as e:  # noqa: BLE001
-        out["torch_compile"] = {"ok": False, "error": f"{type(e).__name__}: {e}"[:400]}
-    try:
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            f(q, k, v)
-        torch.cuda.current_stream().wait_stream(s)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            static = f(q, k, v)
-        q.copy_(make_tensor(2, 4, 256, D, "bhsd", dtype, 17))
-        g.replay()
-        torch.cuda.synchronize()
-        out["cuda_graph"] = {"ok": bool(torch.equal(static, f(q, k, v)))}
-    except Exception as e:  # noqa: BLE001
-        out["cuda_graph"] = {"ok": False, "error": f"{type(e).__name__}: {e}"[:400]}
-    return out
+# --- the GPU half: moved to the attention operation (cutegen/ops/attention/runner.py), which `cutegen validate
+# --op attention` and `cutegen bench --op attention` run too ---------------------------------------------
+from cutegen.ops.attention.runner import (  # noqa: E402,F401 - this script's names, kept
+    _abi_call, _time_ms, _torch, _unpacked, compare, compile_and_graph, make_tensor, peer_calls, probes, reference,
+    validate_kernel, validation_cases)
 
 
 def op_checks(args) -> int:
@@ -510,39 +315,8 @@ def validate(args) -> int:
     return 0 if summary["pass"] and not doc["summary"]["failing"] else 1
 
 
-def _unpacked(call):
-    os.environ["CUTEGEN_ATTENTION_PACK_GQA"] = "0"
-    try:
-        return call()
-    finally:
-        del os.environ["CUTEGEN_ATTENTION_PACK_GQA"]
-
-
-def _time_ms(fn, rounds=5, min_ms=60.0):
-    torch = _torch()
-    fn()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    fn()
-    end.record()
-    end.synchronize()
-    one = max(start.elapsed_time(end), 1e-3)
-    reps = max(3, min(200, int(min_ms / one)))
-    per = []
-    for _ in range(rounds):
-        start.record()
-        for _ in range(reps):
-            fn()
-        end.record()
-        end.synchronize()
-        per.append(start.elapsed_time(end) / reps)
-    return statistics.median(per)
-
-
 def time_plan(args) -> int:
     torch = _torch()
-    from torch.nn.attention import SDPBackend, sdpa_kernel
     from cutegen.ops.attention.problem import AttentionProblem
     from cutegen.ops.attention.torch_op import AttentionKernels
     plan_dir = Path(args.plan)
@@ -590,11 +364,7 @@ def time_plan(args) -> int:
                 # CUTEGEN_ATTENTION_PACK_GQA switch, read on every call)
                 contenders[entry["role"] + "-nopack"] = (entry["dir"], lambda op=op: _unpacked(
                     lambda: op(q, k, v, is_causal=p.causal, scale=scale, enable_gqa=gqa)))
-        for name, backend in (("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION), ("sdpa_flash", SDPBackend.FLASH_ATTENTION)):
-            def run(backend=backend):
-                with sdpa_kernel(backend):
-                    return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=p.causal, scale=scale,
-                                                                            enable_gqa=gqa)
+        for name, run in peer_calls(p, q, k, v).items():       # SDPA cuDNN and flash (the operation's runner)
             contenders[name] = (None, run)
         for name, (kdir, fn) in contenders.items():
             rec = {"dir": kdir} if kdir else {}
@@ -634,24 +404,10 @@ def time_plan(args) -> int:
 
 def sanitize_case(args) -> int:
     """One small call per layout (ragged, causal as the kernel is, GQA if grouped) for compute-sanitizer."""
-    torch = _torch()
-    from cutegen.ops.attention.torch_op import load_library
-    lib, desc = load_library(args.kernel)
-    key = desc["problem"]
-    dtype = {"bf16": torch.bfloat16, "f16": torch.float16}[key["dtype"]]
-    D = key["head_dim"]
-    Hkv = 2 if key["grouped"] else 4
-    q = make_tensor(2, 4, 200, D, "bhsd", dtype, 1)
-    k = make_tensor(2, Hkv, 333, D, "bhsd", dtype, 2)
-    v = make_tensor(2, Hkv, 333, D, "bhsd", dtype, 3)
-    o = torch.empty_like(q)
-    lse = torch.empty(2, 4, 200, device="cuda", dtype=torch.float32)
-    st = _abi_call(lib, q, k, v, o, lse, 1 / math.sqrt(D))
-    torch.cuda.synchronize()
-    ref_o, ref_l = reference(q, k, v, key["causal"], 1 / math.sqrt(D))
-    res = compare(o, lse, ref_o, ref_l, 0.02)
-    print(json.dumps({"status": st, **res}))
-    return 0 if st == 0 and res["ok"] else 1
+    from cutegen.ops.attention.runner import sanitize_case as case
+    res = case(None, args.kernel)
+    print(json.dumps(res))
+    return 0 if res["ok"] else 1
 
 
 def main(argv=None) -> int:

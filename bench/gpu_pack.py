@@ -9,7 +9,8 @@ budget so the run ends in time:
      points, N/K outside the set, unaligned N and K, a padded and an unaligned leading dimension,
      a misaligned base pointer) against a float32 reference on random inputs;
   2. time each set shape end to end through the op and through torch.matmul (CUDA events, same
-     inputs, interleaved; median of 20 after 5 warm-up calls), and with --off-sample every listed M
+     inputs, 7 alternating rounds of 20 calls, the median over all calls: TIMING), and primed (GPU time
+     alone), and with --off-sample every listed M
      (fixed before the pack was made, none a sample point) at every (N, K) of the set: validated first,
      then timed the same way; each timed row names the kernel that served it (or the fallback), and
      (budget permitting) the time of every kernel of the pack at that shape (cutegen::gemm_kernel, past the
@@ -75,6 +76,37 @@ def time_us(fn, iters=20, warm=5, primed=False):
     return statistics.median(s.elapsed_time(e) * 1e3 for s, e in evs)
 
 
+ROUNDS = 7
+TIMING = (f"end to end (op_us, matmul_us): the op and torch.matmul in {ROUNDS} alternating rounds of 20 calls each (5 "
+          "warm-up calls before a round's first block, 2 before the other; the order swapped every round), CUDA events "
+          "around each call from an idle queue (host time included where it is as long as the kernel), the median over "
+          f"all {ROUNDS * 20} calls of each, so host jitter falls on both alike; *_gpu_us: primed behind a spin kernel, "
+          "median of 20 after 5 (GPU time alone, as pack --tune times)")
+
+
+def time_rounds(f, g, rounds=ROUNDS, iters=20, warm=5):
+    """End-to-end medians of ``f`` and ``g`` (microseconds) over ``rounds`` alternating rounds (TIMING), and each
+    round's medians (the spread run to run)."""
+    calls = {0: [], 1: []}
+    per_round = {0: [], 1: []}
+    for r in range(rounds):
+        for which in ((0, 1) if r % 2 == 0 else (1, 0)):
+            fn = (f, g)[which]
+            for _ in range(warm if r == 0 else 2):
+                fn()
+            evs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
+            torch.cuda.synchronize()
+            for s, e in evs:
+                s.record()
+                fn()
+                e.record()
+            torch.cuda.synchronize()
+            ts = [s.elapsed_time(e) * 1e3 for s, e in evs]
+            calls[which] += ts
+            per_round[which].append(round(statistics.median(ts), 3))
+    return statistics.median(calls[0]), statistics.median(calls[1]), per_round[0], per_round[1]
+
+
 def main():
     pack_dir, so, out_json = sys.argv[1:4]
     budget = float(sys.argv[sys.argv.index("--budget-s") + 1]) if "--budget-s" in sys.argv else 240.0
@@ -86,7 +118,7 @@ def main():
     gen = torch.Generator(device="cuda").manual_seed(0)
     res = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "pack": meta["name"],
            "target": meta["target"]["kind"], "kernels": len(meta["kernels"]), "validate": [], "time": [],
-           "graph": [], "host": [], "compile": None, "skipped": []}
+           "graph": [], "host": [], "compile": None, "skipped": [], "timing": TIMING}
     rows = meta["coverage"]["rows"]
     set_shapes = [(r["m"], r["n"], r["k"], r["shape"]) for r in rows]
     outside = [(m, n, k, f"{what} m{m}n{n}k{k}") for m, n, k, what in (
@@ -137,12 +169,12 @@ def main():
         before = ops.pack_fallbacks()
         out = ops.gemm(a, b)
         err = rel_err(out, a, b, ref)
-        t_op = time_us(lambda: ops.gemm(a, b))
-        t_mm = time_us(lambda: torch.matmul(a, b))
+        t_op, t_mm, r_op, r_mm = time_rounds(lambda: ops.gemm(a, b), lambda: torch.matmul(a, b))
         g_op = time_us(lambda: ops.gemm(a, b), primed=True)      # GPU time alone (host hidden), as pack --tune times
         g_mm = time_us(lambda: torch.matmul(a, b), primed=True)
         row = {"shape": label, "m": m, "n": n, "k": k, "op_us": t_op, "matmul_us": t_mm,
                "speedup": t_mm / t_op, "sampled": (m, n, k) in sampled_points, "rel_err": err,
+               "op_us_rounds": r_op, "matmul_us_rounds": r_mm,
                "held_out": label.startswith("held-out"),
                "op_gpu_us": g_op, "matmul_gpu_us": g_mm, "speedup_gpu": g_mm / g_op,
                "ok": err <= TOL, "kernel": ops.explain(a, b).split(":")[0],

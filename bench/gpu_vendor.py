@@ -13,7 +13,8 @@ check, through torch.ops.cutegen (the pack's op), for every class and both N at 
   1. the tactic: explain() names vendor_cublaslt_c<class> from M = 17 and the class's kernel up to 16;
   2. the result against torch.matmul and a float32 reference (no torch.matmul fallback counted);
   3. the time of the op against torch.matmul (same cuBLAS underneath: the vendor should be within a few
-     percent), interleaved CUDA-event medians; and the vendor entry alone (cutegen::gemm_kernel);
+     percent), CUDA-event medians over 7 alternating rounds of 20 calls; and the vendor entry alone
+     (cutegen::gemm_kernel);
   4. CUDA graph capture of the op on vendor shapes, replayed on new inputs, validated and timed against a
      captured torch.matmul;
   5. host cost per call (op, plan API, torch.matmul) on a vendor shape.
@@ -89,29 +90,29 @@ def check(pack_dir: str, so: str, out_json: str) -> int:
     def rel(x, ref):
         return float((x.float() - ref).abs().max() / ref.abs().max().clamp_min(1e-6))
 
-    def time_pair(f, g, iters=30, warm=10, rounds=3):
-        """Medians of CUDA-event times of f and g, interleaved call by call; the lower of `rounds` medians each."""
-        best_f, best_g = math.inf, math.inf
-        for _ in range(rounds):
-            for _ in range(warm):
-                f()
-                g()
-            ef = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
-            eg = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
-            for (s1, e1), (s2, e2) in zip(ef, eg):
-                s1.record()
-                f()
-                e1.record()
-                s2.record()
-                g()
-                e2.record()
-            torch.cuda.synchronize()
-            best_f = min(best_f, statistics.median(s.elapsed_time(e) * 1e3 for s, e in ef))
-            best_g = min(best_g, statistics.median(s.elapsed_time(e) * 1e3 for s, e in eg))
-        return best_f, best_g
+    def time_pair(f, g, iters=20, warm=5, rounds=7):
+        """End-to-end medians of CUDA-event times of f and g over `rounds` alternating rounds of `iters` calls each
+        (the order swapped every round, from an idle queue), the median over all calls: host jitter falls on both
+        alike (bench/gpu_pack.py's TIMING)."""
+        tf, tg = [], []
+        for r in range(rounds):
+            for fn, acc in (((f, tf), (g, tg)) if r % 2 == 0 else ((g, tg), (f, tf))):
+                for _ in range(warm if r == 0 else 2):
+                    fn()
+                evs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
+                torch.cuda.synchronize()
+                for s, e in evs:
+                    s.record()
+                    fn()
+                    e.record()
+                torch.cuda.synchronize()
+                acc += [s.elapsed_time(e) * 1e3 for s, e in evs]
+        return statistics.median(tf), statistics.median(tg)
 
     res = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "cuda": torch.version.cuda,
-           "pack": meta["name"], "kernels": names, "shapes": [], "graph": [], "host": []}
+           "pack": meta["name"], "kernels": names, "shapes": [], "graph": [], "host": [],
+           "timing": "end to end: 7 alternating rounds of 20 calls of each contender (order swapped every round, CUDA "
+                     "events from an idle queue), the median over all calls"}
     bad = []
     fb0 = ops.pack_fallbacks()
     for cls, (lay, a_row, b_row) in enumerate(CLASSES):

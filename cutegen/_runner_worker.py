@@ -818,7 +818,32 @@ def _verify_and_time(fn, sets, ref, tol, n_sets, warmup, iters, status_box=None)
     return out
 
 
+def op_op_runner(task):
+    """One call of an operation's GPU half (``cutegen.run.ops``): ``fn`` of the module ``runner`` (which may register
+    its operation when imported) on the problem read back from its dict, with ``args``."""
+    import importlib
+    from .core import registry
+    from .errors import FieldError
+    run = importlib.import_module(task["runner"])
+    plugin = getattr(run, "OPERATION", None)     # an operation from outside cutegen.ops brings itself to the child
+    if plugin is not None:
+        try:
+            registry.get(plugin.name)
+        except FieldError:
+            registry.register(plugin)
+    problem = registry.problem_from_dict(task["problem"])
+    return getattr(run, task["fn"])(problem, *task.get("args", ()))
+
+
+def op_op_device(task):
+    """The GPU this child runs on, with the results database's device kind (``cutegen.run.gpu_info``)."""
+    from .run.gpu_info import device_info
+    return device_info()
+
+
 OPS = {
+    "op_runner": op_op_runner,
+    "op_device": op_op_device,
     "ping": op_ping,
     "selftest_sleep": op_selftest_sleep,
     "selftest_raise": op_selftest_raise,

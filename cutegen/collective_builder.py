@@ -221,5 +221,6 @@ def complete(problem: GemmProblem, config: KernelConfig) -> KernelConfig:
     # KernelConfig's field validation: completion runs on thousands of search candidates.
     done = object.__new__(KernelConfig)
     done.__dict__.update(config.__dict__)
+    done.__dict__.pop("_json", None)          # KernelConfig.to_json's copy of the fields before the changes
     done.__dict__.update(changes)
     return done

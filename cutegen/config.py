@@ -193,7 +193,13 @@ class KernelConfig:
         return out
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        # kept on the instance (it is frozen): the search serializes each judged candidate several times
+        # (collective_builder.complete drops it when it makes a completed copy)
+        cached = self.__dict__.get("_json")
+        if cached is None:
+            cached = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+            object.__setattr__(self, "_json", cached)
+        return cached
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "config") -> "KernelConfig":

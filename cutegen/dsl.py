@@ -118,6 +118,11 @@ def dsl_supports(problem: GemmProblem, config: KernelConfig) -> list[str]:
             missing.append("stages")
         return [f"DSL-COMPLETE: config leaves {', '.join(missing)} unset; complete it first "
                 "(cutegen.collective_builder.complete)"]
+    from . import stage_tma
+    if stage_tma.needed_for(problem, config):
+        out.append(f"DSL-STAGE-SLICE: Tile_N = {config.tile_shape[1]} is an odd number of 8-row swizzle atoms: "
+                   "CUTLASS's collective needs cutegen's one-stage TMA form (cutegen/stage_tma.py), which only the "
+                   "C++ backend cutlass renders; the DSL template is not verified with it")
     if config.swap_ab:
         out.append("DSL-SWAP-AB: the DSL template and its ABI do not exchange the operands (swap_ab); "
                    "use the C++ backend (cutlass or cutlass_builder)")

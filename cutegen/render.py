@@ -30,6 +30,7 @@ from .dtypes import DTYPES
 from .errors import CutegenError, FieldError, IllegalConfig
 from .problem import GemmProblem
 from . import split_k_reduce as _split_k_reduce
+from . import stage_tma as _stage_tma
 from . import staging as _staging
 from .swap_ab import kernel_problem
 from .render_common import (  # noqa: F401  (re-exported: render.complete_config etc. stay importable)
@@ -309,6 +310,16 @@ def template_context(problem: GemmProblem, config: KernelConfig, backend: str) -
                                 if ctx["is_fp8"] and not problem.fp8_fast_accum
                                 else "cutlass::gemm::MainloopSm90TmaGmmaWarpSpecialized"),
         })
+        # tiles whose stock collective cannot slice a swizzled stage (cutegen/stage_tma.py): cutegen's
+        # mainloop builds the TMA descriptors from one stage's layout; every other kernel is unchanged
+        bits_a, bits_b = DTYPES[problem.dtype_a].bits, DTYPES[problem.dtype_b].bits
+        fp8_two_level = ctx["dispatch_policy"].endswith("FP8")
+        from .collective_builder import uses_register_a
+        ctx["stage_tma"] = _stage_tma.needed(problem, config, bits_a, bits_b, fp8_two_level,
+                                             uses_register_a(problem))
+        if ctx["stage_tma"]:
+            ctx["stage_tma_rows"] = config.tile_shape[1]
+            ctx["stage_tma_stage_bytes"] = config.tile_shape[1] * config.tile_shape[2] * bits_b // 8
         if ctx["cp_async"]:
             # No FP8 variant exists for cp.async: FP8 accumulates in the WGMMA accumulator only.
             ctx["dispatch_policy"] = "cutlass::gemm::MainloopSm90CpAsyncGmmaWarpSpecialized"
@@ -316,7 +327,8 @@ def template_context(problem: GemmProblem, config: KernelConfig, backend: str) -
             ctx["gmem_copy_b"] = gmem_tiled_copy(problem, config, "b")
     else:
         ctx["stages"] = config.stages
-    ctx["builder_crosscheck"] = backend == "cutlass" and builder_would_choose(problem, config)
+    ctx["builder_crosscheck"] = (backend == "cutlass" and not ctx.get("stage_tma")
+                                 and builder_would_choose(problem, config))
     return ctx
 
 
@@ -359,6 +371,10 @@ def builder_would_choose(problem: GemmProblem, config: KernelConfig) -> bool:
         from .collective_builder import complete
     except ImportError:
         return False
+    if _stage_tma.needed_for(problem, config):
+        return ["CUTLASS-BUILDER-STAGE-SLICE: the CollectiveBuilder's stock mainloop slices a stage out of the "
+                f"swizzled {config.tile_shape[1]}-row B layout, which CuTe cannot (SM90-SMEM-STAGE-SLICE); the "
+                "one-stage TMA form (cutegen/stage_tma.py) is rendered by backend cutlass"]
     if config.mainloop_load == "cp_async":
         from .legality.cp_async import vector_bytes
         if min(vector_bytes(problem, "a"), vector_bytes(problem, "b")) < 4:
@@ -427,6 +443,10 @@ def builder_supports(problem: GemmProblem, config: KernelConfig) -> list[str]:
     if config.split_k_slices > 1:
         return ["CUTLASS-BUILDER-SPLIT-K-REDUCE: the CollectiveBuilder template includes only the ordinary C ABI; "
                 "the separate split-K reduction (cutegen/split_k_reduce.py) is rendered by backend cutlass"]
+    if _stage_tma.needed_for(problem, config):
+        return ["CUTLASS-BUILDER-STAGE-SLICE: the CollectiveBuilder's stock mainloop slices a stage out of the "
+                f"swizzled {config.tile_shape[1]}-row B layout, which CuTe cannot (SM90-SMEM-STAGE-SLICE); the "
+                "one-stage TMA form (cutegen/stage_tma.py) is rendered by backend cutlass"]
     if config.mainloop_load == "cp_async":
         from .legality.cp_async import vector_bytes
         small = [f"{op.upper()} {vector_bytes(problem, op)} B" for op in ("a", "b") if vector_bytes(problem, op) < 4]

@@ -92,6 +92,10 @@ class AttentionContext:
         self.tm_wg = c.tile_q // self.mma_wgs if self.ws else c.tile_q
         self.threads = (self.mma_wgs + 1) * THREADS_PER_WARPGROUP if self.ws else THREADS_PER_WARPGROUP
         self.out_dtype = getattr(p, "output_dtype", None) or OUTPUT_DTYPE[p.dtype]
+        # split-KV (config kv_splits > 1): the kernel's epilogue stores a float32 partial O per split
+        # (templates/attention/fmha_sm90_splitkv.cu.j2: FmhaFwdEpilogue<float, ...>); a combine kernel writes O
+        self.kv_splits = int(getattr(c, "kv_splits", 1))
+        self.epilogue_dtype = "f32" if self.kv_splits > 1 else self.out_dtype
 
     # --- WGMMA ----------------------------------------------------------------------------------------
     @cached_property
@@ -139,13 +143,13 @@ class AttentionContext:
     def epilogue_plan(self) -> smem.EpiloguePlan | None:
         """The TMA epilogue the example builds per warpgroup tile (fmha_epilogue.hpp:49-57: TmaWarpSpecialized,
         EpilogueTileAuto, void C, O in the output type)."""
-        return _epilogue_plan(self.tm_wg, self.dv, self.out_dtype, self.config.tile_kv)
+        return _epilogue_plan(self.tm_wg, self.dv, self.epilogue_dtype, self.config.tile_kv)
 
     @cached_property
     def smem_parts(self) -> dict | None:
         """sizeof of each member of the kernel's SharedStorage, and the total (None: no epilogue fits)."""
         c = self.config
-        return _smem_parts(self.epilogue_plan, self.tm_wg, self.d, self.dv, self.esize, self.out_dtype, c.tile_kv,
+        return _smem_parts(self.epilogue_plan, self.tm_wg, self.d, self.dv, self.esize, self.epilogue_dtype, c.tile_kv,
                            c.stages_q, c.stages_kv, self.ws, self.mma_wgs, bool(c.persistent))
 
     @property
@@ -223,9 +227,11 @@ def _tensor_maps(p: Any, tm_wg: int, tile_kv: int, d: int, dv: int, tile_d: int,
         dims = (dim, seq, heads, p.batch)
         box_inner_extent = tile_d
         if name == "V" and bits == 8:
-            # a transposed copy (D, S) per (batch, head), sequence contiguous
+            # V^T (D, S) per (batch, head), sequence contiguous; its rows are padded to 16 bytes (the documented
+            # V^T layout: a TMA stride is a multiple of 16 B; the op's transposed copy pads, the ABI checks it)
+            row = -(-seq * eb // 16) * 16
             dims = (seq, dim, heads, p.batch)
-            strides = (seq * eb, dim * seq * eb, heads * dim * seq * eb)
+            strides = (row, dim * row, heads * dim * row)
             rows, box_inner_extent = tile_d, tile_kv
         swz = smem.largest_swizzle(box_inner_extent, DTYPES[dt].bits) or "INTER"
         width = smem.SWIZZLE_BYTES[swz] // eb
@@ -396,20 +402,22 @@ def _registers(c: AttentionContext):
 # on three bf16 warp-specialized kernels with 2 consumer warpgroups, each at 228 registers by the count above:
 # head 64 128x256 cooperative and ping-pong (H200 build, 2026-11-26, bench/results/attention run 1) and head 256
 # 128x128 cooperative (this machine, 2026-11-26); head 32 128x256 at 212 and head 128 128x128 at 164 built
-# clean. The boundary lies in (212, 228]: the rule refuses from the first count seen to serialize. Only 16-bit
-# inputs have evidence (e4m3 keeps P in a quarter of S's registers and is not rendered yet).
+# clean. The boundary lies in (212, 228]: the rule refuses from the first count seen to serialize. e4m3 too
+# (helper fp8attn, this machine, 2026-11-26): head 128 128x256 cooperative persistent, f32 accumulation, 128 + 32
+# + 64 + 4 = 228, serialized (C7512); the same head with 128x128 ping-pong (164) built clean, no spills. The
+# CUTLASS 88 example's own FP8 128x256 kernel is that form: nvcc 13.0 serializes it.
 SERIALIZED_AT_REGISTERS = 228
 
 
 @_r("ATTN-WGMMA-SERIALIZED", rulebook="B10 (nvcc evidence)",
     source="ptxas C7512 on the H200 build of 2026-11-26 (bench/results/attention/2026-11-26-h200-run1-build.txt: "
            "attn_d64_bf16_128x256_ws{coop,pp}) and a head-256 128x128 cooperative build here; head 32 128x256 "
-           "(212 registers) built clean",
-    summary=f"16-bit inputs: S + P + O + softmax registers per consumer thread below {SERIALIZED_AT_REGISTERS}; "
+           "(212 registers) built clean; e4m3 head 128 128x256 (228) serialized here, 128x128 (164) clean",
+    summary=f"S + P + O + softmax registers per consumer thread below {SERIALIZED_AT_REGISTERS} (any input type); "
             "from there ptxas serializes the WGMMAs (the build refuses the kernel)")
 def _serialized(c: AttentionContext):
     r = c.registers
-    if c.bits == 16 and r["total"] >= SERIALIZED_AT_REGISTERS:
+    if r["total"] >= SERIALIZED_AT_REGISTERS:
         return (f"S {r['s']} + P {r['p']} + O {r['o']} + softmax {r['softmax']} = {r['total']} registers per "
                 f"consumer thread >= {SERIALIZED_AT_REGISTERS}: ptxas serializes the WGMMAs (C7512; seen at 228 "
                 f"for head 64 128x256 and head 256 128x128)")
@@ -592,8 +600,116 @@ def _cluster_exit(c: AttentionContext):
     return None
 
 
+# ==================================================================================== FP8 (e4m3) =====
+# The rules an 8-bit (e4m3) attention kernel adds (helper fp8attn, issue 25). The shared ones already cover it:
+# ATTN-QK-WGMMA-K / ATTN-PV-WGMMA-K (K = 32: head dims and tile_kv multiples of 32), ATTN-TMA-V (V^T's
+# descriptor), ATTN-SMEM-CAPACITY (1-byte stages; the smem probe oracle has e4m3 rows), ATTN-REGISTERS (P in a
+# quarter of S's registers).
+ATTN_FP8_RULES = RuleSet("attention_fp8")
+_8 = ATTN_FP8_RULES.rule
+
+
+@_8("ATTN-FP8-V-K-MAJOR", rulebook="B06", source=f"{_PTX} (wgmma.mma_async imm-trans-a/imm-trans-b: the transpose exists for "
+    ".f16/.bf16 only, so 8-bit A and B are K-major); 88_hopper_fmha.cu:253-255 (StrideV (_1, int, (int, int)) for 1-byte elements)",
+    summary="e4m3 inputs need V stored transposed (problem v_transposed: the KV sequence, P V's K, contiguous); "
+            "16-bit inputs are read with V's head dim contiguous")
+def _fp8_v_k_major(c: AttentionContext):
+    vt = getattr(c.problem, "v_is_transposed", c.dtype == "e4m3")
+    if c.dtype == "e4m3" and not vt:
+        return ("e4m3 with V stored (seqlen_kv, head_dim), head dim contiguous: 8-bit WGMMA reads B (V, K = the KV "
+                "sequence) K-major only; store V^T (v_transposed) or let the op transpose it")
+    return None
+
+
+@_8("ATTN-ACC-QK-F16-CONSENT", rulebook="B05", source=f"{_PTX}.3 (.f16 accumulator: 11-bit significand); "
+    "88_hopper_fmha.cu:962 (the FP8 kAccQK = half_t kernel); FlashAttention-3 keeps fp32 accumulation",
+    summary="acc_qk f16 only when the problem allows it (allow_f16_qk_acc): an f16 Q K^T accumulator rounds every "
+            "partial sum to 11 bits and overflows past 65504, a real accuracy trade the caller must choose")
+def _acc_qk_consent(c: AttentionContext):
+    if c.config.acc_qk == "f16" and not getattr(c.problem, "allow_f16_qk_acc", False):
+        return ("acc_qk=f16 but the problem does not allow an f16 Q K^T accumulator (allow_f16_qk_acc false): "
+                "the default is f32")
+    return None
+
+
+@_8("ATTN-FP8-SCHEDULE", rulebook="B06", source=f"{_COLL_TMA}:75-78 (LayoutQKV fixed to (int, _1, (int, int)): "
+    "V head-dim contiguous, no transposed V)",
+    summary="e4m3 runs on the warp-specialized schedules (ws_cooperative, ws_pingpong): the tma mainloop has one "
+            "layout for Q, K and V and cannot read V^T")
+def _fp8_schedule(c: AttentionContext):
+    if c.dtype == "e4m3" and not c.ws:
+        return f"e4m3 with schedule {c.config.schedule}: the tma mainloop reads V head-dim contiguous only"
+    return None
+
+
+# ============================================================================ split-KV (decode) =====
+# The split-KV kernel (config kv_splits > 1; templates/attention/fmha_sm90_splitkv.cu.j2): the KV length cut
+# into chunks of whole KV tiles run by separate CTAs, float32 partial O and LSE per split in the workspace, a
+# combine kernel after. cutegen/ops/attention/splitkv.py mirrors its arithmetic.
+_SPLIT_TPL = "templates/attention/fmha_sm90_splitkv.cu.j2"
+INT32_MAX = 2**31 - 1
+ATTN_SPLIT_RULES = RuleSet("attention_split_kv")
+_s = ATTN_SPLIT_RULES.rule
+
+
+def split_kv_tiles(seqlen_kv: int, tile_kv: int) -> int:
+    """KV tiles of a sequence: the most splits that each get one (the ABI runs min(kv_splits, tiles))."""
+    return -(-seqlen_kv // tile_kv)
+
+
+@_s("ATTN-SPLIT-SCHEDULE", source=f"{_SPLIT_TPL} (SplitKvMainloop derives from {_COLL_WS}'s "
+    "FmhaMainloopTmaWarpSpecialized; the tma kernel's loads are another collective, fmha_collective_tma.hpp)",
+    summary="kv_splits > 1 needs a warp-specialized schedule (ws_cooperative or ws_pingpong)")
+def _split_schedule(c: AttentionContext):
+    if c.kv_splits > 1 and not c.ws:
+        return f"kv_splits={c.kv_splits} with schedule {c.config.schedule}: the split mainloop is the warp-specialized one"
+    return None
+
+
+@_s("ATTN-SPLIT-CAUSAL", source="cutegen/ops/attention/problem.py (causal is top-left, SDPA's is_causal); "
+    f"{_EX}/collective/fmha_fusion.hpp:136-146 (CausalFusion::get_trip_count <= ceil((q_block + 1) x tile_q / tile_kv))",
+    summary="kv_splits > 1 only without the causal mask: top-left causal reads at most ceil((q_block + 1) x tile_q / "
+            "tile_kv) KV tiles per Q block, so the keys past seqlen_q are never read and there is no long walk to split "
+            "(the split kernel renders no mask)")
+def _split_causal(c: AttentionContext):
+    if c.kv_splits > 1 and getattr(c.problem, "causal", False):
+        return (f"kv_splits={c.kv_splits} with causal true: a Q block of {c.config.tile_q} rows reads at most "
+                f"ceil((q_block + 1) x {c.config.tile_q} / {c.config.tile_kv}) KV tiles (top-left mask)")
+    return None
+
+
+@_s("ATTN-SPLIT-TILES", source=f"{_SPLIT_TPL} kv_split_of (split j runs tiles [floor(j T / S), floor((j + 1) T / S))); "
+    "cutegen/ops/attention/splitkv.py split_ranges",
+    summary="kv_splits <= ceil(seqlen_kv / tile_kv): every split owns at least one KV tile (beyond that the ABI "
+            "runs min(kv_splits, tiles) splits, so a larger count is the same kernel with a larger workspace)")
+def _split_tiles(c: AttentionContext):
+    if c.kv_splits <= 1:
+        return None
+    tiles = split_kv_tiles(c.problem.seqlen_kv, c.config.tile_kv)
+    if c.kv_splits > tiles:
+        return (f"kv_splits={c.kv_splits} > {tiles} KV tiles of {c.config.tile_kv} keys in seqlen_kv="
+                f"{c.problem.seqlen_kv}: {c.kv_splits - tiles} split(s) would have no key")
+    return None
+
+
+@_s("ATTN-SPLIT-WORKSPACE", source=f"{_SPLIT_TPL} (StrideO of the partial O: (head dim, _1, (splits x rows x head "
+    f"dim, rows x head dim)), int); {_EPI}:62-66 (the epilogue's strides are int)",
+    summary="kv_splits x group x seqlen_q x head_dim_v <= 2^31 - 1: the partial O of one (batch, KV head) across its "
+            "splits is addressed with the 88 epilogue's 32-bit strides")
+def _split_workspace(c: AttentionContext):
+    if c.kv_splits <= 1:
+        return None
+    p = c.problem
+    elems = c.kv_splits * (p.heads_q // p.heads_kv) * p.seqlen_q * c.head_dim_v
+    if elems > INT32_MAX:
+        return (f"kv_splits={c.kv_splits} x group {p.heads_q // p.heads_kv} x seqlen_q {p.seqlen_q} x head_dim_v "
+                f"{c.head_dim_v} = {elems} partial-O elements per (batch, KV head) > 2^31 - 1")
+    return None
+
+
 # ==================================================================================== the check ======
-RULESETS: list[RuleSet] = [ATTN_WGMMA_RULES, ATTN_TMA_RULES, ATTN_RESOURCE_RULES, ATTN_FMHA_RULES]
+RULESETS: list[RuleSet] = [ATTN_WGMMA_RULES, ATTN_TMA_RULES, ATTN_RESOURCE_RULES, ATTN_FMHA_RULES, ATTN_SPLIT_RULES,
+                           ATTN_FP8_RULES]
 # Warnings that do not make a configuration unfit for the search (both are still reported): a head dim the
 # example does not compile is what the search is for; can_implement is not called by cutegen's ABI.
 NOTE_ONLY = frozenset({"ATTN-HEAD-DIM-EXAMPLE", "ATTN-CAN-IMPLEMENT"})
@@ -650,4 +766,5 @@ def all_attention_rules() -> list:
 
 
 __all__ = ["AttentionContext", "AttentionReport", "check_attention", "first_pruning_violation", "RULESETS", "NOTE_ONLY",
-           "ATTN_WGMMA_RULES", "ATTN_TMA_RULES", "ATTN_RESOURCE_RULES", "ATTN_FMHA_RULES", "all_attention_rules"]
+           "ATTN_WGMMA_RULES", "ATTN_TMA_RULES", "ATTN_RESOURCE_RULES", "ATTN_FMHA_RULES", "ATTN_SPLIT_RULES",
+           "ATTN_FP8_RULES", "all_attention_rules", "split_kv_tiles"]

@@ -199,19 +199,27 @@ def _tf32_n8_k16(c):
 
 @_rule("SM90-SMEM-STAGE-SLICE", rulebook="new (E03 family)",
        source="cute/swizzle_layout.hpp:230-290 slice_and_offset -> cute/layout.hpp:1077,1101 static_asserts "
-              "(Stride/Shape Divisibility Condition); instantiated by the mainloop's Params (SmemLayout(_,_,0)) "
-              "and the device-side stage slices of A and B; nvcc-verified on 25 tile/stage cases. The epilogue's C/D "
-              "buffers go through as_position_independent_swizzle_tensor instead: a column-major 64x8x3-stage C "
-              "buffer that this algebra rejects compiles (nvcc), so C and D are not checked here",
+              "(Stride/Shape Divisibility Condition); instantiated by the stock mainloop's Params "
+              "(SmemLayout(_,_,0), sm90_mma_tma_gmma_ss_warpspecialized.hpp:177-190); nvcc-verified on 25 "
+              "tile/stage cases. Narrowed 2026-11-26: where cutegen/stage_tma.py's one-stage descriptor "
+              "mainloop covers the kernel (K-major SW128 atom holding the whole Tile_K, TMA, not FP8 two-level) "
+              "the renderer uses it and the slice is never taken (nvcc 13.0 built 64x136, 128x200, 128x232). "
+              "The epilogue's C/D buffers go through as_position_independent_swizzle_tensor instead: a "
+              "column-major 64x8x3-stage C buffer that this algebra rejects compiles (nvcc), so C and D are "
+              "not checked here",
        summary="slicing one pipeline stage out of the swizzled A and B smem layouts passes CuTe's static "
-               "divisibility checks")
+               "divisibility checks, or the kernel renders with the one-stage descriptor mainloop")
 def _stage_slice(c):
-    from cutegen import smem
+    from cutegen import smem, stage_tma
     atom_a, atom_b = _smem_atoms(c)
     for name, atom, bits, mn in (("A", atom_a, c.bits_a, c.tm), ("B", atom_b, c.bits_b, c.tn)):
         why = smem.stage_slice_check(atom.major, atom.swizzle, bits, mn, c.tk, c.stages, atom.major == "K", True)
         if why:
-            return f"{name} smem {atom} {mn}x{c.tk}x{c.stages} stages: {why}"
+            instead = stage_tma.why_not(c.problem, c.config, c.bits_a, c.bits_b, c.fp8_promoted,
+                                        cb.uses_register_a(c.problem))
+            if instead is None:
+                return None
+            return f"{name} smem {atom} {mn}x{c.tk}x{c.stages} stages: {why}; no one-stage form: {instead}"
     return None
 
 

@@ -454,6 +454,16 @@ def check_grouped(problem, config, cuda_version: tuple[int, int] = DEFAULT_CUDA_
     rep = check_config(view, kc)
     seen = {v.rule_id for v in found}
     enforced = [v for v in found if v.enforced] + [v for v in rep.violations if v.rule_id not in seen]
+    if rep.config is not None and "SM90-SMEM-STAGE-SLICE" not in {v.rule_id for v in enforced}:
+        from cutegen import stage_tma
+        if stage_tma.needed_for(view, rep.config):
+            # check_config passes these because the GEMM template renders them with the one-stage TMA form
+            # (cutegen/stage_tma.py); the grouped template uses CUTLASS's ptr-array collective, whose Params
+            # slice the stage exactly as the stock SS collective does
+            enforced.append(Violation(
+                "SM90-SMEM-STAGE-SLICE",
+                f"B smem {rep.config.smem_layout_b} {kc.tile_shape[1]}x{kc.tile_shape[2]}: CuTe cannot slice the "
+                "stage, and the grouped template has no one-stage TMA form (it is GEMM's)", True, "cutlass_sm90"))
     warnings = [v for v in found if not v.enforced] + list(rep.warnings)
     legal = not enforced
     done = config.replace(stages=stages) if legal and config.stages is None else (config if legal else None)

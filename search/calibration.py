@@ -198,7 +198,7 @@ def load_db(db=None, device_kind: str | None = None) -> list[tuple]:
 
     db = db if db is not None else ResultsDB(seed=True)
     out = []
-    for s in from_measurements(db.measurements(device_kind=device_kind), device_kind):
+    for s in from_measurements(db.measurements(device_kind=device_kind, op="gemm"), device_kind):
         if s.harness != "bench":
             continue
         out.append((s.problem, s.config, s.stages, s.measured_us, "db:" + _problem_key(s.stated_problem),

@@ -198,19 +198,41 @@ def _ss_op_n(tn):
     return out
 
 
+def search_instruction_n(tn):
+    """The WGMMA N the search gives a tile (search/engine.py ``_make_config``): CUTLASS's ss_op_selector width
+    (the widest of 256, 192, 128, 96, 64, 32, 16, 8 dividing Tile_N), except for the odd multiples of 8 above
+    8 (24, 40, ..., 136, 200, 232, 248), which the selector would split into Tile_N / 8 m64n8 instructions:
+    those get the whole tile width, one instruction (any multiple of 8 up to 256 is a WGMMA N). Those tiles
+    became reachable with the one-stage TMA form (cutegen/stage_tma.py); every tile the search could render
+    before keeps its instruction and its price. (Giving the even non-standard tiles 144, 208, 224, 240 their
+    full width too is the better model -- NOTES.md, the issue 24 diagnosis measured 128x208 at 45.0 us full
+    width and 83.9 us with the selector's m64n16 -- but it moves committed kernels: not done here.)"""
+    tn = np.asarray(tn)
+    return np.where((tn % 16 == 8) & (tn > 8) & (tn <= 256), tn, _ss_op_n(tn))
+
+
+def instruction_n_of(config):
+    """The WGMMA N a configuration renders with: its own instruction, else the builder's choice."""
+    if getattr(config, "mma_instruction", None):
+        return int(config.mma_instruction[1])
+    return int(_ss_op_n(np.asarray([config.tile_shape[1]]))[0])
+
+
 # launch-plan decomposition codes (cutegen.launch_plan.DECOMPOSITIONS) for stream-K kernels
 DECOMP_HEURISTIC, DECOMP_DATA_PARALLEL, DECOMP_SPLIT_K, DECOMP_STREAM_K = range(4)
 PARTIAL_BYTES_PER_ELEMENT = 4.0   # the workspace holds f32 accumulators (ElementAccumulator)
 
 
 def cost_arrays(problem, tm, tn, tk, cm, cn, sched, epi, scheduler, stages, raster=0, swizzle=1, device=None,
-                decomposition=DECOMP_STREAM_K, splits=1):
+                decomposition=DECOMP_STREAM_K, splits=1, instr_n=None):
     """Vectorised cost. Integer arrays (codes index SCHEDULES / EPILOGUES / SCHEDULERS / RASTERS).
 
     ``device``: a ``Rates`` (SM count, HBM bandwidth, tensor peak) of another device kind; None is the
     model as calibrated (132 SMs). ``decomposition`` and ``splits`` are the launch plan of stream-K
     kernels (scheduler code 1); persistent kernels ignore them. The default prices the stream-K
-    decomposition. Returns (total_us, parts) where parts is a dict of arrays, one per term.
+    decomposition. ``instr_n``: the WGMMA N of each row (None: CUTLASS's ss_op_selector width, which is
+    what a configuration without an explicit instruction renders with). Returns (total_us, parts) where
+    parts is a dict of arrays, one per term.
     """
     sms = SMS if device is None else device.sms
     hbm = (HBM_BYTES_PER_S if device is None else device.hbm_bytes_per_s) * HBM_EFFICIENCY
@@ -248,7 +270,7 @@ def cost_arrays(problem, tm, tn, tk, cm, cn, sched, epi, scheduler, stages, rast
 
     # mainloop per k-block
     kblocks = np.ceil(K / tk)
-    eff = instruction_efficiency(_ss_op_n(tn.astype(np.int64)))
+    eff = instruction_efficiency(_ss_op_n(tn.astype(np.int64)) if instr_n is None else np.asarray(instr_n))
     eff = np.where(sched == 0, eff * 0.92, eff)       # one consumer warpgroup: no math/issue overlap
     # accumulator registers per MMA thread (cooperative splits M over two warpgroups): past ~160 of
     # the 232-240 a consumer owns, the compiler runs out of room to pipeline fragments and addresses
@@ -474,7 +496,7 @@ def config_cost(problem, config, stages: int, plan=None, device=None) -> tuple[f
     decomp, splits = (DECOMP_STREAM_K, 1) if plan is None else plan.codes()[:2]
     total, parts = cost_arrays(problem, [t[0]], [t[1]], [t[2]], [c[0]], [c[1]], [s], [e], [sc], [stages],
                                [RASTERS.index(config.raster_order)], [config.raster_swizzle], device=device,
-                               decomposition=[decomp], splits=[splits])
+                               decomposition=[decomp], splits=[splits], instr_n=[instruction_n_of(config)])
     breakdown = {k: round(float(np.asarray(v).reshape(-1)[0]), 4) for k, v in parts.items()
                  if sc == 1 or k not in ("reduction_us", "workspace_bytes")}   # no reduction without stream-K
     breakdown["stages"] = stages

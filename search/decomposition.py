@@ -29,7 +29,8 @@ PLANS = ((costmod.DECOMP_DATA_PARALLEL, 1), (costmod.DECOMP_STREAM_K, 1)) + tupl
     (costmod.DECOMP_SPLIT_K, s) for s in SPLIT_COUNTS)
 
 
-def min_plan_cost(problem, tm, tn, tk, cm, cn, sched, epi, scheduler, stages, raster=0, swizzle=1, device=None):
+def min_plan_cost(problem, tm, tn, tk, cm, cn, sched, epi, scheduler, stages, raster=0, swizzle=1, device=None,
+                  instr_n=None):
     """(cost, plan index into PLANS) per row: the cheapest plan of each stream-K row; persistent rows
     cost as ``cost_arrays`` prices them (plan index 0).
 
@@ -38,7 +39,9 @@ def min_plan_cost(problem, tm, tn, tk, cm, cn, sched, epi, scheduler, stages, ra
     n = len(np.atleast_1d(np.asarray(tm)))
     cols = [np.broadcast_to(np.asarray(x), (n,)) for x in (tm, tn, tk, cm, cn, sched, epi, scheduler, stages,
                                                              raster, swizzle)]
-    best, _ = costmod.cost_arrays(problem, *cols, device=device, decomposition=costmod.DECOMP_DATA_PARALLEL)
+    instr = None if instr_n is None else np.broadcast_to(np.asarray(instr_n), (n,))
+    best, _ = costmod.cost_arrays(problem, *cols, device=device, decomposition=costmod.DECOMP_DATA_PARALLEL,
+                                  instr_n=instr)
     best = np.array(best, dtype=np.float64)
     best_i = np.zeros(n, dtype=np.int64)
     # only cooperative stream-K rows: the other schedules cannot take the stream-K scheduler
@@ -49,7 +52,8 @@ def min_plan_cost(problem, tm, tn, tk, cm, cn, sched, epi, scheduler, stages, ra
         sub = [c[sk] for c in cols]
         decomp = np.array([d for d, _ in PLANS])[:, None]
         splits = np.array([s for _, s in PLANS])[:, None]
-        total, _ = costmod.cost_arrays(problem, *sub, device=device, decomposition=decomp, splits=splits)
+        total, _ = costmod.cost_arrays(problem, *sub, device=device, decomposition=decomp, splits=splits,
+                                       instr_n=None if instr is None else instr[sk])
         k_tiles = np.ceil(problem.k / sub[2].astype(np.float64))
         # SM90-SPLITK-SPLITS-KTILES: no more pieces than k-blocks. Data-parallel is left out: a stream-K
         # kernel running whole tiles is its persistent twin (same tile, cluster and policy, always in the
@@ -123,7 +127,8 @@ def plan_options(problem, config, stages: int, device=None, data_parallel: bool 
     total, _ = costmod.cost_arrays(problem, [t[0]], [t[1]], [t[2]], [c[0]], [c[1]], [s], [e], [sc], [stages],
                                    [costmod.RASTERS.index(config.raster_order)], [config.raster_swizzle],
                                    device=device, decomposition=np.array([PLANS[i][0] for i in keep])[:, None],
-                                   splits=np.array([PLANS[i][1] for i in keep])[:, None])
+                                   splits=np.array([PLANS[i][1] for i in keep])[:, None],
+                                   instr_n=[costmod.instruction_n_of(config)])
     return [(float(total[j, 0]), plans[i]) for j, i in enumerate(keep)]
 
 

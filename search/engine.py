@@ -18,7 +18,9 @@ Stages (each a ruleset run to saturation, so nothing blows up):
 from __future__ import annotations
 
 import math
+import os
 import resource
+import threading
 import time
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -155,13 +157,20 @@ class SearchResult:
 
 # --- the e-graph of one problem -------------------------------------------------------------------------
 
+_SHARED_SPACES: dict = {}      # SearchSpace.shared: (WGMMA K, TMA can load, policies) -> the saturated space
+_SHARED_LOCK = threading.Lock()
+
+
 class SearchSpace:
     """The saturated e-graph of one problem's choices, before any candidate is expanded."""
 
-    def __init__(self, problem, policies=POLICIES):
+    _in_use = False
+
+    def __init__(self, problem, policies=POLICIES, wave_tiles: bool = False):
         from cutegen.dtypes import DTYPES
 
         self.problem = problem
+        self.wave_tiles = bool(wave_tiles)   # odd-multiple-of-8 tiles get their full-width WGMMA (wave_tiles_default)
         self.kk = DTYPES[problem.dtype_a].wgmma_k
         self.egg = Egg(SCHEDULE_SORTS + SCHEDULE_RULES + PLAN_SORTS + PLAN_RULES)
         self.egg.input("InstrSeed", [(n, self.kk) for n in INSTR_N])
@@ -178,6 +187,48 @@ class SearchSpace:
         self.policies = sorted({tuple(i64(x) for x in r.inputs[:3]) for r in frozen["Pol"].rows})
         self._tile_class = {tuple(i64(x) for x in r.inputs): r.output for r in frozen["CtaTile"].rows}
         self._frozen = frozen
+
+    @classmethod
+    def shared(cls, problem, policies=POLICIES, wave_tiles: bool = False) -> "SearchSpace":
+        """The same space, its saturated e-graph built once per process for each (WGMMA K of the types,
+        TMA can load the operands, policies): everything ``__init__`` reads of the problem. A search expands
+        into it between egglog's ``(push)`` and ``(pop)``, so every problem of a pack's class (any M, N, K)
+        starts from the same saturated e-graph without saturating it again; ``release`` pops back. A space
+        already in use (a nested search) is built fresh. ``wave_tiles`` changes the pricing only, not the
+        e-graph, so it is set on the copy and is not part of the key."""
+        from cutegen.dtypes import DTYPES
+
+        key = (DTYPES[problem.dtype_a].wgmma_k, tma_can_load(problem), tuple(policies))
+        with _SHARED_LOCK:              # a Dask worker runs searches in several threads of one process
+            base = _SHARED_SPACES.get(key)
+            if base is not None and base._in_use:
+                base = None
+            elif base is None:
+                base = _SHARED_SPACES[key] = cls(problem, policies)
+                base._in_use = True
+            else:
+                base._in_use = True
+        if base is None:
+            return cls(problem, policies, wave_tiles=wave_tiles)
+        space = object.__new__(cls)
+        space.__dict__.update(base.__dict__)
+        space.problem = problem
+        space.wave_tiles = bool(wave_tiles)
+        space._base, space._iterations = base, base.egg.iterations
+        base.egg.run("(push)")
+        return space
+
+    def release(self) -> None:
+        """Done with this space: a shared one pops the e-graph back to its saturated state (and its
+        iteration count), any other is closed."""
+        base = self.__dict__.get("_base")
+        if base is None:
+            self.egg.close()
+            return
+        self.egg.run("(pop)")
+        self.egg.iterations = self._iterations
+        with _SHARED_LOCK:
+            base._in_use = False
 
     def reaches(self, config) -> bool:
         """Is this configuration's (tile, cluster, policy) a term the rewrites reached?"""
@@ -262,15 +313,34 @@ def _auto_stages(shape_free_problem, tile: tuple, family: str) -> int:
     return max(int(smem.auto_stage_count(DTYPES[p.dtype_a].bits, DTYPES[p.dtype_b].bits, tile, carve)), 0)
 
 
-def _make_config(tile, cluster, policy, stages="auto", raster="heuristic", swizzle=1):
+def _make_config(tile, cluster, policy, stages="auto", raster="heuristic", swizzle=1, wgmma_k=None):
+    """A candidate. ``wgmma_k`` (the problem's WGMMA K) names the instruction where CUTLASS's ss_op_selector
+    would not use the whole tile width (costmod.search_instruction_n); elsewhere the instruction is left to
+    completion, which chooses the same one (so those kernels' bytes do not change)."""
     from cutegen.config import KernelConfig
 
     s, e, sc = policy
     ns = len(costmod.SCHEDULES)
+    instr = None
+    if wgmma_k:
+        n = int(costmod.search_instruction_n(np.asarray([tile[1]]))[0])
+        if n != int(costmod._ss_op_n(np.asarray([tile[1]]))[0]):
+            instr = (64, n, int(wgmma_k))
     return KernelConfig(tile_shape=tile, cluster_shape=(cluster[0], cluster[1], 1), stages=stages,
                         mainloop_schedule=costmod.SCHEDULES[s % ns], epilogue_schedule=costmod.EPILOGUES[e],
                         tile_scheduler=costmod.SCHEDULERS[sc], raster_order=raster, raster_swizzle=swizzle,
-                        mainloop_load=costmod.LOADS[s // ns])
+                        mainloop_load=costmod.LOADS[s // ns], mma_instruction=instr)
+
+
+@lru_cache(maxsize=256)
+def _family_stages(shape_free_problem, tiles: tuple) -> np.ndarray:
+    """Per tile of the space, the auto stage count of each epilogue family (coop, other, no_smem): a function of
+    the problem's types and layouts and the tiles alone, so every search of one pack's class (every M, N, K)
+    shares it (read-only)."""
+    out = np.array([[_auto_stages(shape_free_problem, tuple(int(x) for x in t), fam)
+                     for fam in ("coop", "other", "no_smem")] for t in tiles], dtype=np.int64)
+    out.setflags(write=False)
+    return out
 
 
 def rank_space(space: SearchSpace, rates=None):
@@ -285,13 +355,13 @@ def rank_space(space: SearchSpace, rates=None):
     keep = problem_mask(p, clusters, pols, ci, pi)
     ti, ci, pi = ti[keep], ci[keep], pi[keep]
     free = p.replace(m=1, n=1, k=1, batch=1, lda=0, ldb=0, ldc=0)
-    fam_stages = np.array([[_auto_stages(free, tuple(int(x) for x in t), fam)
-                            for fam in ("coop", "other", "no_smem")] for t in tiles], dtype=np.int64)
+    fam_stages = _family_stages(free, tuple(space.tiles))
     fam = np.where(pols[:, 1] == 2, 2, np.where(pols[:, 0] % len(costmod.SCHEDULES) == 1, 0, 1))
     stages = fam_stages[ti, fam[pi]]
     # a stream-K row costs its cheapest launch plan (search/decomposition.py)
     total, _ = min_plan_cost(p, tiles[ti, 0], tiles[ti, 1], tiles[ti, 2], clusters[ci, 0], clusters[ci, 1],
-                             pols[pi, 0], pols[pi, 1], pols[pi, 2], np.maximum(stages, 1), device=rates)
+                             pols[pi, 0], pols[pi, 1], pols[pi, 2], np.maximum(stages, 1), device=rates,
+                             instr_n=costmod.search_instruction_n(tiles[ti, 1]) if space.wave_tiles else None)
     # a configuration that cannot hold two stages costs nothing to rank: the rules will reject it
     order = np.lexsort((pi, ci, ti, np.round(total, 6)))
     return tiles, clusters, pols, ti, ci, pi, total, order
@@ -306,12 +376,27 @@ def _exact_costs(problem, rows: list, rates=None) -> list[tuple[float, tuple]]:
     total, _ = min_plan_cost(
         problem, [c.tile_shape[0] for c in cfgs], [c.tile_shape[1] for c in cfgs], [c.tile_shape[2] for c in cfgs],
         [c.cluster_shape[0] for c in cfgs], [c.cluster_shape[1] for c in cfgs], codes[:, 0], codes[:, 1], codes[:, 2],
-        [row[6].stages for row in rows], [row[3] for row in rows], [row[4] for row in rows], device=rates)
+        [row[6].stages for row in rows], [row[3] for row in rows], [row[4] for row in rows], device=rates,
+        instr_n=[costmod.instruction_n_of(c) for c in cfgs])
     return [(float(t), row) for t, row in zip(total, rows)]
 
 
+WAVE_TILES_ENV = "CUTEGEN_WAVE_TILES"
+
+
+def wave_tiles_default() -> bool:
+    """Whether the search gives odd-multiple-of-8 tiles (Tile_N = 24, 40, ..., 136, 200, 232, 248) their
+    full-width WGMMA and prices them so (costmod.search_instruction_n). Off unless $CUTEGEN_WAVE_TILES is 1:
+    those tiles compile through the one-stage TMA form (cutegen/stage_tma.py), but with the full-width
+    instruction the search picks them for 31 of the committed kernels (NOTES.md, "Tiles sized to the waves"),
+    which need GPU validation records before they can land. Off, such a tile keeps ss_op_selector's m64n8
+    instructions and price (and is never the pick), exactly as before."""
+    return os.environ.get(WAVE_TILES_ENV, "") == "1"
+
+
 def search(problem, top_k: int = 5, *, explain: bool = False, backend: str = "cutlass", device: str | None = None,
-           predictor=None, staging: bool = True) -> SearchResult:
+           predictor=None, staging: bool = True, egraph_sizes: bool = True,
+           wave_tiles: bool | None = None) -> SearchResult:
     """Search the legal Hopper GEMM kernels for ``problem``; the best ``top_k``, cheapest first.
 
     ``backend`` is the renderer the result is for: "cutlass" (explicit C++ types), "cutlass_builder"
@@ -322,7 +407,9 @@ def search(problem, top_k: int = 5, *, explain: bool = False, backend: str = "cu
     ``staging``: offer the staged form (cutegen/staging.py) of a problem whose A or B TMA cannot read;
     False for callers whose kernels run without the C ABI's copies (kernel packs' plan entry points); it
     also leaves out the split-K-with-separate-reduction form (``split_k_reduce_forms``), whose reduction
-    kernel is the C ABI's too."""
+    kernel is the C ABI's too. ``egraph_sizes=False``: the result's ``egraph_nodes``/``egraph_classes`` are 0 (counting
+    them reads the whole e-graph back; a kernel pack's searches do not report them). ``wave_tiles``: give the
+    odd-multiple-of-8 tiles their full-width WGMMA (None: ``wave_tiles_default()``)."""
     from cutegen.errors import FieldError
     from cutegen.problem import GemmProblem
     from cutegen.collective_builder import uses_register_a
@@ -335,6 +422,7 @@ def search(problem, top_k: int = 5, *, explain: bool = False, backend: str = "cu
     if backend not in ("cutlass", "cutlass_builder", "dsl"):
         raise FieldError("backend", f"{backend!r} is not one of cutlass, cutlass_builder, dsl")
     t0 = time.perf_counter()
+    wave = wave_tiles_default() if wave_tiles is None else bool(wave_tiles)
     results = []
     swap_pruned: dict[str, int] = {}
     unjudged = 0
@@ -359,12 +447,12 @@ def search(problem, top_k: int = 5, *, explain: bool = False, backend: str = "cu
             from cutegen.staging import stage_flags, staged_problem
             flags = stage_flags(problem, staged)
             oriented = staged_problem(problem, _make_config((128, 128, 64), (1, 1), (1, 1, 0)).replace(**flags))
-            space = SearchSpace(oriented)
+            space = SearchSpace.shared(oriented, wave_tiles=wave)
             try:
                 results.append(((False, staged), _search(space, oriented, top_k, explain, t0, backend, device,
-                                                          predictor)))
+                                                          predictor, egraph_sizes)))
             finally:
-                space.egg.close()
+                space.release()
             continue
         if swapped:
             if backend == "dsl":        # DSL-SWAP-AB: the DSL renderer does not exchange operands
@@ -377,7 +465,7 @@ def search(problem, top_k: int = 5, *, explain: bool = False, backend: str = "cu
                     swap_pruned[v.rule_id] = swap_pruned.get(v.rule_id, 0) + 1
                 continue
         oriented = transposed(problem) if swapped else problem
-        space = SearchSpace(oriented)
+        space = SearchSpace.shared(oriented, wave_tiles=wave)
         try:
             if not swapped and stage and predictor is None and len(costs_so_far()) >= top_k:
                 # the same bound between the staged form and the unstaged one: when the cheapest
@@ -396,9 +484,10 @@ def search(problem, top_k: int = 5, *, explain: bool = False, backend: str = "cu
                 if float(est.min()) * (1.0 + swap_margin(problem)) >= stated_best:
                     unjudged += int(est.size)
                     continue
-            results.append(((swapped, ()), _search(space, oriented, top_k, explain, t0, backend, device, predictor)))
+            results.append(((swapped, ()), _search(space, oriented, top_k, explain, t0, backend, device, predictor,
+                                                   egraph_sizes)))
         finally:
-            space.egg.close()
+            space.release()
     sliced_results = []
     for s in split_k_reduce_forms(problem, backend) if staging else ():
         # the batched slice GEMM (cutegen/split_k_reduce.py), searched like any problem; its kernels carry
@@ -406,7 +495,7 @@ def search(problem, top_k: int = 5, *, explain: bool = False, backend: str = "cu
         from cutegen.split_k_reduce import sliced_problem
         reduce_us = costmod.split_k_reduce_us(problem, s, device_rates(device))
         sliced = sliced_problem(problem, _make_config((128, 128, 64), (1, 1), (1, 1, 0)).replace(split_k_slices=s))
-        space = SearchSpace(sliced, PERSISTENT_POLICIES)
+        space = SearchSpace.shared(sliced, PERSISTENT_POLICIES, wave_tiles=wave)
         try:
             so_far = sorted(costs_so_far() + [x.cost + reduce_us for _, r in sliced_results for x in r.ranked])
             if predictor is None and len(so_far) >= top_k:
@@ -416,9 +505,10 @@ def search(problem, top_k: int = 5, *, explain: bool = False, backend: str = "cu
                 if est.size == 0 or float(est.min()) + reduce_us >= so_far[top_k - 1]:
                     unjudged += int(est.size)
                     continue
-            sliced_results.append((s, _search(space, sliced, top_k, explain, t0, backend, device, predictor)))
+            sliced_results.append((s, _search(space, sliced, top_k, explain, t0, backend, device, predictor,
+                                              egraph_sizes)))
         finally:
-            space.egg.close()
+            space.release()
     return _merge(problem, results, top_k, swap_pruned, t0, unjudged, device, sliced_results)
 
 
@@ -552,7 +642,8 @@ def _temporal(problem, ranked: list, stages: list, backend: str, judge, explain:
 
 
 def _search(space: SearchSpace, problem, top_k: int, explain: bool, t0: float,
-            backend: str = "cutlass", device: str | None = None, predictor=None) -> SearchResult:
+            backend: str = "cutlass", device: str | None = None, predictor=None,
+            egraph_sizes: bool = True) -> SearchResult:
     from .learned.device import rates as device_rates
 
     rates = device_rates(device)
@@ -569,7 +660,8 @@ def _search(space: SearchSpace, problem, top_k: int, explain: bool, t0: float,
 
     def judge_one(tile, cluster, pol, r=0, w=1, est_cost=math.inf):
         nonlocal kth
-        cfg = _make_config(tile, cluster, pol, raster=RASTER[r], swizzle=w)
+        cfg = _make_config(tile, cluster, pol, raster=RASTER[r], swizzle=w,
+                           wgmma_k=space.kk if space.wave_tiles else None)
         v = judge(cfg)
         row = (tile, cluster, pol, r, w, cfg, v)
         expanded.append(row)
@@ -646,7 +738,7 @@ def _search(space: SearchSpace, problem, top_k: int, explain: bool, t0: float,
                          f"16 bytes]")
         ranked.append(Ranked(v.config, pred.us if pred is not None else c, bd, chain, pred, plan))
     _temporal(problem, ranked, [costs[key][2].stages for key in picked], backend, judge, explain)
-    nodes, classes = egg.sizes()
+    nodes, classes = egg.sizes() if egraph_sizes else (0, 0)
     rejected = [{"config": row[5].to_dict(), "rules": row[6].rules, "reasons": row[6].reasons}
                 for row in expanded[:50] if not row[6].legal] if explain else []
     result = SearchResult(

@@ -362,9 +362,17 @@ def _extract(egg, exact: dict, top_k: int) -> list[tuple]:
     return picked[:top_k]
 
 
+# Order of rasters the model prices alike (it does where the DRAM stream is under the mainloop): AlongM, then
+# the heuristic (AlongN for a grouped launch). Measured on the H200 (bench/results/grouped/2026-11-26-h200-run2-*,
+# -profile-run1-*), the same tile and cluster ran faster along M in 14 of 17 pairs, by up to 17% (Mixtral w1) and
+# 10% on the one case the model ties (Qwen3 gate_up prefill, 128x256x64 1x2: 0.342 vs 0.377 ms in run 2, 0.394
+# vs 0.422 in the profile run): along M the CTAs that share a weight tile (a group's M tiles) run side by side.
+RASTER_TIE_ORDER = {"along_m": 0, "heuristic": 1, "along_n": 2}
+
+
 def _tie(cfg) -> tuple:
-    """Order of equal costs: the scheduler's defaults first (raster heuristic, no cluster), then the JSON."""
-    return (cfg.raster != "heuristic", cfg.cluster_size > 1, cfg.tile, cfg.cluster, cfg.schedule, cfg.swap_ab,
+    """Order of equal costs: along M first (RASTER_TIE_ORDER), no cluster first, then the JSON."""
+    return (RASTER_TIE_ORDER[cfg.raster], cfg.cluster_size > 1, cfg.tile, cfg.cluster, cfg.schedule, cfg.swap_ab,
             cfg.raster)
 
 

@@ -85,7 +85,7 @@ def check_kind(kind: str, db) -> None:
     """A kind must be one the cost model knows or one the database measured: a typo must not rank silently."""
     from cutegen.results import KINDS
 
-    if kind not in KINDS and not db.holds_kind(kind):
+    if kind not in KINDS and not db.holds_kind(kind, op="gemm"):
         raise FieldError("device", f"{kind!r} is not a known device kind ({', '.join(KINDS)}) and the results "
                          "database holds no measurement of it")
 
@@ -115,7 +115,7 @@ def choose(*, device: str | None = None, prior: bool = False, db=None, target: s
         return Ranking("prior", kind, source, note="--prior")
     db = db if db is not None else open_db()
     check_kind(kind, db)
-    if not db.holds_kind(kind):
+    if not db.holds_kind(kind, op="gemm"):          # GEMM's ranking: another operation's records do not count
         return Ranking("prior", kind, source, note=f"the results database holds no measurement of {kind}")
     from .learned import cache
 

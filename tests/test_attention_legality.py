@@ -45,8 +45,6 @@ CASES = [
     ("ATTN-PV-RS-OPERAND", {"dtype": "e4m3"}, dict(tile_kv=64), ({"dtype": "e4m3"}, dict(tile_kv=48))),
     # an f16 Q K^T accumulator: f16 inputs yes, bf16 no
     ("ATTN-ACC-QK-TYPE", {"dtype": "f16"}, dict(acc_qk="f16"), ({"dtype": "bf16"}, dict(acc_qk="f16"))),
-    # FP8 V is read transposed: its row is seqlen_kv bytes, 4096 = 256 x 16 in, 4104 out
-    ("ATTN-TMA-V", {"dtype": "e4m3", "seqlen_kv": 4096}, {}, ({"dtype": "e4m3", "seqlen_kv": 4104}, {})),
     # an e4m3 head of 16 B (head_dim 16) is a legal stride; 8 B (head_dim 8) is not
     ("ATTN-TMA-Q", {"dtype": "e4m3", "head_dim": 16}, {}, ({"dtype": "e4m3", "head_dim": 8}, {})),
     ("ATTN-TMA-K", {"dtype": "e4m3", "head_dim": 16}, {}, ({"dtype": "e4m3", "head_dim": 8}, {})),
@@ -165,6 +163,19 @@ def test_tma_o_descriptor_bound():
     assert v is not None and "TMA-GLOBAL-STRIDE-ALIGN" in v.reason
 
 
+def test_tma_vt_descriptor_bound():
+    """FP8 V is read transposed (V^T, the KV sequence contiguous) with rows padded to 16 bytes, the documented V^T
+    layout: seqlen_kv 4104 gives a 4112-byte row stride (legal); the same descriptor with the unpadded 4104 is not."""
+    rule = _rule("ATTN-TMA-V")
+    ctx = _ctx(P(dtype="e4m3", seqlen_kv=4104), C())
+    good = ctx.tensor_maps["V"]
+    assert good[1][0] == 4104 and good[2][0] == 4112
+    assert rule.evaluate(ctx) is None
+    bad = (good[0], good[1], (4104,) + good[2][1:], good[3], good[4])
+    v = rule.evaluate(_ctx(P(dtype="e4m3", seqlen_kv=4104), C(), tensor_maps=dict(ctx.tensor_maps, V=bad)))
+    assert v is not None and "TMA-GLOBAL-STRIDE-ALIGN" in v.reason
+
+
 def test_smem_model_matches_nvcc():
     """Every row of oracles/attention_smem_probe_results.jsonl: sizeof(Kernel::SharedStorage), threads and the
     consumers' setmaxnreg as nvcc computed them for the example's FmhaBuilder (CUTLASS 4.2, nvcc 13.0)."""
@@ -181,7 +192,12 @@ def test_smem_model_matches_nvcc():
 def test_example_kernels_are_legal(dtype, table):
     for d, configs in table.items():
         for c in configs:
-            r = check_attention(P(head_dim=d, dtype=dtype), c)
+            # the example's f16 Q K^T accumulator kernels are legal where the problem allows one
+            r = check_attention(P(head_dim=d, dtype=dtype, allow_f16_qk_acc=c.acc_qk == "f16"), c)
+            if dtype == "e4m3" and (d, c.tile_kv, c.acc_qk) == (128, 256, "f32"):
+                # 228 registers: nvcc 13.0 serializes the example's FP8 128x256 f32 kernel (built here, 2026-11-26)
+                assert [v.rule_id for v in r.violations] == ["ATTN-WGMMA-SERIALIZED"], r.violations
+                continue
             assert r.legal and r.search_legal, (d, c.short_name(), [str(v) for v in r.violations + r.warnings])
 
 

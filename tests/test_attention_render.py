@@ -98,8 +98,8 @@ def test_abi_symbols_and_argument_count_agree_with_abi_py():
 def test_registry_renders_and_refuses_through_the_op():
     assert registry.render(MHA, AttentionConfig()).kernel_hash == render(MHA, AttentionConfig()).kernel_hash
     assert registry.backend_refusals(MHA, TMA.replace(mma_warpgroups=2), "cutlass")[0].startswith("ATTN-RENDER-TMA-OPTIONS")
-    with pytest.raises(CutegenError, match="ATTN-RENDER-FP8"):
-        render(MHA.replace(dtype="e4m3"), AttentionConfig())
+    with pytest.raises(CutegenError, match="ATTN-RENDER-FP8-SCHEDULE"):     # e4m3 renders on the ws schedules only
+        render(MHA.replace(dtype="e4m3"), TMA)
 
 
 # --- refusals: each on both sides of its boundary -------------------------------------------------------
@@ -108,7 +108,10 @@ def _ids(problem, config):
 
 
 @pytest.mark.parametrize("rule, inside, outside", [
-    ("ATTN-RENDER-FP8", (MHA, AttentionConfig()), (MHA.replace(dtype="e4m3"), AttentionConfig())),
+    # e4m3: warp-specialized schedules only (the tma mainloop has no V^T); 16-bit kernels read V head-dim contiguous
+    ("ATTN-RENDER-FP8-SCHEDULE", (MHA.replace(dtype="e4m3"), AttentionConfig()), (MHA.replace(dtype="e4m3"), TMA)),
+    ("ATTN-RENDER-V-LAYOUT", (MHA.replace(dtype="e4m3", v_transposed=True), AttentionConfig()),
+     (MHA.replace(v_transposed=True), AttentionConfig())),
     ("ATTN-RENDER-HEAD-DIM-V", (MHA.replace(head_dim_v=128), AttentionConfig()),
      (MHA.replace(head_dim_v=120), AttentionConfig())),
     # varlen runs on the warp-specialized kernels (templates/attention/varlen/); schedule tma has no varlen variant

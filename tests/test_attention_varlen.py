@@ -160,6 +160,13 @@ def test_varlen_refusal_names_the_rule():
     assert not any(r.startswith("ATTN-RENDER-VARLEN-TMA:") for r in backend_refusals(mha.replace(varlen=False), tma))
     for config in (AttentionConfig(), AttentionConfig(128, 128, "ws_pingpong", persistent=True, loads_q_separately=True)):
         assert backend_refusals(VARLEN, config) == []
+    # the varlen template is 16-bit and unsplit: e4m3 and kv_splits > 1 are refused for varlen, not for dense
+    ids = lambda p, c: [r.split(":", 1)[0] for r in backend_refusals(p, c)]  # noqa: E731
+    assert "ATTN-RENDER-VARLEN-FP8" in ids(VARLEN.replace(dtype="e4m3"), AttentionConfig())
+    assert "ATTN-RENDER-VARLEN-FP8" not in ids(VARLEN.replace(dtype="e4m3", varlen=False), AttentionConfig())
+    assert "ATTN-RENDER-VARLEN-SPLIT-KV" in ids(VARLEN, AttentionConfig(kv_splits=2))
+    assert "ATTN-RENDER-VARLEN-SPLIT-KV" not in ids(VARLEN.replace(varlen=False), AttentionConfig(kv_splits=2))
+    assert "ATTN-RENDER-VARLEN-SPLIT-KV" not in ids(VARLEN, AttentionConfig(kv_splits=1))
 
 
 def test_the_search_finds_a_varlen_kernel_priced_at_the_maxima():

@@ -15,7 +15,7 @@ spec = importlib.util.spec_from_file_location("grouped_moe", ROOT / "bench" / "g
 moe = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(moe)
 
-from cutegen.ops.grouped_gemm import torch_op  # noqa: E402
+from cutegen.ops.grouped_gemm import runner as gg_runner, torch_op  # noqa: E402
 from cutegen.ops.grouped_gemm.problem import GroupedGemmProblem  # noqa: E402
 
 
@@ -78,7 +78,7 @@ def _stand_in(bug: str | None):
                                         ("masked", None), ("masked", "write_past_end")])
 def test_the_validator_catches_wrong_rows_and_writes_outside(monkeypatch, layout, bug):
     monkeypatch.setattr(torch_op, "launch", _stand_in(bug))
-    monkeypatch.setattr(moe, "DEVICE", "cpu")
+    monkeypatch.setattr(gg_runner, "DEVICE", "cpu")    # the GPU half lives in the operation
     h = torch_op.register_stand_in("bf16", layout)
     p = moe.validation_problem(GroupedGemmProblem(8, 64, 64, 64, layout=layout), {})
     cases = moe.validate_kernel(torch_op, h, p, {"tile_m": 128, "tile_n": 128, "swap_ab": False}, 1e-2, seed=1)

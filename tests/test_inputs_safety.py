@@ -395,6 +395,10 @@ def _commands(f: str, tmp: Path) -> list[list[str]]:
         ["attention", "generate", "--no-build", "--config", text, "-o", str(tmp / "a")],
         ["attention", "generate", "--no-build", "--problem", text, "-o", str(tmp / "a")],
         ["attention", "search", "--problem", text],
+        # any operation through validate, bench and the database (cutegen.run.ops)
+        ["bench", "--op", "attention", "--suite", f, "--kernels", str(tmp / "k"), "--plan"],
+        ["bench", "--op", "grouped_gemm", "--problem", text, "--kernels", str(tmp / "k"), "--plan"],
+        ["validate", "--op", "attention", f, "--suite", f], ["db", "list", "--db", f],
     ]
 
 

@@ -284,6 +284,7 @@ def _dispatcher(tmp_path, files: dict[str, str], main_src: str | None = None):
     if "src/vendor_cublaslt.cpp" in files:      # the vendor tactic's entry points (tests/test_pack_vendor.py)
         stubs.append("namespace cutegen_pack_vendor {\n"
                      "int plan_create(int, const cutegen_pack_shape*, void** o) { *o = nullptr; return 0; }\n"
+                     "const char* algorithm_note(int, const cutegen_pack_shape*) { return \"stub\"; }\n"
                      "size_t plan_workspace(const void*) { return 0; }\nvoid plan_destroy(void*) {}\n"
                      "int plan_run(void*, const void*, const void*, const void*, void*, const void*, void*, size_t, "
                      "cudaStream_t) { return 0; }\nconst char* plan_error() { return \"\"; }\n}")
@@ -523,7 +524,7 @@ def test_committed_packs_are_what_the_code_selects_today():
     repo = Path(__file__).resolve().parent.parent
     root = repo / "bench" / "packs"
     sets = sorted(p.name for p in root.iterdir() if p.is_dir())
-    assert sets == ["llm", "qwen2.5"]
+    assert sets == ["llm", "moe", "qwen2.5"]
     for s in sets:
         kinds = sorted(p.name for p in (root / s).iterdir() if p.is_dir())
         assert kinds == ["h200"]

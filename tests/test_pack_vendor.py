@@ -32,7 +32,7 @@ def _given(tmp_path):
     return lambda: select.given(pts, t, configs)
 
 
-def _measured_pack(tmp_path, matmul_512=49.0, vendor_on=True, name="p"):
+def _measured_pack(tmp_path, matmul_512=49.0, vendor_on=True, name="p", vendor_algorithms=None):
     """A fresh pack of the four DISPATCH_KERNELS with a synthetic measured file for N = K = 4096 (the numbers the
     docstring of the test below works through) and none for N = 6144."""
     make = _given(tmp_path)
@@ -45,7 +45,8 @@ def _measured_pack(tmp_path, matmul_512=49.0, vendor_on=True, name="p"):
     results.write_text(json.dumps(res))
     sel = make()
     points = render.apply_measured(sel, str(results), name)
-    return render.pack_files(sel, {}, name, "d.toml", measured=points, vendor_on=vendor_on), names
+    return render.pack_files(sel, {}, name, "d.toml", measured=points, vendor_on=vendor_on,
+                             vendor_algorithms=vendor_algorithms), names
 
 
 def test_measured_segments_where_no_kernel_comes_within_the_tolerance_go_to_cublaslt(tmp_path):
@@ -72,7 +73,8 @@ def test_measured_segments_where_no_kernel_comes_within_the_tolerance_go_to_cubl
     exact = query([(16, 4096, 4096, 0), (128, 4096, 4096, 0), (2048, 4096, 4096, 0)])
     assert [e[0] for e in exact] == [1, VENDOR, VENDOR]
     assert exact[1][1] == ("vendor_cublaslt_c0: exact shape o m128n4096k4096 of the pack's set: measured: no generated "
-                           "kernel within 3.0% of cuBLAS (best 20.0 us, torch.matmul 15.0 us): cuBLASLt (vendor)")
+                           "kernel within 3.0% of cuBLAS (best 20.0 us, torch.matmul 15.0 us): cuBLASLt (vendor); stub")
+    # (the vendor's own note follows: which of cuBLASLt's algorithms, and why; the stub's word here)
     # the pack links cuBLASLt, says so, and reports both figures
     assert "src/vendor_cublaslt.cpp" in files and "cmake/cutegen_cublaslt.cmake" in files
     assert "target_link_libraries(p PUBLIC CUDA::cublasLt)" in files["CMakeLists.txt"]
@@ -209,11 +211,13 @@ MOCK = r"""
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 struct Layout { cudaDataType type; uint64_t rows, cols; int64_t ld; int32_t batch; int64_t stride; };
 struct Desc { cublasOperation_t ta, tb; };
 struct Pref { uint32_t align; };
 uint32_t g_align_used = 0;
+uint64_t g_index_used = 0;
 static Layout* L(cublasLtMatrixLayout_t l) { return reinterpret_cast<Layout*>(l->data); }
 static float get(const void* p, cudaDataType t, int64_t i) {
   if (t == CUDA_R_32F) return static_cast<const float*>(p)[i];
@@ -225,6 +229,19 @@ static void put(void* p, cudaDataType t, int64_t i, float v) {
 }
 extern "C" {
 cudaError_t cudaGetDevice(int* d) { *d = 0; return cudaSuccess; }
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) {
+  const char* n = std::getenv("MOCK_DEVICE"); std::memset(p, 0, sizeof(*p)); std::strncpy(p->name, n ? n : "Mock GPU", 255);
+  return cudaSuccess;
+}
+size_t cublasLtGetVersion(void) { const char* v = std::getenv("MOCK_VERSION"); return v ? std::strtoull(v, nullptr, 10) : 130002; }
+cublasStatus_t cublasLtMatmulAlgoConfigGetAttribute(const cublasLtMatmulAlgo_t* a, cublasLtMatmulAlgoConfigAttributes_t attr, void* buf,
+    size_t n, size_t* written) {
+  // as cublasLt.h documents it: buf NULL and size 0 ask for the attribute's size; another size than its own is refused
+  if (attr != CUBLASLT_ALGO_CONFIG_ID) return CUBLAS_STATUS_INVALID_VALUE;
+  if (buf == nullptr && n == 0) { *written = 4; return CUBLAS_STATUS_SUCCESS; }
+  if (n != 4) return CUBLAS_STATUS_INVALID_VALUE;
+  const int32_t id = int32_t(100 + a->data[1]); std::memcpy(buf, &id, 4); *written = 4; return CUBLAS_STATUS_SUCCESS;
+}
 cudaError_t cudaGetLastError(void) { return cudaSuccess; }
 const char* cudaGetErrorString(cudaError_t) { return "mock"; }
 cublasStatus_t cublasLtCreate(cublasLtHandle_t* h) { static int x; *h = reinterpret_cast<cublasLtHandle_t>(&x); return CUBLAS_STATUS_SUCCESS; }
@@ -258,12 +275,19 @@ cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p
   return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t, cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
-    cublasLtMatrixLayout_t, cublasLtMatrixLayout_t, cublasLtMatmulPreference_t p, int, cublasLtMatmulHeuristicResult_t* r, int* found) {
+    cublasLtMatrixLayout_t, cublasLtMatrixLayout_t, cublasLtMatmulPreference_t p, int requested, cublasLtMatmulHeuristicResult_t* r,
+    int* found) {
   *found = 0;
   if (L(a)->rows == 13 || L(a)->cols == 13 || L(b)->rows == 13 || L(b)->cols == 13) return CUBLAS_STATUS_SUCCESS;  // K = 13 (and any 13)
   uint32_t align; std::memcpy(&align, p->data, 4);
-  *r = cublasLtMatmulHeuristicResult_t{}; r->algo.data[0] = align; r->workspaceSize = 64u * align; r->state = CUBLAS_STATUS_SUCCESS;
-  *found = 1; return CUBLAS_STATUS_SUCCESS;
+  // MOCK_ALGOS algorithms (default 1), at most as many as requested; algorithm i records its place in data[1]
+  const char* e = std::getenv("MOCK_ALGOS");
+  const int have = e ? std::atoi(e) : 1;
+  for (int i = 0; i < have && i < requested; ++i) {
+    r[i] = cublasLtMatmulHeuristicResult_t{}; r[i].algo.data[0] = align; r[i].algo.data[1] = uint64_t(i);
+    r[i].workspaceSize = 64u * align; r[i].state = CUBLAS_STATUS_SUCCESS; *found = i + 1;
+  }
+  return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const void* alpha, const void* A, cublasLtMatrixLayout_t ad,
     const void* B, cublasLtMatrixLayout_t bd, const void* beta, const void* C, cublasLtMatrixLayout_t cd, void* Dp,
@@ -276,6 +300,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const vo
       c.batch != D.batch || ws < 64u * algo->data[0]) return CUBLAS_STATUS_INVALID_VALUE;
   if (m == 11 || n == 11) return CUBLAS_STATUS_EXECUTION_FAILED;
   g_align_used = uint32_t(algo->data[0]);
+  g_index_used = algo->data[1];
   const float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
   for (int32_t q = 0; q < D.batch; ++q)
     for (uint64_t i = 0; i < m; ++i)
@@ -457,3 +482,216 @@ def test_vendor_plan_status_codes(vendor_plan):
     assert got[7][0] == 1 and "E16: this class has no C operand" in got[7][4]
     assert got[8][:2] == (0, 0.0)
     assert got[9][0] == 1 and "ABI-EXTENT" in got[9][4]
+
+
+# ---- which of cuBLASLt's algorithms a vendor segment runs (measured; cutegen/packs/vendor.py) ------------------
+
+def _algorithms_file(tmp_path, shapes, device="NVIDIA H200", version=130002, top_k=8):
+    """A tuning step's output (bench/gpu_vendor_algos.py's format): {(M, N): {index: us}} at K = 4096, bf16 TN."""
+    base = {"dtype_a": "bf16", "dtype_b": "bf16", "dtype_c": "bf16", "dtype_d": "bf16", "layout_a": "row",
+            "layout_b": "col", "layout_c": "row", "k": 4096}
+    data = {"format": vendor.ALGORITHMS_FORMAT, "device": device, "cublaslt_version": version, "top_k": top_k,
+            "shapes": [{"problem": GemmProblem.from_dict({**base, "m": m, "n": n}).to_dict(),
+                        "algorithms": [{"index": i, "us": t, "ok": True, "describe": f"index={i} id={100 + i}"}
+                                       for i, t in times.items()]} for (m, n), times in shapes.items()]}
+    path = tmp_path / "algos.json"
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+def test_the_algorithm_leaves_the_heuristics_first_only_past_the_margin():
+    """VENDOR-ALGO-MARGIN (2%): an algorithm 2.5% faster than the first at the segment's one point is taken, one
+    1.5% faster is not; over two points the geomean of time / the point's best decides, and an index not measured
+    at every point of the segment is not a candidate."""
+    assert vendor.choose_algorithm({64: {0: 102.5, 1: 100.0}})[0] == 1
+    assert vendor.choose_algorithm({64: {0: 101.5, 1: 100.0}})[0] == 0
+    # idx0: sqrt(20/15 * 30/27) = 1.217, idx1 sqrt(19/15 * 1) = 1.125, idx2 sqrt(1 * 33/27) = 1.106 -> 2 (1.10x)
+    idx, gain = vendor.choose_algorithm({128: {0: 20, 1: 19, 2: 15}, 300: {0: 30, 1: 27, 2: 33}})
+    assert idx == 2 and gain == pytest.approx(1.2172 / 1.1055, abs=1e-3)
+    assert vendor.choose_algorithm({128: {0: 20, 3: 10}, 300: {0: 30}})[0] == 0
+    assert vendor.choose_algorithm({}) == (0, None)
+    # where the first's two timings disagree by 3%, a 5% faster algorithm is noise (2 x 3% = 6%), a 7% one is not
+    assert vendor.choose_algorithm({64: {0: 105.0, 1: 100.0}}, noise=0.03)[0] == 0
+    assert vendor.choose_algorithm({64: {0: 107.0, 1: 100.0}}, noise=0.03)[0] == 1
+    # VENDOR-ALGO-LONG: from a first of 200 us on, 10%: 9% faster keeps the first at 200 us and is taken at 199 us
+    assert vendor.choose_algorithm({64: {0: 200.0, 1: 200.0 / 1.09}})[0] == 0
+    assert vendor.choose_algorithm({64: {0: 199.0, 1: 199.0 / 1.09}})[0] == 1
+    assert vendor.choose_algorithm({64: {0: 200.0, 1: 200.0 / 1.11}})[0] == 1
+
+
+def test_measured_algorithms_go_into_the_pack_per_segment_and_shape(tmp_path):
+    """--vendor-algorithms: the measured pack's exact vendor shapes (M = 128, 2048) take their own point's winner,
+    the segments (17-479, 520-) the winner over the points inside them; a point of a kernel-served M (16) or of
+    an (N, K) without vendor (6144) makes no entry. The table is rendered into the vendor source in that order
+    (exact shapes first), pack.json records it with the algorithms' descriptions, COVERAGE.md names the moved
+    ones; without the file the vendor source has an empty table and pack.json no algorithms."""
+    path = _algorithms_file(tmp_path, {(128, 4096): {0: 20, 1: 19, 2: 15}, (300, 4096): {0: 30, 1: 27, 2: 33},
+                                       (2048, 4096): {0: 100, 1: 98.5}, (16, 4096): {0: 10, 5: 5},
+                                       (128, 6144): {0: 30, 4: 10}})
+    files, _ = _measured_pack(tmp_path, vendor_algorithms=vendor.load_algorithms(path))
+    alg = json.loads(files["pack.json"])["vendor"]["algorithms"]
+    assert (alg["device"], alg["cublaslt_version"], alg["top_k"], alg["source"]) == ("NVIDIA H200", 130002, 8, "algos.json")
+    got = [(c["m_first"], c["m_last"], c["index"]) for c in alg["choices"]]
+    assert got == [(128, 128, 2), (2048, 2048, 0), (17, 479, 2), (520, 2**31 - 1, 0)]
+    assert alg["choices"][2]["measured"] == {"128": "index=2 id=102", "300": "index=2 id=102"}
+    src = files["src/vendor_cublaslt.cpp"]
+    table = src[src.index("const AlgoChoice kAlgos["):]
+    rows = ["{0, 4096, 4096, 128, 128, 2}", "{0, 4096, 4096, 2048, 2048, 0}", "{0, 4096, 4096, 17, 479, 2}",
+            "{0, 4096, 4096, 520, 2147483647, 0}"]
+    assert [table.index(r) for r in rows] == sorted(table.index(r) for r in rows)
+    assert 'const char* const kTunedDevice = "NVIDIA H200";' in src and "kTunedVersion = 130002;" in src
+    assert "index 2 (1.33x)" in files["COVERAGE.md"] and "2 run another than the heuristic's first" in files["COVERAGE.md"]
+    # the first timed twice at M = 128 (index 0, then the pack's own plan) 20% apart: 1.33x is within 2 x 20%, so
+    # the shape keeps the first; the segment's other point (300) still gives its index 2 a 1.10x, but the
+    # segment's worst repeatability (20%) now asks for 1.4x: the first there too
+    noisy = vendor.load_algorithms(path)
+    next(x for x in noisy["shapes"] if x["problem"]["m"] == 128 and x["problem"]["n"] == 4096)["pack_us"] = 24.0
+    files, _ = _measured_pack(tmp_path, vendor_algorithms=noisy)
+    alg = json.loads(files["pack.json"])["vendor"]["algorithms"]
+    assert [(c["m_first"], c["index"], c["noise"]) for c in alg["choices"]][:3] == [(128, 0, 0.2), (2048, 0, 0.0),
+                                                                                    (17, 0, 0.2)]
+    plain, _ = _measured_pack(tmp_path)
+    assert "constexpr int kAlgoChoices = 0;" in plain["src/vendor_cublaslt.cpp"]
+    assert "algorithms" not in json.loads(plain["pack.json"])["vendor"]
+
+
+@pytest.mark.parametrize("data, field", [
+    ({"format": "other"}, "format"),
+    ({"format": vendor.ALGORITHMS_FORMAT, "device": "x", "cublaslt_version": "13", "top_k": 8, "shapes": []},
+     "cublaslt_version"),
+    ({"format": vendor.ALGORITHMS_FORMAT, "device": "x", "cublaslt_version": 1, "top_k": 0, "shapes": []}, "top_k"),
+    ({"format": vendor.ALGORITHMS_FORMAT, "device": "x", "cublaslt_version": 1, "top_k": 8,
+      "shapes": [{"problem": {}, "algorithms": [{"index": 8, "us": 1.0}]}]}, "shapes[0]"),
+])
+def test_a_bad_algorithms_file_is_one_line_naming_the_field(tmp_path, data, field):
+    from cutegen.errors import FieldError
+    path = tmp_path / "a.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(FieldError) as e:
+        vendor.load_algorithms(str(path))
+    assert f"a.json:{field}" in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(FieldError, match="no such file"):
+        vendor.load_algorithms(str(tmp_path / "missing.json"))
+
+
+ALGO_HARNESS = r"""
+#include "cutegen_pack.h"
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+namespace cutegen_pack_vendor {
+int plan_create(int, const cutegen_pack_shape*, void**); size_t plan_workspace(const void*); void plan_destroy(void*);
+int plan_run(void*, const void*, const void*, const void*, void*, const void*, void*, size_t, cudaStream_t);
+const char* plan_error(); int plan_algorithm(const void*); std::string plan_algorithm_describe(const void*);
+const char* algorithm_note(int, const cutegen_pack_shape*); int force_algorithm(int);
+}
+extern uint64_t g_index_used;
+using namespace cutegen_pack_vendor;
+int main() {
+  int cls, forced, misalign; long long M, N, K;
+  while (std::scanf("%d %lld %lld %lld %d %d", &cls, &M, &N, &K, &forced, &misalign) == 6) {
+    cutegen_pack_shape s{};
+    s.M = M; s.N = N; s.K = K; s.batch = 1; s.alpha = 1; s.beta = 0; s.lda = K; s.ldb = K; s.ldc = s.ldd = N;
+    s.batch_stride_a = M * K; s.batch_stride_b = N * K; s.batch_stride_c = s.batch_stride_d = M * N;
+    force_algorithm(forced);
+    void* plan = nullptr;
+    int st = plan_create(cls, &s, &plan);
+    if (st != 0) { std::printf("%d|-1|-1||%s\n", st, plan_error()); continue; }
+    char* buf = static_cast<char*>(std::aligned_alloc(256, size_t(4 * (M * K + N * K + M * N) + 1024)));
+    char* A = buf + misalign; char* B = A + (2 * M * K / 256 + 1) * 256;
+    char* D = B + (2 * N * K / 256 + 1) * 256;
+    std::string ws(plan_workspace(plan) + 1, '\0');
+    g_index_used = 99;
+    int rs = plan_run(plan, A, B, nullptr, D, nullptr, &ws[0], ws.size(), nullptr);
+    std::printf("%d|%d|%d|%s|%s\n", rs, plan_algorithm(plan), int(g_index_used), plan_algorithm_describe(plan).c_str(),
+                forced >= 0 ? "" : algorithm_note(cls, &s));
+    plan_destroy(plan);
+    std::free(buf);
+  }
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def vendor_algorithm_plan(tmp_path_factory):
+    """The vendor source rendered with a measured algorithm table (class 8 of CLASSES: bf16 TN, D row-major;
+    N 7, K 9: M = 5 exactly index 3, M 1-64 index 2; tuned on "Mock GPU", cuBLASLt 130002), built with g++
+    against the stand-in: ``run(cases, **env) -> [(status, plan's index, index the run used, describe, note)]``."""
+    from cutegen import render as render_mod
+    from cutegen.build import find_nvcc
+    from cutegen.packs.dispatch import class_context, Fallback
+    d = tmp_path_factory.mktemp("vendor_algos")
+    rows = []
+    for c in CLASSES:
+        p = GemmProblem(m=64, n=64, k=64, **{"dtype_a": "bf16", "dtype_b": "bf16", "dtype_c": "bf16", "dtype_d": "bf16", **c})
+        cc = class_context(p, [-1] * 31, Fallback(None, None, ""))
+        rows.append({**vendor.context(p), "a_k": cc["a_k"], "b_k": cc["b_k"], "c_n": cc["c_n"]})
+    table = {"device": "Mock GPU", "cublaslt_version": 130002, "top_k": 8,
+             "choices": [{"cls": 8, "n": 7, "k": 9, "m_first": 5, "m_last": 5, "index": 3},
+                         {"cls": 8, "n": 7, "k": 9, "m_first": 1, "m_last": 64, "index": 2}]}
+    env = render_mod._environment()
+    (d / "include").mkdir()
+    (d / "include" / "cutegen_pack.h").write_text(env.get_template("pack_header.h.j2").render(
+        pack_name="p", target="h200", kernels=[], classes=[], vendor=False, generated=[]))
+    (d / "vendor.cpp").write_text(env.get_template("pack_vendor_cublaslt.cpp.j2").render(
+        pack_name="p", target="h200", vendor_classes=rows, vendor_algorithms=table))
+    (d / "mock.cpp").write_text(MOCK)
+    (d / "main.cpp").write_text(ALGO_HARNESS)
+    cuda_inc = Path(find_nvcc()).resolve().parent.parent / "include"
+    if not (cuda_inc / "cuda_runtime.h").is_file():
+        cuda_inc = Path("/usr/local/cuda/include")
+    exe = d / "vendor_algos"
+    subprocess.run([shutil.which("g++"), "-std=c++17", "-O1", "-Wall", "-Werror", "-I", str(d / "include"), "-I",
+                    str(cuda_inc), "-I", str(_cublaslt_include()), str(d / "vendor.cpp"), str(d / "mock.cpp"),
+                    str(d / "main.cpp"), "-o", str(exe)], check=True)
+
+    def run(cases, **env_vars):
+        import os
+        stdin = "".join(" ".join(str(x) for x in c) + "\n" for c in cases)
+        out = subprocess.run([str(exe)], input=stdin, capture_output=True, text=True, check=True,
+                             env={**os.environ, **env_vars}).stdout.splitlines()
+        assert len(out) == len(cases), out
+        return [(int(a), int(b), int(c), desc, note) for a, b, c, desc, note in (ln.split("|", 4) for ln in out)]
+    return run
+
+
+def test_the_plan_runs_the_measured_algorithm_on_the_device_and_version_it_was_measured_on(vendor_algorithm_plan):
+    """Class 8, N 7, K 9 (8 algorithms in the list): M = 5 runs index 3 (the exact entry before the segment's 2),
+    M = 6 and 64 index 2, M = 65 (outside the segment) and N = 8 the first; 16-byte-aligned operands run the first
+    of their own list (the measured index is for 256-byte ones); the describe names cuBLASLt's algorithm id."""
+    got = vendor_algorithm_plan([(8, 5, 7, 9, -1, 0), (8, 6, 7, 9, -1, 0), (8, 64, 7, 9, -1, 0), (8, 65, 7, 9, -1, 0),
+                                 (8, 5, 8, 9, -1, 0), (8, 5, 7, 9, -1, 16)], MOCK_ALGOS="8")
+    assert [(g[0], g[1], g[2]) for g in got] == [(0, 3, 3), (0, 2, 2), (0, 2, 2), (0, 0, 0), (0, 0, 0), (0, 3, 0)]
+    assert got[0][3].startswith("index=3 id=103")
+    assert "cuBLASLt algorithm 3 of the heuristic's list (measured fastest of the heuristic's 8 at tune time (Mock GPU, " \
+           "cuBLASLt 130002))" == got[0][4]
+    assert "no measured choice for this shape" in got[3][4] and "no measured choice" in got[4][4]
+
+
+def test_the_plan_falls_back_to_the_first_algorithm_and_says_why(vendor_algorithm_plan):
+    """Another cuBLASLt version, another device, or a list shorter than the measured index: the first, and the
+    note (cutegen_pack_explain's words) says which; a list exactly long enough keeps the index. The tuning
+    step's forced index takes any place of the list, and past its end the first."""
+    case = [(8, 5, 7, 9, -1, 0)]
+    v = vendor_algorithm_plan(case, MOCK_ALGOS="8", MOCK_VERSION="130100")[0]
+    assert v[:3] == (0, 0, 0) and "is for cuBLASLt 130002, this is 130100" in v[4]
+    d = vendor_algorithm_plan(case, MOCK_ALGOS="8", MOCK_DEVICE="NVIDIA H100")[0]
+    assert d[:3] == (0, 0, 0) and "is for Mock GPU, this is NVIDIA H100" in d[4]
+    short = vendor_algorithm_plan(case, MOCK_ALGOS="3")[0]
+    assert short[:3] == (0, 0, 0) and "the list has 3 algorithms, the chosen index 3 is not in it" in short[4]
+    assert vendor_algorithm_plan(case, MOCK_ALGOS="4")[0][:3] == (0, 3, 3)
+    forced = vendor_algorithm_plan([(8, 5, 7, 9, 6, 0), (8, 5, 7, 9, 7, 0), (8, 5, 7, 9, 6, 0)], MOCK_ALGOS="7")
+    assert [f[:3] for f in forced] == [(0, 6, 6), (0, 0, 0), (0, 6, 6)]
+
+
+def test_vendor_algorithms_flag_needs_a_measured_vendor_pack(tmp_path, capsys):
+    """--vendor-algorithms without measurements, with --no-vendor or with --plan-only: a one-line error naming it."""
+    from cutegen.cli import main
+    from test_pack import TINY
+    f = _write(tmp_path, TINY)
+    path = _algorithms_file(tmp_path, {(128, 4096): {0: 1.0}})
+    for extra in ([], ["--measured", path, "--no-vendor"], ["--tune", "--plan-only"]):
+        assert main(["pack", f, "-o", str(tmp_path / "o"), "--target", "h200", "--prior", "--vendor-algorithms", path,
+                     *extra]) != 0
+        err = capsys.readouterr().err
+        assert "--vendor-algorithms" in err and "needs a pack with the vendor tactic" in err

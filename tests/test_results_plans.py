@@ -42,8 +42,10 @@ def _v1_database(path: Path, ms) -> None:
     cols = ("record_key, problem_id, config_id, kernel_hash, backend, device_name, device_kind, sm_count, "
             "sm_clock_mhz, driver, cuda, cutlass, cutegen, timing_method, times_us, median_us, validated, "
             "max_rel_error, cublas_us, source, measured_at")
-    for m in ms:
+    conn.execute("ALTER TABLE problems ADD COLUMN op TEXT NOT NULL DEFAULT 'gemm'")   # _row files problems as schema
+    for m in ms:                                                                      # 3 does; gone again below
         conn.execute(f"INSERT INTO measurements ({cols}) VALUES ({', '.join('?' * 21)})", _row(conn, m)[:21])
+    conn.execute("ALTER TABLE problems DROP COLUMN op")
     conn.close()
 
 
@@ -110,7 +112,7 @@ def test_migration_from_version_1_keeps_every_record(tmp_path):
     _v1_database(path, ms)
     db = ResultsDB(path, seed=None)
     got = db.measurements()                       # opening it for writing migrates it
-    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3     # 3: problems.op, measurements.peers_us
     assert got == ms and all(x.launch_plan is None for x in got)
     assert {x.record_key for x in got} == {r for (r,) in sqlite3.connect(path).execute(
         "SELECT record_key FROM measurements")}

@@ -34,12 +34,18 @@ def test_model_matches_nvcc(case, compiles):
 
 def test_rule_through_check_config():
     p = GemmProblem(m=4096, n=4096, k=4096)
-    bad = check_config(p, KernelConfig(tile_shape=(128, 8, 64), stages=13))
+    # 200 rows x Tile_K 128: two SW128 atoms along K, which the one-stage form (cutegen/stage_tma.py) does not
+    # cover, so the stock collective's stage slice decides: it does not compile
+    bad = check_config(p, KernelConfig(tile_shape=(128, 200, 128), stages=2))
     assert [v.rule_id for v in bad.violations] == ["SM90-SMEM-STAGE-SLICE"]
     assert "Shape Divisibility Condition" in bad.violations[0].reason
+    assert "no one-stage form" in bad.violations[0].reason
+    # 128x8x64 with 13 stages broke the stock slice (nvcc); the form builds it, 12 stages the stock collective
+    assert check_config(p, KernelConfig(tile_shape=(128, 8, 64), stages=13)).legal
     assert check_config(p, KernelConfig(tile_shape=(128, 8, 64), stages=12)).legal
-    # 200 = 25 atoms of 8 rows: the stage stride breaks the divisibility for any stage count
-    assert not check_config(p, KernelConfig(tile_shape=(128, 200, 64), stages=4)).legal
+    # 200 = 25 atoms of 8 rows at Tile_K 64: the stage stride breaks the stock divisibility for any stage
+    # count, and the form covers it
+    assert check_config(p, KernelConfig(tile_shape=(128, 200, 64), stages=4)).legal
     # MN-major B of the same tile is fine
     assert check_config(p.replace(layout_b="row"), KernelConfig(tile_shape=(128, 8, 64), stages=13)).legal
 

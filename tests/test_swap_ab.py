@@ -68,10 +68,11 @@ def test_swap_ab_bias_rule_both_sides():
 
 
 def test_swapped_config_is_judged_on_the_transposed_problem():
-    # NN: B is K-major, so Tile_N = 200 breaks the stage-slice rule; swapped, the kernel's B is the
-    # caller's A^T, MN-major, where 200 is legal (SM90-SMEM-STAGE-SLICE, config oracle).
+    # NN: B is K-major, so Tile_N = 200 at Tile_K = 128 breaks the stage-slice rule (two SW128 atoms along K,
+    # which the one-stage form does not cover); swapped, the kernel's B is the caller's A^T, MN-major, where
+    # 200 is legal (SM90-SMEM-STAGE-SLICE, config oracle).
     p = prob(512, 1024, 1024, "nn")
-    cfg = KernelConfig(tile_shape=(128, 200, 64))
+    cfg = KernelConfig(tile_shape=(128, 200, 128), stages=2)
     straight = check_config(p, cfg)
     swapped = check_config(p, cfg.replace(swap_ab=True))
     assert "SM90-SMEM-STAGE-SLICE" in {v.rule_id for v in straight.violations}

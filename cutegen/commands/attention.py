@@ -31,6 +31,13 @@ def add_problem_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--layout", choices=("bshd", "bhsd"), help="storage order of Q, K, V, O (default bshd)")
     g.add_argument("--varlen", action="store_true", help="variable sequence lengths by cumulative offsets")
     g.add_argument("--return-lse", action="store_true", help="also return the log-sum-exp")
+    g.add_argument("--dtype-out", choices=("bf16", "f16"),
+                   help="e4m3 only: the output type of O (default bf16); 16-bit kernels write their input type. "
+                        "FP8 kernels read V transposed (V^T, the KV sequence contiguous, rows padded to 16 "
+                        "elements) and take per-tensor descale factors at run time (cutegen/ops/attention/abi.py)")
+    g.add_argument("--allow-f16-qk-acc", action="store_true",
+                   help="let the search pick an f16 Q K^T accumulator (e4m3/f16 inputs; faster, less accurate, and "
+                        "it overflows past 65504: full-range e4m3 inputs can reach that); default f32")
 
 
 def problem_from_args(args: argparse.Namespace):
@@ -47,8 +54,10 @@ def problem_from_args(args: argparse.Namespace):
              "seqlen_kv": args.seqlen_kv, "head_dim": args.head_dim, "head_dim_v": args.head_dim_v,
              "dtype": args.dtype, "scale": args.scale, "layout": args.layout}
     data.update({k: v for k, v in flags.items() if v is not None})
-    for flag in ("causal", "varlen", "return_lse"):
-        if getattr(args, flag):
+    if getattr(args, "dtype_out", None) is not None:
+        data["dtype_out"] = args.dtype_out
+    for flag in ("causal", "varlen", "return_lse", "allow_f16_qk_acc"):
+        if getattr(args, flag, False):
             data[flag] = True
     if args.problem is None:      # flags alone: the defaults fill in; a --problem JSON must be whole
         for k, v in {"batch": 4, "heads_q": 32, "seqlen_q": 4096, "head_dim": 128}.items():

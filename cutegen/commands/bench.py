@@ -49,9 +49,11 @@ BASELINE_CONFIG = {"tile_shape": [128, 256, 64], "cluster_shape": [2, 1, 1], "st
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--suite", default="bench/suite.toml", help="problem list [bench/suite.toml]")
-    p.add_argument("--kernels", default="generated/sm90a",
-                   help="folder of built search-picked kernels, one directory per problem name [generated/sm90a]")
+    p.add_argument("--suite", default=None,
+                   help="problem list [bench/suite.toml]; with --op: [[case]] tables of a name and the problem's fields")
+    p.add_argument("--kernels", default=None,
+                   help="folder of built search-picked kernels, one directory per problem name [generated/sm90a]; "
+                        "with --op: the plan folder (--plan writes it)")
     p.add_argument("--baselines", default="generated/baseline/sm90a",
                    help="folder of built CollectiveBuilder baselines [generated/baseline/sm90a]")
     p.add_argument("--nvmmh", metavar="DIR",
@@ -74,6 +76,33 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="CUTLASS include folder to read the version from (default: $CUTEGEN_CUTLASS_INCLUDE or the wheel)")
     from .. import executor
     executor.add_arguments(p)  # dask: one problem per GPU worker at a time (resource GPU=1)
+    g = p.add_argument_group("any operation (--op attention, --op grouped_gemm; cutegen.run.ops)")
+    g.add_argument("--op", default="gemm",
+                   help="the operation (default gemm); another is timed through its runner, kernels and peers of a "
+                        "problem in one worker process on the same inputs (attention: SDPA cuDNN and flash, the "
+                        "CUTLASS 88 example's kernels; grouped_gemm: torch._grouped_mm, a loop of torch.matmul, "
+                        "padded bmm); --timeout is per problem; --iters, --warmup and --l2-multiple are GEMM's (the "
+                        "runner times in rounds, --min-ms)")
+    g.add_argument("--problem", action="append", default=[], metavar="JSON",
+                   help="with --op: one problem as a JSON object (repeatable; besides or instead of --suite)")
+    g.add_argument("--plan", action="store_true",
+                   help="with --op: search and render the problems' kernels into --kernels and stop (no GPU; needs "
+                        "egglog): the pick, --top-k runners-up and the operation's peer kernels")
+    g.add_argument("--top-k", type=int, default=1, help="with --plan: the search's picks rendered per problem [1]")
+    g.add_argument("--build", action="store_true", help="with --op: build the kernels that have no library first")
+    g.add_argument("--jobs", type=int, default=2, help="with --build: nvcc jobs at once [2]")
+    g.add_argument("--db", metavar="PATH",
+                   help="with --op: the results database the timings are filed in and reused from "
+                        "('default': $CUTEGEN_RESULTS_DB or the user cache file; omitted or 'none': no database)")
+    g.add_argument("--no-reuse", action="store_true",
+                   help="with --op and --db: time every problem even where the database holds it")
+    g.add_argument("--validated", nargs="*", metavar="VALIDATE_JSON",
+                   help="with --op: time only the kernels that passed in these `cutegen validate --op` reports")
+    g.add_argument("--in-process", action="store_true",
+                   help="with --op: run the operation's GPU half in this process, not in a watchdog child (a hang or "
+                        "fault then ends the run; --timeout is not enforced)")
+    g.add_argument("--min-ms", type=finite_float, default=None,
+                   help="with --op: milliseconds per timing round (the runner's default otherwise)")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -329,7 +358,46 @@ def versions(device: dict | None, include_dir: str | None) -> dict:
 # The run
 # ------------------------------------------------------------------------------------------------
 
+def run_op(args: argparse.Namespace) -> int:
+    """``cutegen bench --op NAME``: plan (--plan), or build, time and file an operation other than GEMM."""
+    from ..run import ops
+    if getattr(args, "executor", "local") != "local":
+        raise FieldError("--executor", f"--op {args.op} runs on this machine's GPU only (no cluster executor yet)")
+    if args.nvmmh or args.skip_failed:
+        raise FieldError("--nvmmh" if args.nvmmh else "--skip-failed", "a GEMM option; --op takes --validated")
+    cases = ops.load_cases(args.op, args.suite, args.problem, args.only)
+    if not args.kernels:
+        raise FieldError("--kernels", f"give the plan folder of --op {args.op} (cutegen bench --op {args.op} --plan "
+                                      f"--kernels DIR writes one)")
+    if args.plan:
+        ops.plan(args.op, cases, args.kernels, top_k=args.top_k)
+        return 0
+    if args.build:
+        index = ops.load_index(args.kernels)
+        dirs = [k["dir"] for c in cases for k in ops.kernels_for(args.kernels, index, c)[0].values()]
+        ops.build_dirs(dirs, args.jobs)
+    db = None
+    if args.db and args.db != "none":
+        from ..results import ResultsDB
+        db = ResultsDB(None if args.db == "default" else args.db, seed=None)
+    try:
+        options = {"min_ms": args.min_ms} if args.min_ms else {}
+        doc, _ = ops.bench(args.op, cases, args.kernels, args.out, db=db,
+                           validated=ops.passed_in(args.validated or []), deadline=args.deadline,
+                           options=options, plot=not args.no_plot, suite=str(args.suite or ""),
+                           reuse=not args.no_reuse, timeout=args.timeout, startup_timeout=args.startup_timeout,
+                           isolate=not args.in_process)
+    finally:
+        if db is not None:
+            db.close()
+    return 0 if not doc["summary"]["not_measured"] else 1
+
+
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "op", "gemm") != "gemm":
+        return run_op(args)
+    args.suite = args.suite or "bench/suite.toml"
+    args.kernels = args.kernels or "generated/sm90a"
     if args.iters < 50:
         raise FieldError("--iters", f"{args.iters} is below 50 (issue 5 asks for at least 50 timed runs)")
     if args.warmup < 1:

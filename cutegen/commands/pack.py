@@ -47,6 +47,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "set shapes where no generated kernel came within --tolerance of torch.matmul's measured time "
                         "(cuBLAS) run on cuBLASLt through the same plan API and PyTorch op, and the CMake package links "
                         "CUDA::cublasLt; without measurements nothing is routed to it (never on prediction alone)")
+    p.add_argument("--vendor-algorithms", metavar="JSON",
+                   help="cuBLASLt's algorithms timed on the GPU (bench/gpu_vendor_algos.sh: the heuristic's first 8 at "
+                        "each measured shape, with torch.matmul): each vendor segment and shape runs the index of that "
+                        "list measured fastest (the heuristic's first unless another is more than 2%% faster); on "
+                        "another device or cuBLASLt version the pack runs the first, and cutegen_pack_explain says so")
     p.add_argument("--summary-only", action="store_true",
                    help="write (or with --check compare) only pack.json and COVERAGE.md, the record of what was "
                         "selected and why; the sources are regenerated from the shapes file by the same command "
@@ -110,7 +115,8 @@ def run(args: argparse.Namespace) -> int:
     from .. import executor as X
     if args.max_kernels < 1:
         raise FieldError("--max-kernels", f"expected a positive integer, got {args.max_kernels}")
-    with X.from_args(args) as ex:
+    from ..packs.select import one_blas_thread
+    with X.from_args(args) as ex, one_blas_thread():      # the whole command: small products (select.py)
         status = _run(args, None if ex.name == "local" else ex)
         if ex.name != "local":
             print(ex.summary.text(), file=sys.stderr)
@@ -133,6 +139,8 @@ def _run(args: argparse.Namespace, ex) -> int:
     from .. import packs
     from ..search import ranking
     _readable_text(args.shapes)
+    from ..packs import grouped as pack_grouped
+    pack_grouped.load(args.shapes)      # a bad [[moe]] table fails here, in one line, before any search
     if Path(args.out).exists() and not Path(args.out).is_dir():    # before the searches, not after
         raise CutegenError(f"-o/--out: {args.out} exists and is not a directory")
     if args.prior and args.db:
@@ -150,6 +158,12 @@ def _run(args: argparse.Namespace, ex) -> int:
     targets = list(dict.fromkeys(args.target or [ranking.resolve_kind(None)[0]]))
     if (args.records or args.export_records) and (not args.tune or args.plan_only):
         raise FieldError("--records" if args.records else "--export-records", "needs --tune (without --plan-only)")
+    if args.vendor_algorithms and (not args.vendor or args.plan_only or not (args.tune or args.measured)):
+        raise FieldError("--vendor-algorithms", "needs a pack with the vendor tactic and measurements (--measured, or "
+                         "--tune without --plan-only; not --no-vendor)")
+    if args.vendor_algorithms:                      # a bad file fails now, in one line, not after the selection
+        from ..packs import vendor as pack_vendor
+        pack_vendor.load_algorithms(args.vendor_algorithms)
     if args.exclude_measured and not (args.tune and args.plan_only):
         raise FieldError("--exclude-measured", "needs --tune --plan-only")
     if args.records and args.db:
@@ -184,7 +198,8 @@ def _run(args: argparse.Namespace, ex) -> int:
         elif args.tune:
             files = packs.make_tuned_pack(args.shapes, kind, db, max_kernels=args.max_kernels,
                                           tolerance=args.tolerance, name=args.name, say=say, executor=ex,
-                                          off_sample=off_sample, vendor=args.vendor)
+                                          off_sample=off_sample, vendor=args.vendor,
+                                          vendor_algorithms=args.vendor_algorithms)
             if args.export_records:
                 from ..packs import targets as pack_targets
                 t = pack_targets.target(kind)
@@ -195,7 +210,8 @@ def _run(args: argparse.Namespace, ex) -> int:
         else:
             files = packs.make_pack(args.shapes, kind, max_kernels=args.max_kernels, tolerance=args.tolerance,
                                     name=args.name, db=used, say=say, executor=ex, progress=True,
-                                    measured=args.measured, vendor=args.vendor)
+                                    measured=args.measured, vendor=args.vendor,
+                                    vendor_algorithms=args.vendor_algorithms)
         root = Path(args.out) / kind
         prune = not args.summary_only
         if args.summary_only:

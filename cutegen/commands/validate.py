@@ -34,8 +34,11 @@ SANITIZER_TOOLS = ("memcheck", "racecheck", "synccheck")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("kernels", nargs="+", metavar="KERNEL_DIR_OR_SO",
-                   help="built kernel directories (manifest.json + library), libraries, or folders of them")
+    p.add_argument("kernels", nargs="*", metavar="KERNEL_DIR_OR_SO",
+                   help="built kernel directories (manifest.json + library), libraries, or folders of them; with "
+                        "--op other than gemm: one plan folder (``cutegen bench --op NAME --plan``) or a folder of "
+                        "``cutegen generate`` outputs, one per problem name")
+    add_op_arguments(p)
     p.add_argument("--shapes", nargs="*", default=[], metavar="MxNxK[xB]",
                    help="extra sizes to run every kernel at (its dtypes and layouts)")
     p.add_argument("--no-probes", action="store_true", help="skip the refusal probes")
@@ -51,7 +54,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="a new child process for every kernel (default: one child, replaced after a hang or fault)")
     p.add_argument("--seed", type=int, default=0, help="varies the random inputs [0]")
     p.add_argument("--sanitize", action="store_true",
-                   help="also run compute-sanitizer (memcheck, racecheck, synccheck) on a small problem")
+                   help="also run compute-sanitizer (memcheck, racecheck, synccheck) on a small problem; with --op, "
+                        "on each search pick (role cutegen) through the operation's sanitize_case")
     p.add_argument("--sanitize-only", action="store_true", help="run only compute-sanitizer")
     p.add_argument("--sanitize-tools", default=",".join(SANITIZER_TOOLS),
                    help="comma-separated compute-sanitizer tools [memcheck,racecheck,synccheck]")
@@ -64,7 +68,73 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-q", "--quiet", action="store_true", help="print only failures and the summary")
 
 
+def add_op_arguments(p: argparse.ArgumentParser) -> None:
+    """--op and the problem of an operation other than GEMM (cutegen.run.ops)."""
+    g = p.add_argument_group("any operation (--op attention, --op grouped_gemm; cutegen.run.ops)")
+    g.add_argument("--op", default="gemm",
+                   help="the operation (default gemm: this command's own worker); another runs the operation's GPU "
+                        "half in a watchdog child: its cases, float32 reference and refusal probes (--timeout is per "
+                        "kernel, all its cases)")
+    g.add_argument("--suite", dest="op_suite", metavar="TOML",
+                   help="with --op: the problems, [[case]] tables of a name and the problem's fields")
+    g.add_argument("--problem", action="append", default=[], metavar="JSON",
+                   help="with --op: one problem as a JSON object (repeatable)")
+    g.add_argument("--only", dest="op_only", action="append", default=[], metavar="NAME",
+                   help="with --op: only these problems of the suite (repeatable)")
+    g.add_argument("--build", action="store_true", help="with --op: build the kernels that have no library first")
+    g.add_argument("--jobs", type=int, default=2, help="with --build: nvcc jobs at once [2]")
+    g.add_argument("--in-process", action="store_true",
+                   help="with --op: run the operation's GPU half in this process, not in a watchdog child (a hang or "
+                        "fault then ends the run; --timeout is not enforced)")
+
+
+def run_op(args: argparse.Namespace) -> int:
+    """``cutegen validate --op NAME PLAN``: every kernel of the problems through the operation's validation."""
+    from ..run import ops
+    if len(args.kernels) != 1:
+        raise CutegenError(f"--op {args.op}: give one plan folder (got {len(args.kernels)} paths)")
+    if args.json and Path(args.json).is_dir():
+        raise CutegenError(f"--json: {args.json} is a directory (a file name was expected)")
+    cases = ops.load_cases(args.op, args.op_suite, args.problem, args.op_only)
+    say = (lambda *a, **k: None) if args.quiet else print
+    if args.build:
+        index = ops.load_index(args.kernels[0])
+        dirs = [k["dir"] for c in cases for k in ops.kernels_for(args.kernels[0], index, c)[0].values()]
+        ops.build_dirs(dirs, args.jobs, say)
+    tools = [t.strip() for t in args.sanitize_tools.split(",") if t.strip()]
+    for t in tools:
+        if t not in SANITIZER_TOOLS + ("initcheck",):
+            raise CutegenError(f"--sanitize-tools: unknown tool {t!r} (memcheck, racecheck, synccheck, initcheck)")
+    doc = None
+    if not args.sanitize_only:
+        doc = ops.validate(args.op, cases, args.kernels[0], json_path=args.json, deadline=args.deadline,
+                           timeout=args.timeout, startup_timeout=args.startup_timeout, isolate=not args.in_process,
+                           say=print)
+    if args.sanitize or args.sanitize_only:
+        op = ops.operation(args.op)
+        index = ops.load_index(args.kernels[0])
+        picks: dict[str, object] = {}           # the search's picks (role "cutegen"), each kernel once
+        for c in cases:
+            k = ops.kernels_for(args.kernels[0], index, c)[0].get("cutegen")
+            if k is not None:
+                picks.setdefault(k["dir"], c.problem)
+        san = [sanitize_op_kernel(op, p, d, tools, args.sanitize_timeout, say, args.sanitize_parallel)
+               for d, p in picks.items()]
+        doc = doc or {"schema": ops.VALIDATE_SCHEMA, "op": args.op, "kernels": [], "summary": {"ok": True}}
+        doc["sanitizer"] = san
+        doc["summary"]["sanitizer_clean"] = all(s.get("verdict") == "clean" for s in san)
+        doc["summary"]["ok"] = doc["summary"]["ok"] and doc["summary"]["sanitizer_clean"]
+        if args.json:
+            from .._atomic import atomic_write
+            atomic_write(args.json, (json.dumps(doc, indent=1, default=str) + "\n").encode())
+    return 0 if doc["summary"]["ok"] else 1
+
+
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "op", "gemm") != "gemm":
+        return run_op(args)
+    if not args.kernels:
+        raise CutegenError("no kernel to validate: give built kernel directories, libraries or folders of them")
     if args.workers < 1:
         raise CutegenError(f"--workers: {args.workers} is below 1")
     kernels, unusable = R.discover_kernels(args.kernels)
@@ -256,6 +326,11 @@ def sanitize_kernel(info: R.KernelInfo, tools, timeout: float, say, parallel: bo
     out["case"] = case.to_dict()
     task = {"op": "validate_case", "library": str(info.library), "problem": info.problem.to_dict(),
             "config": info.config.to_dict(), "case": case.to_dict()}
+    return _sanitize_task(out, task, info.label, exe, tools, timeout, say, parallel)
+
+
+def _sanitize_task(out: dict, task: dict, label: str, exe: str, tools, timeout: float, say, parallel: bool) -> dict:
+    """Every tool over ``python -m cutegen._runner_worker --once`` running ``task``; ``out`` gets the verdicts."""
     with tempfile.TemporaryDirectory(prefix="cutegen-sanitize-") as tmp:
         req = Path(tmp) / "request.json"
         req.write_text(json.dumps(task))
@@ -284,11 +359,24 @@ def sanitize_kernel(info: R.KernelInfo, tools, timeout: float, say, parallel: bo
             r = results[tool]
             out["tools"][tool] = r
             verdicts.append(r["verdict"])
-            line = f"SANITIZE {tool:9} {info.label}: {r['verdict']} ({r['seconds']:g} s) {r['summary']}"
+            line = f"SANITIZE {tool:9} {label}: {r['verdict']} ({r['seconds']:g} s) {r['summary']}"
             (say if r["verdict"] == "clean" else print)(line)
     out["verdict"] = "clean" if verdicts and all(v == "clean" for v in verdicts) else \
         next(v for v in ("errors", "failed", "timeout") if v in verdicts)
     return out
+
+
+def sanitize_op_kernel(op, problem, kernel_dir: str, tools, timeout: float, say, parallel: bool = False) -> dict:
+    """compute-sanitizer over a child Python running the operation's ``sanitize_case`` on one kernel (its runner's
+    small call against the float32 reference)."""
+    exe = shutil.which("compute-sanitizer")
+    out = {"kernel": str(kernel_dir), "tools": {}}
+    if exe is None:
+        print(f"SANITIZE {kernel_dir}: compute-sanitizer not found")
+        return {**out, "verdict": "unavailable", "reason": "compute-sanitizer is not on the PATH"}
+    task = {"op": "op_runner", "runner": op.runner, "fn": "sanitize_case", "problem": problem.to_dict(),
+            "args": [str(kernel_dir)]}
+    return _sanitize_task(out, task, Path(kernel_dir).name, exe, tools, timeout, say, parallel)
 
 
 def sanitizer_verdict(exit_code: int | None) -> str:

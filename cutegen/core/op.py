@@ -141,6 +141,10 @@ class Operation:
     tolerance: Callable[[Any], float] | None = None              # relative error allowed vs the reference
     reference: str = ""                                          # what results are checked against
     peers: tuple[str, ...] = ()                                  # bench contenders the worker times in-process
+    # The operation's GPU half, a module name imported where it runs (``cutegen.run.ops``: ``cutegen validate --op``
+    # and ``cutegen bench --op``): ``validate(problem, kernel_dir)``, ``bench(problem, kernels, options)``,
+    # ``peer_kernels(problem)``, ``RUN_FIELDS``. Empty: those commands refuse the operation (GEMM has its own worker).
+    runner: str = ""
     packs: bool = False                                          # `cutegen pack` supports this op
 
     def __post_init__(self):

@@ -115,6 +115,10 @@ class DaskExecutor(Executor):
             out[addr] = n
         return out
 
+    def gpu_slots(self) -> int:
+        """The GPU tasks the cluster runs at once: every worker's slots for one GPU each (at least 1)."""
+        return max(1, sum(self._slots({GPU_RESOURCE: 1}).values()))
+
     # -- the one submission loop ----------------------------------------------------------------
     def _run(self, kind: str, calls: list[tuple], names: list[str], keys: list[str], resources: dict | None,
              details: Sequence[dict | None] | None) -> list[TaskOutcome]:

@@ -38,6 +38,11 @@ class Executor:
                 details: Sequence[dict | None] | None = None) -> list[TaskOutcome]:
         return self.map(fn, items, kind="gpu", names=names, details=details)
 
+    def gpu_slots(self) -> int:
+        """How many GPU tasks run at once (one per GPU worker): a caller that writes results between tasks
+        submits this many per ``map_gpu`` call. Here one: this process's GPU."""
+        return 1
+
     def close(self) -> None:
         pass
 

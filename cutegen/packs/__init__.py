@@ -26,7 +26,8 @@ SEARCH_S_ESTIMATE = 1.0  # seconds per search on one core (issue 22: 0.3-1.5 s o
 
 def make_pack(shapes_file: str, target_kind: str, *, max_kernels: int = 16, tolerance: float = 0.03,
               name: str = "cutegen_pack", db=None, say=lambda msg: None, executor=None,
-              progress: bool = False, measured: str | None = None, vendor: bool = True) -> dict[str, str]:
+              progress: bool = False, measured: str | None = None, vendor: bool = True,
+              vendor_algorithms: str | None = None) -> dict[str, str]:
     """Every file of the pack for one target: {path relative to the pack's folder: text}. ``executor`` (a
     ``cutegen.executor.Executor``; None: this process) runs the searches, per (N, K) and M bucket and per
     class's fallback; the files are the same wherever they ran. ``progress``: progress bars on stderr.
@@ -37,6 +38,7 @@ def make_pack(shapes_file: str, target_kind: str, *, max_kernels: int = 16, tole
         raise FieldError("--name", f"{name!r} is not a C/CMake identifier (letters, digits, _; 64 at most)")
     t = targets.target(target_kind)
     entries = shapes.load(shapes_file)
+    moe = _moe_layers(shapes_file)
     points = shapes.expand(entries, t.sms)
     check_size(shapes_file, points, say)
     say(f"{t.kind}: {len(points)} shapes from {len(entries)} entries of {shapes_file}")
@@ -44,7 +46,35 @@ def make_pack(shapes_file: str, target_kind: str, *, max_kernels: int = 16, tole
                         progress=progress)
     fallbacks = render.add_fallbacks(sel, say=say, executor=executor)
     points = render.apply_measured(sel, measured, name) if measured else None
-    return render.pack_files(sel, fallbacks, name, Path(shapes_file).name, measured=points, vendor_on=vendor)
+    return _with_moe(moe, t.kind, tolerance, db, say, lambda ctx: render.pack_files(
+        sel, fallbacks, name, Path(shapes_file).name, measured=points, vendor_on=vendor,
+        vendor_algorithms=_algorithms(vendor_algorithms), moe=ctx))
+
+
+def _algorithms(path: str | None) -> dict | None:
+    """``--vendor-algorithms``: the tuning step's timings of cuBLASLt's algorithms (cutegen/packs/vendor.py)."""
+    from . import vendor
+    return vendor.load_algorithms(path) if path else None
+
+
+def _moe_layers(shapes_file: str) -> list:
+    """The shapes file's [[moe]] layers (cutegen/packs/grouped.py), read before any search so that a bad field
+    fails at once."""
+    from . import grouped
+    return grouped.load(shapes_file)
+
+
+def _with_moe(layers: list, kind: str, tolerance: float, db, say, pack_files) -> dict[str, str]:
+    """``pack_files(moe_context)`` plus the MoE layers' grouped kernels, dispatcher and records, if any."""
+    if not layers:
+        return pack_files(None)
+    from ..core.templates import environment
+    from . import grouped
+    sel = grouped.select(layers, kind, tolerance=tolerance, db=db, say=say)
+    gfiles, ctx = grouped.files(sel, kind, environment())
+    files = pack_files(ctx)
+    grouped.add_to_pack(files, sel, kind, environment(), gfiles, ctx)
+    return files
 
 
 def make_tune_plan(shapes_file: str, target_kind: str, *, name: str = "cutegen_pack", say=lambda msg: None,
@@ -60,6 +90,9 @@ def make_tune_plan(shapes_file: str, target_kind: str, *, name: str = "cutegen_p
     entries, points, off = tune.timed_shapes(shapes_file, t, off_sample or tune.DEFAULT_OFF_SAMPLE)
     check_size(shapes_file, points, say)
     tune.check_timed(shapes_file, points + off)
+    if _moe_layers(shapes_file):
+        say("note: the [[moe]] layers are not tuned (their grouped kernels are chosen by the grouped cost model, or a "
+            "results database's grouped measurements, when the pack is made)")
     say(f"{t.kind}: {len(points)} sampled and {len(off)} off-sample shapes from {len(entries)} entries of {shapes_file}")
     exclude = tune.measured_keys(exclude_db, t, points + off) if exclude_db is not None else None
     cands, notes = tune.candidates(points, t, top_k=top_k or tune.TOP_K, cap=cap or tune.MAX_CANDIDATES,
@@ -78,7 +111,8 @@ def make_tune_plan(shapes_file: str, target_kind: str, *, name: str = "cutegen_p
 
 def make_tuned_pack(shapes_file: str, target_kind: str, db, *, max_kernels: int = 16, tolerance: float = 0.03,
                     name: str = "cutegen_pack", say=lambda msg: None, executor=None,
-                    off_sample: tuple[int, ...] | None = None, vendor: bool = True) -> dict[str, str]:
+                    off_sample: tuple[int, ...] | None = None, vendor: bool = True,
+                    vendor_algorithms: str | None = None) -> dict[str, str]:
     """``pack --tune`` after the GPU step: the pack selected from ``db``'s measurements (no GPU); with ``vendor``,
     measured segments where no generated kernel comes within the tolerance of cuBLAS run on cuBLASLt."""
     from . import render, targets, tune
@@ -87,11 +121,13 @@ def make_tuned_pack(shapes_file: str, target_kind: str, db, *, max_kernels: int 
     t = targets.target(target_kind)
     entries, points, off = tune.timed_shapes(shapes_file, t, off_sample or tune.DEFAULT_OFF_SAMPLE)
     check_size(shapes_file, points, say)
+    moe = _moe_layers(shapes_file)
     sel, measured_points = tune.select_measured(points + off, len(points), t, db, max_kernels=max_kernels,
                                                 tolerance=tolerance, say=say)
     fallbacks = render.add_fallbacks(sel, say=say, executor=executor)
-    return render.pack_files(sel, fallbacks, name, Path(shapes_file).name, measured=measured_points,
-                             vendor_on=vendor)
+    return _with_moe(moe, t.kind, tolerance, db, say, lambda ctx: render.pack_files(
+        sel, fallbacks, name, Path(shapes_file).name, measured=measured_points, vendor_on=vendor,
+        vendor_algorithms=_algorithms(vendor_algorithms), moe=ctx))
 
 
 def check_size(shapes_file: str, points: list, say=lambda msg: None) -> int:

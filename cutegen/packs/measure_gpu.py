@@ -144,11 +144,11 @@ def _problem(shape: dict):
 def run(pack_dir: str, so: str, db_path: str, end_epoch: float | None = None, say=print, executor=None) -> dict:
     """Time what ``db_path`` lacks of the plan in ``pack_dir``; ``executor`` (a ``cutegen.executor.Executor``;
     None: this process) runs each (N, K) as one GPU task (a Dask GPU worker needs ``pack_dir`` and ``so`` at the
-    same paths); the records are written here, after each task."""
-    from .. import __version__
+    same paths), as many at once as it has GPU workers (``gpu_slots``); the records are written here, after
+    each batch."""
     from ..config import KernelConfig
     from ..executor import LocalExecutor
-    from ..results import Measurement, ResultsDB, device_kind
+    from ..results import ResultsDB
     from ..progress import Steps
     plan = json.loads((Path(pack_dir) / "tune.json").read_text())
     pack = plan["pack"]
@@ -180,48 +180,62 @@ def run(pack_dir: str, so: str, db_path: str, end_epoch: float | None = None, sa
                "tasks_failed": []}
     t0 = time.time()
     done_pairs = 0
+    # as many tasks at once as the executor has GPU workers (Dask: one per worker with GPU=1; here one), their
+    # records written when the batch is back: one (N, K) after another on one GPU, W side by side on W
+    slots = getattr(ex, "gpu_slots", lambda: 1)()
+    batches = [tasks[i:i + slots] for i in range(0, len(tasks), slots)]
     with Steps("time candidates", len(tasks), stream=sys.stdout) as steps:
-        for g, todo in tasks:
-            outs = ex.map_gpu(measure_group, [(pack_dir, so, g, kernels, todo, end_epoch)],
-                              names=[f"N={g['n']} K={g['k']}"])
-            o = outs[0]
-            done_pairs += sum(len(v) for v in todo.values())
-            el = time.time() - t0
-            steps.step(f"N={g['n']} K={g['k']}: {done_pairs}/{pairs} pairs, {el:.0f} s, about "
-                       f"{el / max(done_pairs, 1) * (pairs - done_pairs):.0f} s left")
-            if not o.ok:
-                summary["tasks_failed"].append(f"N={g['n']} K={g['k']}: {o.error}")
-                say(f"  N={g['n']} K={g['k']}: the GPU task failed: {o.error}")
-                continue
-            res = o.value
-            dev = res["device"]
-            kind = device_kind(dev["name"], dev["sm_count"])
-            by_m = {s["m"]: s for s in g["shapes"]}
-            records = []
-            for row in res["shapes"]:
-                problem = _problem(by_m[row["m"]])
-                for i, r in row["kernels"].items():
-                    i = int(i)
-                    if "us" not in r:
-                        summary["errors"] += 1
-                        continue
-                    if not r["ok"]:
-                        summary["failed_validation"].append(f"{kernels[i]['name']} m{row['m']}n{g['n']}k{g['k']}: "
-                                                            f"rel err {r['rel_err']:.2e}")
-                    records.append(Measurement(
-                        problem=problem, config=configs[i], kernel_hash=kernels[i]["hash"], backend="cutlass",
-                        device_name=dev["name"], device_kind=kind, sm_count=dev["sm_count"], cuda=dev.get("torch_cuda"),
-                        cutegen=__version__, timing_method=TIMING_METHOD, times_us=tuple(r["times"]),
-                        median_us=r["us"], validated=r["ok"], max_rel_error=r["rel_err"], cublas_us=row["matmul_us"],
-                        source=f"cutegen-pack-tune {started}#{pack}/{kernels[i]['name']}", measured_at=started))
-            summary["skipped_shapes"] += len(res["skipped"])
-            db.add_many(records)
-            summary["recorded"] += len(records)
-            say(f"  N={g['n']} K={g['k']}: {len(res['shapes'])} shapes, {len(records)} records "
-                f"({time.time() - t0:.0f} s){'; skipped for time: ' + str(len(res['skipped'])) if res['skipped'] else ''}")
+        for batch in batches:
+            outs = ex.map_gpu(measure_group, [(pack_dir, so, g, kernels, todo, end_epoch) for g, todo in batch],
+                              names=[f"N={g['n']} K={g['k']}" for g, _ in batch])
+            for (g, todo), o in zip(batch, outs):
+                done_pairs += _record_task(g, todo, o, steps, done_pairs, pairs, t0, summary, kernels, configs, db,
+                                           started, pack, say)
     db.compact()      # one self-contained file (no WAL beside it): it travels back in $OUT
     summary["seconds"] = round(time.time() - t0, 1)
     return summary
+
+
+def _record_task(g, todo, o, steps, done_before, pairs, t0, summary, kernels, configs, db, started, pack, say) -> int:
+    """One task's outcome into the database and the summary; returns the pairs it stood for."""
+    from .. import __version__
+    from ..results import Measurement, device_kind
+    n_pairs = sum(len(v) for v in todo.values())
+    done_pairs = done_before + n_pairs
+    el = time.time() - t0
+    steps.step(f"N={g['n']} K={g['k']}: {done_pairs}/{pairs} pairs, {el:.0f} s, about "
+               f"{el / max(done_pairs, 1) * (pairs - done_pairs):.0f} s left")
+    if not o.ok:
+        summary["tasks_failed"].append(f"N={g['n']} K={g['k']}: {o.error}")
+        say(f"  N={g['n']} K={g['k']}: the GPU task failed: {o.error}")
+        return n_pairs
+    res = o.value
+    dev = res["device"]
+    kind = device_kind(dev["name"], dev["sm_count"])
+    by_m = {s["m"]: s for s in g["shapes"]}
+    records = []
+    for row in res["shapes"]:
+        problem = _problem(by_m[row["m"]])
+        for i, r in row["kernels"].items():
+            i = int(i)
+            if "us" not in r:
+                summary["errors"] += 1
+                continue
+            if not r["ok"]:
+                summary["failed_validation"].append(f"{kernels[i]['name']} m{row['m']}n{g['n']}k{g['k']}: "
+                                                    f"rel err {r['rel_err']:.2e}")
+            records.append(Measurement(
+                problem=problem, config=configs[i], kernel_hash=kernels[i]["hash"], backend="cutlass",
+                device_name=dev["name"], device_kind=kind, sm_count=dev["sm_count"], cuda=dev.get("torch_cuda"),
+                cutegen=__version__, timing_method=TIMING_METHOD, times_us=tuple(r["times"]),
+                median_us=r["us"], validated=r["ok"], max_rel_error=r["rel_err"], cublas_us=row["matmul_us"],
+                source=f"cutegen-pack-tune {started}#{pack}/{kernels[i]['name']}", measured_at=started))
+    summary["skipped_shapes"] += len(res["skipped"])
+    db.add_many(records)
+    summary["recorded"] += len(records)
+    say(f"  N={g['n']} K={g['k']}: {len(res['shapes'])} shapes, {len(records)} records "
+        f"({time.time() - t0:.0f} s){'; skipped for time: ' + str(len(res['skipped'])) if res['skipped'] else ''}")
+    return n_pairs
 
 
 def main(argv=None) -> int:

@@ -195,7 +195,9 @@ def apply_measured(sel: Selection, path: str, name: str) -> dict:
 
 
 def pack_files(sel: Selection, fallbacks: dict[str, Fallback], name: str, shapes_file: str,
-               render_kernel=None, measured: dict | None = None, vendor_on: bool = True) -> dict[str, str]:
+               render_kernel=None, measured: dict | None = None, vendor_on: bool = True,
+               vendor_algorithms: dict | None = None, moe: dict | None = None) -> dict[str, str]:
+    """``moe``: the MoE layers' template context (cutegen/packs/grouped.py), or None."""
     from .. import render as render_mod
     render_kernel = render_kernel or render_mod.render
     env = render_mod._environment()
@@ -230,8 +232,11 @@ def pack_files(sel: Selection, fallbacks: dict[str, Fallback], name: str, shapes
         # the vendor tactic (cutegen/packs/vendor.py): one entry per class after the generated kernels
         kernels_ctx += [{"name": vendor.entry_name(c), "cls": c, "vendor": True} for c in range(len(sel.classes))]
         notes.append(vendor.coverage_note(sel.tolerance))
+    # which of cuBLASLt's algorithms each vendor segment runs, where measured (--vendor-algorithms)
+    disp["vendor_algorithms"] = vendor.algorithm_table(disp, len(generated), sel.classes, vendor_algorithms,
+                                                       (vendor_algorithms or {}).get("source", ""))
     ctx = {"pack_name": name, "target": sel.target.kind, "kernels": kernels_ctx, "generated": generated,
-           "version": _cmake_version(), **disp}
+           "version": _cmake_version(), "moe": moe, **disp}
     files["src/dispatch.cpp"] = env.get_template("pack_dispatch.cpp.j2").render(**ctx)
     if disp["vendor"]:
         files["src/vendor_cublaslt.cpp"] = env.get_template("pack_vendor_cublaslt.cpp.j2").render(**ctx)

@@ -210,7 +210,8 @@ def search_task(item: tuple) -> list[KernelConfig]:
     problem, top_k, kind, predictor = item
     # no staged kernels (cutegen/staging.py): a pack's plan entry points build CUTLASS's arguments
     # themselves (templates/cutegen_plan.inc.j2) and do not make the ABI's restride copies
-    return [r.config for r in search(problem, top_k, device=kind, predictor=predictor, staging=False).ranked]
+    return [r.config for r in search(problem, top_k, device=kind, predictor=predictor, staging=False,
+                                     egraph_sizes=False).ranked]
 
 
 # Searches are CPU-bound Python (egglog, the rules, numpy) and independent: without an executor they run in
@@ -265,7 +266,18 @@ class _Shared:
 _WORKER_SHARED: dict[int, Any] = {}
 
 
+def one_blas_thread():
+    """A pack's searches and selection multiply small matrices (the learned model's distances, a few thousand
+    rows): a second BLAS thread only spins, on a 2-core machine against the other search process. Measured on the
+    qwen2.5 pack (2026-11-26, this 2-core machine): in one process 50.6 s of CPU with OpenBLAS's threads, 28.6 s
+    with one, the same pack. The results do not change: BLAS splits a product's rows and columns over its
+    threads, never a dot product. Globally in a worker process, as a context here."""
+    from threadpoolctl import threadpool_limits
+    return threadpool_limits(limits=1, user_api="blas")
+
+
 def _worker_init(shared: dict) -> None:
+    one_blas_thread()
     _WORKER_SHARED.clear()
     _WORKER_SHARED.update(shared)
 
@@ -327,6 +339,13 @@ def select(shapes: list[Shape], target: Target, *, max_kernels: int, tolerance: 
            progress: bool = False) -> Selection:
     """``executor`` (a ``cutegen.executor.Executor``, or None: this process): where the per-shape searches
     run; the selection itself, and so the pack's bytes, do not depend on it."""
+    with one_blas_thread():
+        return _select(shapes, target, max_kernels=max_kernels, tolerance=tolerance, db=db, top_k=top_k, say=say,
+                       executor=executor, progress=progress)
+
+
+def _select(shapes: list[Shape], target: Target, *, max_kernels: int, tolerance: float, db: Any, top_k: int, say,
+            executor, progress: bool) -> Selection:
     if not isinstance(max_kernels, int) or max_kernels < 1:
         raise FieldError("--max-kernels", f"expected a positive integer, got {max_kernels!r}")
     if not (isinstance(tolerance, (int, float)) and 0 <= tolerance < 10):

@@ -88,9 +88,9 @@ def load(path: str | Path) -> list[Entry]:
         raise CutegenError(f"{path}: no such shapes file") from None
     except tomllib.TOMLDecodeError as e:
         raise FieldError(str(path), f"not valid TOML: {e}") from None
-    unknown = sorted(set(data) - {"shape"})
+    unknown = sorted(set(data) - {"shape", "moe"})     # [[moe]]: MoE layers (cutegen/packs/grouped.py)
     if unknown:
-        raise FieldError(str(path), f"unknown top-level keys {unknown}; expected [[shape]] tables")
+        raise FieldError(str(path), f"unknown top-level keys {unknown}; expected [[shape]] and [[moe]] tables")
     tables = data.get("shape")
     if not isinstance(tables, list) or not tables:
         raise FieldError(f"{path.name}:shape", "expected at least one [[shape]] table")

@@ -24,6 +24,8 @@ refuses a plan with the rule's message):
 """
 from __future__ import annotations
 
+import json
+
 from ..problem import GemmProblem
 from .measured import Point
 
@@ -182,6 +184,8 @@ def pack_json_fields(disp: dict, kernels: list[dict], tolerance: float) -> dict:
                          "entries": [{"name": k["name"], "class": k["cls"],
                                       "unsupported": disp["vendor_classes"][k["cls"]]["unsupported"]}
                                      for k in kernels if k.get("vendor")]}
+        if disp.get("vendor_algorithms"):
+            out["vendor"]["algorithms"] = disp["vendor_algorithms"]
     return out
 
 
@@ -203,8 +207,159 @@ def coverage_section(disp: dict, kernels: list[dict]) -> str:
                   "| class | N | K | M from | M to | runs on |", "|---|---|---|---|---|---|"]
         lines += [f"| {g['class']} | {g['n']} | {g['k']} | {g['m_first']} | "
                   f"{'2^31-1' if g['m_last'] == 2**31 - 1 else g['m_last']} | {entry_name(g['class'])} |" for g in segs]
+        alg = disp.get("vendor_algorithms")
+        if alg:
+            moved = [c for c in alg["choices"] if c["index"] != 0]
+            lines += ["", f"cuBLASLt's algorithm, measured ({alg['source'] or 'the tuning step'}: the heuristic's first "
+                      f"{alg['top_k']} timed on {alg['device']}, cuBLASLt {alg['cublaslt_version']}): {len(alg['choices'])} "
+                      f"vendor segments and shapes measured, {len(moved)} run another than the heuristic's first "
+                      f"(more than {alg['margin']:.0%} and {alg.get('noise_factor', 2):g}x the timing's repeatability "
+                      "faster there)" + (": " + ", ".join(
+                          f"class {c['cls']} N {c['n']} K {c['k']} M {c['m_first']}-{c['m_last']} index {c['index']} "
+                          f"({c['first_over_chosen']:.2f}x)" for c in moved) if moved else "")]
         if exact:
             lines += ["", "Shapes of the set that run on cuBLASLt: " + ", ".join(
                 f"class {e['class']} m{e['m']}n{e['n']}k{e['k']}" + (f"b{e['batch']}" if e["batch"] != 1 else "")
                 for e in exact)]
     return "\n".join(lines) + ("\n" if lines else "")
+
+
+# ---- which of cuBLASLt's algorithms each vendor segment runs (measured) ------------------------------------------
+# cublasLtMatmulAlgoGetHeuristic's first algorithm is not always what torch.matmul (cuBLAS) runs, nor the fastest
+# (the LM pack on the H200, llama8b.o M = 100: 38.1 us on the pack's algorithm 0 against torch.matmul's 26.8 us).
+# The tuning step (bench/gpu_vendor_algos.py) times the heuristic's first TOP_K for 256-byte-aligned operands at
+# each measured shape, with torch.matmul in the same process, and writes ALGORITHMS_FORMAT JSON; `cutegen pack
+# --vendor-algorithms FILE` stores per vendor segment and shape the index of the one to run
+# (templates/pack_vendor_cublaslt.cpp.j2 takes it from the same list at plan time, on the same device and
+# cuBLASLt version; else the first).
+ALGORITHMS_FORMAT = "cutegen-vendor-algorithms/1"
+TOP_K = 8
+# VENDOR-ALGO-MARGIN: a segment leaves the heuristic's first only for an algorithm at least this much faster
+# (geomean over the segment's measured points), and at least NOISE_FACTOR times the timing's repeatability at
+# those points (the tuning step times the first twice: as index 0 and as the pack's own plan; on the H200 the two
+# agree within 1.5% under 200 us and differ by up to 11% at the 1-11 ms shapes, where clocks drift): the first is
+# what torch.matmul runs, and a smaller difference is not a measured one
+ALGO_MARGIN = 0.02
+NOISE_FACTOR = 2.0
+# VENDOR-ALGO-LONG: a point whose first algorithm takes LONG_US or more asks for LONG_MARGIN: there the first timed
+# twice, and torch.matmul (the same kernel), differed by up to 11% (run 1) and 15% (run 2) on the H200 (clocks over
+# 1-11 ms of back-to-back GEMMs), so one repeat's agreement does not measure the noise
+LONG_US = 200.0
+LONG_MARGIN = 0.10
+
+
+def load_algorithms(path: str) -> dict:
+    """The tuning step's algorithm measurements (ALGORITHMS_FORMAT), checked; a one-line error naming the
+    file and field otherwise."""
+    from pathlib import Path
+
+    from ..errors import FieldError
+    try:
+        import gzip
+        data = json.loads(gzip.open(path, "rt").read() if str(path).endswith(".gz") else Path(path).read_text())
+    except FileNotFoundError:
+        raise FieldError("--vendor-algorithms", f"{path}: no such file") from None
+    except (OSError, ValueError, EOFError) as e:
+        raise FieldError("--vendor-algorithms", f"{path}: not JSON ({str(e).splitlines()[0][:120]})") from None
+    if not isinstance(data, dict) or data.get("format") != ALGORITHMS_FORMAT:
+        raise FieldError(f"{path}:format", f"expected {ALGORITHMS_FORMAT!r} (bench/gpu_vendor_algos.py's output)")
+    for field, kind in (("device", str), ("cublaslt_version", int), ("top_k", int), ("shapes", list)):
+        if not isinstance(data.get(field), kind) or isinstance(data.get(field), bool):
+            raise FieldError(f"{path}:{field}", f"expected {kind.__name__}, got {data.get(field)!r}")
+    if not 1 <= data["top_k"] <= 64:
+        raise FieldError(f"{path}:top_k", f"expected 1 to 64, got {data['top_k']}")
+    for i, s in enumerate(data["shapes"]):
+        where = f"{path}:shapes[{i}]"
+        if not isinstance(s, dict) or not isinstance(s.get("problem"), dict) or not isinstance(s.get("algorithms"), list):
+            raise FieldError(where, "expected an object with 'problem' and 'algorithms'")
+        for a in s["algorithms"]:
+            if not (isinstance(a, dict) and isinstance(a.get("index"), int) and 0 <= a["index"] < data["top_k"]):
+                raise FieldError(where, f"an algorithm without an index in [0, top_k): {a!r}")
+    data["source"] = Path(path).name
+    return data
+
+
+def _algorithm_times(data: dict, classes: list[str], described: dict, noise: dict) -> dict:
+    """(class index, N, K) -> {M: {index: us}} of the validated algorithms of every measured shape; fills
+    ``described`` ((class, N, K, M, index) -> cuBLASLt's description of that algorithm) and ``noise``
+    ((class, N, K, M) -> |the first's second timing / its first - 1|, where the file has it)."""
+    from .select import class_key
+    cls_index = {c: i for i, c in enumerate(classes)}
+    out: dict = {}
+    for s in data["shapes"]:
+        # the alignments from the sizes, as the pack's dispatcher finds a shape's class (a record that carries
+        # another alignment, e.g. of a 1 x 1 x 1 template problem, would match no class)
+        q = GemmProblem.from_dict({k: v for k, v in s["problem"].items() if not k.startswith("alignment_")})
+        c = cls_index.get(class_key(q))
+        if c is None:
+            continue
+        times = {a["index"]: float(a["us"]) for a in s["algorithms"]
+                 if a.get("ok", True) and isinstance(a.get("us"), (int, float)) and a["us"] > 0}
+        if times:
+            out.setdefault((c, q.n, q.k), {})[q.m] = times
+            # the repeatability at this point: the first algorithm timed twice (index 0, the pack's own plan)
+            again = s.get("pack_us")
+            if isinstance(again, (int, float)) and again > 0 and 0 in times:
+                noise[(c, q.n, q.k, q.m)] = abs(again / times[0] - 1.0)
+            for a in s["algorithms"]:
+                described[(c, q.n, q.k, q.m, a["index"])] = a.get("describe")
+    return out
+
+
+def choose_algorithm(points: dict[int, dict[int, float]], margin: float = ALGO_MARGIN,
+                     noise: float = 0.0) -> tuple[int, float | None]:
+    """The index one segment runs, from its measured points (M -> {index: us}): the algorithm measured at every
+    point with the lowest geomean of its time over the point's best; the heuristic's first (0) unless that one
+    is more than ``margin`` faster (LONG_MARGIN where a point's first takes LONG_US or more), and more than
+    NOISE_FACTOR x ``noise`` (the timing's repeatability there).
+    Returns (index, the first's geomean over the winner's; None: no choice)."""
+    import math
+    if not points:
+        return 0, None
+    common = set.intersection(*(set(t) for t in points.values()))
+    if not common:
+        return 0, None
+
+    def score(i):
+        return math.exp(sum(math.log(t[i] / min(t.values())) for t in points.values()) / len(points))
+    best = min(sorted(common), key=score)
+    if 0 not in common:
+        return best, None
+    gain = score(0) / score(best)
+    if any(t[0] >= LONG_US for t in points.values()):
+        margin = max(margin, LONG_MARGIN)
+    return (best, gain) if gain > 1.0 + max(margin, NOISE_FACTOR * noise) else (0, gain)
+
+
+def algorithm_table(disp: dict, n_gen: int, classes: list[str], data: dict | None, source: str = "") -> dict | None:
+    """The vendor's algorithm choices (the template's ``vendor_algorithms`` and pack.json's vendor.algorithms):
+    exact vendor shapes first (their own measurement), then the vendor segments (every measured point inside);
+    a segment or shape without a measurement has no entry (it runs the heuristic's first)."""
+    if not data or not disp.get("vendor"):
+        return None
+    described: dict = {}
+    noise: dict = {}
+    by_nk = _algorithm_times(data, classes, described, noise)
+    segs, exact = _vendor_routes(disp, n_gen)
+    choices = []
+    for e in exact:
+        pts = by_nk.get((e["class"], e["n"], e["k"]), {})
+        if e["batch"] == 1 and e["m"] in pts:
+            choices.append({"cls": e["class"], "n": e["n"], "k": e["k"], "m_first": e["m"], "m_last": e["m"],
+                            "points": {e["m"]: pts[e["m"]]}})
+    for g in segs:
+        pts = {m: t for m, t in by_nk.get((g["class"], g["n"], g["k"]), {}).items() if g["m_first"] <= m <= g["m_last"]}
+        if pts:
+            choices.append({"cls": g["class"], "n": g["n"], "k": g["k"], "m_first": g["m_first"], "m_last": g["m_last"],
+                            "points": pts})
+    out = []
+    for c in choices:
+        pts = c.pop("points")
+        worst = max((noise.get((c["cls"], c["n"], c["k"], m), 0.0) for m in pts), default=0.0)
+        index, gain = choose_algorithm(pts, noise=worst)
+        # the same index can be another algorithm at another M (the list is the heuristic's for each shape)
+        out.append({**c, "index": index, "first_over_chosen": None if gain is None else round(gain, 4),
+                    "noise": round(worst, 4),
+                    "measured": {str(m): described.get((c["cls"], c["n"], c["k"], m, index)) for m in sorted(pts)}})
+    return {"device": data["device"], "cublaslt_version": data["cublaslt_version"], "top_k": data["top_k"],
+            "margin": ALGO_MARGIN, "noise_factor": NOISE_FACTOR, "source": source, "choices": out}

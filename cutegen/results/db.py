@@ -27,7 +27,7 @@ REPO_SEED = Path(__file__).resolve().parents[2] / "bench" / "results" / "seed.sq
 
 _COLUMNS = ("record_key", "problem_id", "config_id", "kernel_hash", "backend", "device_name", "device_kind",
             "sm_count", "sm_clock_mhz", "driver", "cuda", "cutlass", "cutegen", "timing_method", "times_us",
-            "median_us", "validated", "max_rel_error", "cublas_us", "source", "measured_at", "launch_plan")
+            "median_us", "validated", "max_rel_error", "cublas_us", "source", "measured_at", "launch_plan", "peers_us")
 _SELECT = ("SELECT m.*, p.key AS problem_json, c.json AS config_json FROM measurements m "
            "JOIN problems p ON p.id = m.problem_id JOIN configs c ON c.id = m.config_id")
 
@@ -45,8 +45,8 @@ def _row(conn: sqlite3.Connection, m: Measurement) -> tuple:
     """The measurement's row, inserting its problem and configuration first where they are new."""
     key = problem_key(m.problem)
     cols = registry.db_columns(m.problem)       # the problem's operation fills the searchable columns
-    conn.execute("INSERT OR IGNORE INTO problems (key, kernel_class, m, n, k, batch) VALUES (?, ?, ?, ?, ?, ?)",
-                 (key, cols["kernel_class"], cols["m"], cols["n"], cols["k"], cols["batch"]))
+    conn.execute("INSERT OR IGNORE INTO problems (key, kernel_class, m, n, k, batch, op) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                 (key, cols["kernel_class"], cols["m"], cols["n"], cols["k"], cols["batch"], m.op))
     pid = conn.execute("SELECT id FROM problems WHERE key = ?", (key,)).fetchone()[0]
     chash = config_hash(m.config)
     conn.execute("INSERT OR IGNORE INTO configs (hash, json) VALUES (?, ?)", (chash, config_json(m.config)))
@@ -55,7 +55,12 @@ def _row(conn: sqlite3.Connection, m: Measurement) -> tuple:
             m.sm_clock_mhz, m.driver, m.cuda, m.cutlass, m.cutegen, m.timing_method,
             json.dumps(list(m.times_us), separators=(",", ":")), m.median_us, int(m.validated), m.max_rel_error,
             m.cublas_us, m.source, m.measured_at,
-            json.dumps(m.launch_plan, sort_keys=True, separators=(",", ":")) if m.launch_plan is not None else None)
+            json.dumps(m.launch_plan, sort_keys=True, separators=(",", ":")) if m.launch_plan is not None else None,
+            json.dumps(m.peers_us, sort_keys=True, separators=(",", ":")) if m.peers_us is not None else None)
+
+
+def _has_column(conn: sqlite3.Connection, table: str, column: str) -> bool:
+    return any(row[1] == column for row in conn.execute(f"PRAGMA table_info({table})"))
 
 
 def _measurement(r: sqlite3.Row) -> Measurement:
@@ -70,12 +75,13 @@ def _measurement(r: sqlite3.Row) -> Measurement:
         max_rel_error=r["max_rel_error"], cublas_us=r["cublas_us"], source=r["source"],
         measured_at=r["measured_at"],
         # a version-1 file (the committed seed until it is rebuilt) has no such column: no plan was kept
-        launch_plan=json.loads(r["launch_plan"]) if "launch_plan" in r.keys() and r["launch_plan"] else None)
+        launch_plan=json.loads(r["launch_plan"]) if "launch_plan" in r.keys() and r["launch_plan"] else None,
+        peers_us=json.loads(r["peers_us"]) if "peers_us" in r.keys() and r["peers_us"] else None)
 
 
 # Versions a read-only connection reads as they are: every migration since only adds nullable columns that
 # _measurement reads as absent (a read-only file cannot be migrated, and the committed seed must stay readable).
-READABLE_VERSIONS = (1, 2)
+READABLE_VERSIONS = (1, 2, 3)
 
 
 def _open_readonly(path: Path, what: str, flags: str, remedy: str) -> sqlite3.Connection:
@@ -209,13 +215,20 @@ class ResultsDB:
         self.close()
 
     # --- reads ---------------------------------------------------------------------------
-    def _query(self, where: str, args: tuple) -> Iterator[Measurement]:
+    def _query(self, where: str, args: tuple, op: str | None = None) -> Iterator[Measurement]:
         seen: set[str] = set()
         found: list[tuple[str, Measurement]] = []
         for conn in (self._open(), self._open_seed()):
             if conn is None:
                 continue
-            for r in conn.execute(f"{_SELECT} {where} ORDER BY m.id", args):
+            conn_where, conn_args = where, args
+            if op is not None:
+                if _has_column(conn, "problems", "op"):
+                    conn_where = f"{where} AND p.op = ?" if where else "WHERE p.op = ?"
+                    conn_args = (*args, op)
+                elif op != registry.DEFAULT_OP:
+                    continue          # a file from before operations were recorded holds GEMMs only
+            for r in conn.execute(f"{_SELECT} {conn_where} ORDER BY m.id", conn_args):
                 if r["record_key"] not in seen:
                     seen.add(r["record_key"])
                     found.append((r["record_key"], _measurement(r)))
@@ -224,8 +237,10 @@ class ResultsDB:
         planned = {m.planless_key for _, m in found if m.launch_plan is not None}
         yield from (m for key, m in found if m.launch_plan is not None or key not in planned)
 
-    def measurements(self, device_kind: str | None = None, problem: GemmProblem | None = None) -> list[Measurement]:
-        """Every stored measurement, optionally of one device kind and/or one exact problem."""
+    def measurements(self, device_kind: str | None = None, problem: GemmProblem | None = None,
+                     op: str | None = None) -> list[Measurement]:
+        """Every stored measurement, optionally of one device kind, one exact problem and/or one operation
+        (``op``: "gemm", "attention", ...; a file of schema 1 or 2 holds GEMMs only)."""
         conds, args = [], []
         if device_kind is not None:
             conds.append("m.device_kind = ?")
@@ -234,7 +249,7 @@ class ResultsDB:
             conds.append("p.key = ?")
             args.append(problem_key(problem))
         where = ("WHERE " + " AND ".join(conds)) if conds else ""
-        return list(self._query(where, tuple(args)))
+        return list(self._query(where, tuple(args), op=op))
 
     def best(self, problem: GemmProblem, device_kind: str) -> Measurement | None:
         """The fastest validated benchmark of exactly this problem on this device kind."""
@@ -255,15 +270,38 @@ class ResultsDB:
                     raise CutegenError(f"results database {self.path}: {e}") from None
         return rows
 
-    def holds_kind(self, device_kind: str) -> bool:
-        """Whether any measurement of ``device_kind`` is stored (one indexed query per file, no decoding)."""
-        return bool(self._raw("SELECT 1 FROM measurements WHERE device_kind = ? LIMIT 1", (device_kind,)))
+    def _raw_of_op(self, columns: str, where: str, args: tuple, op: str | None) -> list[tuple]:
+        """``SELECT columns FROM measurements m [WHERE where]`` over both files, of one operation (None: any); a file
+        of schema 1 or 2 holds GEMMs only."""
+        rows: list[tuple] = []
+        for conn in (self._open(), self._open_seed()):
+            if conn is None:
+                continue
+            conds, conn_args, join = ([where] if where else []), tuple(args), ""
+            if op is not None:
+                if _has_column(conn, "problems", "op"):
+                    join = " JOIN problems p ON p.id = m.problem_id"
+                    conds.append("p.op = ?")
+                    conn_args = (*conn_args, op)
+                elif op != registry.DEFAULT_OP:
+                    continue
+            sql = f"SELECT {columns} FROM measurements m{join}" + (f" WHERE {' AND '.join(conds)}" if conds else "")
+            try:
+                rows += [tuple(r) for r in conn.execute(sql, conn_args)]
+            except sqlite3.Error as e:
+                raise CutegenError(f"results database {self.path}: {e}") from None
+        return rows
 
-    def fingerprint(self) -> str:
-        """A digest of what ``measurements()`` returns: the sorted record keys of both files (a record key is
+    def holds_kind(self, device_kind: str, op: str | None = None) -> bool:
+        """Whether any measurement of ``device_kind`` (of operation ``op``; None: any) is stored (one indexed query
+        per file, no decoding)."""
+        return bool(self._raw_of_op("1", "m.device_kind = ?", (device_kind,), op))
+
+    def fingerprint(self, op: str | None = None) -> str:
+        """A digest of what ``measurements(op=op)`` returns: the sorted record keys of both files (a record key is
         a digest of the whole record). Equal fingerprints, equal measurements; what caches of models fitted
         on the database are keyed by."""
         import hashlib
 
-        keys = sorted({r[0] for r in self._raw("SELECT record_key FROM measurements")})
+        keys = sorted({r[0] for r in self._raw_of_op("m.record_key", "", (), op)})
         return hashlib.sha256("\n".join(keys).encode()).hexdigest()

@@ -50,6 +50,10 @@ class Measurement:
     # kernel with no plan, or a record from before plans were kept). The plan is run-time, not part of the
     # configuration or the hash, so without it a stream-K record cannot say which decomposition it timed.
     launch_plan: dict | None = None
+    # The in-process peers timed beside the kernel in the same run, peer name -> median microseconds (an operation's
+    # `peers`: SDPA cuDNN and flash for attention, torch._grouped_mm, a matmul loop and padded bmm for grouped GEMM).
+    # None: not recorded (every GEMM record keeps its cuBLAS figure in cublas_us).
+    peers_us: dict | None = None
 
     def __post_init__(self):
         # any registered operation's problem and config (GEMM: GemmProblem and KernelConfig)
@@ -71,6 +75,17 @@ class Measurement:
             from ..launch_plan import LaunchPlan
             # canonical form: the three fields, checked (a bad plan is named, not stored)
             object.__setattr__(self, "launch_plan", LaunchPlan.from_dict(self.launch_plan, "launch_plan").to_dict())
+        if self.peers_us is not None:
+            if not isinstance(self.peers_us, dict) or not all(
+                    isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
+                    for k, v in self.peers_us.items()):
+                raise FieldError("peers_us", f"expected {{peer name: positive microseconds}}, got {self.peers_us!r}")
+            object.__setattr__(self, "peers_us", {k: float(v) for k, v in sorted(self.peers_us.items())})
+
+    @property
+    def op(self) -> str:
+        """The name of the operation whose problem this is ("gemm", "attention", "grouped_gemm", ...)."""
+        return registry.operation_of(self.problem).name
 
     @property
     def plan(self):
@@ -104,7 +119,9 @@ class Measurement:
                            "h": self.kernel_hash, "d": self.device_name, "k": self.device_kind,
                            "t": self.timing_method, "s": self.source, "at": self.measured_at,
                            "med": round(self.median_us, 6), "times": [round(t, 6) for t in self.times_us],
-                           **({"plan": self.launch_plan} if with_plan and self.launch_plan is not None else {})})
+                           **({"plan": self.launch_plan} if with_plan and self.launch_plan is not None else {}),
+                           # only when recorded: every record from before peers were kept keeps its key
+                           **({"peers": self.peers_us} if self.peers_us is not None else {})})
         return hashlib.sha256(ident.encode()).hexdigest()[:32]
 
     def to_dict(self) -> dict[str, Any]:
@@ -114,6 +131,8 @@ class Measurement:
         out["times_us"] = list(self.times_us)
         if self.launch_plan is None:      # exports of plan-less records stay as they were
             del out["launch_plan"]
+        if self.peers_us is None:
+            del out["peers_us"]
         return out
 
     @classmethod

@@ -53,6 +53,14 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE measurements ADD COLUMN launch_plan TEXT
     """,
+    # 3: measurements of any operation. problems.op names the operation whose problem the key is (the records of
+    # versions 1 and 2 are GEMMs: the default fills them); measurements.peers_us holds the in-process peers timed
+    # beside the kernel (canonical JSON {peer: median microseconds}; NULL: none recorded, as in every older record).
+    """
+    ALTER TABLE problems ADD COLUMN op TEXT NOT NULL DEFAULT 'gemm';
+    CREATE INDEX problems_op ON problems (op);
+    ALTER TABLE measurements ADD COLUMN peers_us TEXT
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -155,7 +155,7 @@ def device_search(device_kind: str, db_path=None) -> Callable:
         if "predictor" not in state:
             from ..results import ResultsDB
             from ..search.learned import Predictor
-            pred = Predictor(device_kind, ResultsDB(db_path).measurements())
+            pred = Predictor(device_kind, ResultsDB(db_path).measurements(op="gemm"))
             state["predictor"] = pred if pred.exact or pred.learned else None
         result = search(problem, k, backend="cutlass", device=device_kind, predictor=state["predictor"])
         return [(r.config, r.cost, r.plan) for r in result.ranked]

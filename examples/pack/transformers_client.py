@@ -22,6 +22,7 @@ import importlib.util
 import json
 import os
 import statistics
+import sys
 import time
 
 import torch
@@ -54,11 +55,15 @@ def load_pack_module(pack_dir: str):
     name = json.load(open(os.path.join(pack_dir, "pack.json")))["name"]
     spec = importlib.util.spec_from_file_location(f"{name}_torch", os.path.join(pack_dir, "torch", f"{name}_torch.py"))
     mod = importlib.util.module_from_spec(spec)
+    # registered under its name, as `import NAME_torch` would: torch.compile re-imports the module of every
+    # global the routed forward touches, by name
+    sys.modules[spec.name] = mod
     spec.loader.exec_module(mod)
     return mod
 
 
-def step_ms(fn, iters=10, warm=3):
+def step_samples(fn, iters, warm=3):
+    """Wall times (ms) of `iters` synchronized calls after `warm` unmeasured ones."""
     for _ in range(warm):
         fn()
     torch.cuda.synchronize()
@@ -68,11 +73,11 @@ def step_ms(fn, iters=10, warm=3):
         fn()
         torch.cuda.synchronize()
         times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
+    return times
 
 
-def measure(model, ids, decode_tokens):
-    """(prefill ms, decode step ms): the prompt's forward, then one token with the prompt's KV cache."""
+def steps(model, ids):
+    """(prefill, decode): the prompt's forward, then one token with the prompt's KV cache."""
     @torch.no_grad()
     def prefill():
         return model(ids, use_cache=True)
@@ -89,7 +94,20 @@ def measure(model, ids, decode_tokens):
             cache.crop(ids.shape[1])
         return r
 
-    return step_ms(prefill), step_ms(decode, iters=decode_tokens)
+    return prefill, decode
+
+
+def measure_pair(plain, routed, ids, iters, rounds):
+    """Median step times (ms) of the plain and the routed model, measured in alternating rounds so that clock
+    and thermal drift fall on both alike (one model after the other drifted by up to 1.5x between runs)."""
+    fns = {"plain": steps(plain, ids), "pack": steps(routed, ids)}
+    samples = {(who, phase): [] for who in fns for phase in ("prefill", "decode")}
+    for _ in range(rounds):
+        for who, (prefill, decode) in fns.items():
+            samples[(who, "prefill")] += step_samples(prefill, iters)
+            samples[(who, "decode")] += step_samples(decode, iters)
+    return {who: {phase: statistics.median(samples[(who, phase)]) for phase in ("prefill", "decode")}
+            for who in fns}
 
 
 def main():
@@ -101,7 +119,8 @@ def main():
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--prompt", type=int, default=512, help="prefill tokens (batch 1)")
     ap.add_argument("--batch", type=int, default=1)
-    ap.add_argument("--decode-steps", type=int, default=20)
+    ap.add_argument("--iters", type=int, default=20, help="measured steps per model and round")
+    ap.add_argument("--rounds", type=int, default=5, help="alternating rounds (plain, pack) per phase")
     ap.add_argument("--tolerance", type=float, default=5e-2, help="max |logit diff| / max |logit|")
     args = ap.parse_args()
 
@@ -117,18 +136,17 @@ def main():
         with open(args.out_json, "w") as f:
             json.dump(res, f, indent=1)
 
+    routed_model = build(args.model, args.layers)     # the same seed: the same weights
     with torch.no_grad():
         ref = model(ids).logits.float()
-    res["plain_eager_ms"] = dict(zip(("prefill", "decode"), measure(model, ids, args.decode_steps)))
-    save()
 
     pack = load_pack_module(args.pack_dir)
     ops = pack.load(args.so)
-    routed = pack.route_linears(model, args.so)          # the one-line call
+    routed = pack.route_linears(routed_model, args.so)   # the one-line call
     res["routed_linears"] = routed
     fb0 = ops.pack_fallbacks()
     with torch.no_grad():
-        got = model(ids).logits.float()
+        got = routed_model(ids).logits.float()
     err = float((got - ref).abs().max() / ref.abs().max().clamp_min(1e-6))
     res["logits_rel_err"] = err
     res["logits_ok"] = err <= args.tolerance
@@ -142,20 +160,15 @@ def main():
             a = torch.empty(m, k, device="cuda", dtype=torch.bfloat16)
             b = torch.empty(n, k, device="cuda", dtype=torch.bfloat16).t()
             res["kernels"].append({"m": m, "n": n, "k": k, "explain": ops.explain(a, b)})
-    res["pack_eager_ms"] = dict(zip(("prefill", "decode"), measure(model, ids, args.decode_steps)))
+    res["timing"] = f"median of {args.rounds} alternating rounds x {args.iters} synchronized steps per model"
+    eager = measure_pair(model, routed_model, ids, args.iters, args.rounds)
+    res["plain_eager_ms"], res["pack_eager_ms"] = eager["plain"], eager["pack"]
     for phase in ("prefill", "decode"):
         res[f"speedup_eager_{phase}"] = res["plain_eager_ms"][phase] / res["pack_eager_ms"][phase]
     save()
     # torch.compile last (it takes the longest): the pack's op traces through its fake implementation
-    compiled = torch.compile(model)
-    res["pack_compile_ms"] = dict(zip(("prefill", "decode"), measure(compiled, ids, args.decode_steps)))
-    save()
-    torch._dynamo.reset()
-    del model                   # the routed forwards are per module: a fresh plain model (same seed) to compare
-    torch.cuda.empty_cache()
-    model_plain = build(args.model, args.layers)
-    compiled = torch.compile(model_plain)
-    res["plain_compile_ms"] = dict(zip(("prefill", "decode"), measure(compiled, ids, args.decode_steps)))
+    compiled = measure_pair(torch.compile(model), torch.compile(routed_model), ids, args.iters, args.rounds)
+    res["plain_compile_ms"], res["pack_compile_ms"] = compiled["plain"], compiled["pack"]
     for phase in ("prefill", "decode"):
         res[f"speedup_compile_{phase}"] = res["plain_compile_ms"][phase] / res["pack_compile_ms"][phase]
     save()

@@ -16,6 +16,7 @@ Per CTA tile (tile_q query rows of one batch and query head) the kernel runs ``t
   the same K/V; HBM sees them about once, priced separately as the problem's minimal bytes over HBM), and the
   TMA latency not covered by the fills the ring holds ahead of the consumer (stages_kv - 3 for ws, which hold
   three stages; stages_kv - 2 for tma);
+* HBM: the problem's minimal bytes at the H200's 4.8 TB/s (the bound of decode-like calls);
 * per tile: the prologue (Q and the first K land: one TMA latency, hidden for a persistent kernel except at
   its first tile) and the epilogue (O through shared memory and a TMA store).
 
@@ -25,8 +26,21 @@ hardware (ceil(tiles / slots) waves of equal tiles; with the causal mask's unequ
 half a mean tile, at least the longest). Causal trip counts follow the top-left mask of the problem. A decode-like
 grouped problem on BHSD tensors is priced as the C ABI runs it: one (group x seqlen_q)-row problem per KV head.
 
-Constants are physical figures but one: OVERLAP_LOSS was fitted (search/attention/calibration.py) to the
-issue's CUTLASS 88 figures on an H100 (forward fp16 TFLOP/s of the example's best kernel) on the non-causal
+A split-KV kernel (config ``kv_splits`` > 1, cutegen.ops.attention.splitkv) is priced as it runs: every
+(batch, KV head) one problem of group x seqlen_q rows (always packed), ``S = min(kv_splits, KV tiles)`` times as
+many CTA tiles, each walking ceil(T / S) KV tiles, its epilogue storing float32; it streams at the HBM bound it
+reaches (HBM_EFFICIENCY), plus a cost per wave of CTAs (SPLIT_WAVE_US) and, for a grid of one wave, the slowest SM's
+share (ONE_WAVE_IMBALANCE) -- three constants fitted on H200 run 2 -- then the combine: its launch
+(COMBINE_FIXED_US, an estimate) and its HBM traffic (the partials written and read once, O written).
+
+FP8 (e4m3): the tensor rate doubles, and each score costs FP8_CONVERT_OPS_PER_SCORE more FP32-pipe operations:
+P converted to e4m3 (cvt.e4m3x2 packs) and rearranged from the accumulator's layout into the 8-bit register-A
+operand's (4 consecutive K values per register). Fitted to one figure: the issue's CUTLASS 88 FP8 kernel 128x256
+with f32 accumulation, 732 TFLOP/s (H100, B4 H32 S4096 D128); held out, the same kernel with an f16 Q K^T
+accumulator (861 measured): the model says about 840. On the H200 (fp8attn runs 1-2) it is 7-25 % optimistic.
+
+Constants are physical figures but two (beside the split-KV ones): FP8_CONVERT_OPS_PER_SCORE (above), and
+OVERLAP_LOSS, fitted (search/attention/calibration.py) to the issue's CUTLASS 88 figures on an H100 (forward fp16 TFLOP/s of the example's best kernel) on the non-causal
 head-dim-128 shapes only; the causal and head-dim-64 shapes are held out (tests/test_attention_search.py
 states both errors). Nothing else was calibrated.
 """
@@ -37,18 +51,33 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..cost import HBM_BYTES_PER_S, SM_CLOCK_HZ, SMS
+from ..cost import SM_CLOCK_HZ, SMS
+
+# The H200's datasheet HBM bandwidth: the attention targets are H200 figures, and a decode-like call is priced
+# against it (the GEMM model keeps the H100's 3.35 TB/s, search/cost.py). Prefill never reaches this bound.
+HBM_BYTES_PER_S = 4.8e12
 
 TENSOR_FLOPS_PER_SM_CLK = {16: 4096.0, 8: 8192.0}    # dense, by input bits
 MUFU_PER_SM_CLK = 16.0                               # exp2 (FlashAttention-3, §3.1)
 FP32_PER_SM_CLK = 128.0
 SOFTMAX_OPS_PER_SCORE = 4.0
+FP8_CONVERT_OPS_PER_SCORE = 3.8                      # fitted: the issue's 88 FP8 figure (module docstring)
 OVERLAP_LOSS = 0.30                                  # fitted: calibration.fit_overlap_loss()
 INTERLEAVE_SHARE = 0.3                               # the softmax share tma's interleaved P V hides
 L2_BYTES_PER_S = 7.0e12
 TMA_LATENCY_CLK = 1200.0
 EPILOGUE_LATENCY_CLK = 800.0
 LAUNCH_US = 3.0
+COMBINE_FIXED_US = 2.0          # the split kernel's second launch (combine) on the same stream: an estimate, not fitted
+# Split-KV streaming, fitted (by hand, three constants) on H200 run 2's GPU-bound split kernels, B8 Hq32/Hkv8 D128
+# Skv 32768, Sq 1 (kv_splits 2, 4, 8, 16, 32: measured 294, 259, 275, 288, 327 us; model 292, 256, 266, 287, 339);
+# held out: Sq 16 (measured 291, 268, 290, 309, 361; model 294, 260, 273, 300, 366) and head dim 64 Sq 16
+# (kv_splits 2, 4, 8: measured 171, 175, 190; model 156, 164, 180).
+# bench/results/decode/2026-11-26-h200-run2-results.json.
+HBM_EFFICIENCY = 0.93           # share of 4.8 TB/s a split kernel's K/V stream reaches
+SPLIT_WAVE_US = 5.0             # per wave of split CTAs
+ONE_WAVE_IMBALANCE = 0.17       # a one-wave HBM-bound grid waits for its slowest SM by this share of the stream
+HBM_LATENCY_US = 1.05           # loaded HBM latency a CTA's bytes in flight cover (fitted on run 3: 4 vs 5 K/V stages)
 SMEM_PER_SM = 233472
 # A varlen problem is priced at its maximum lengths (its sizes are the maxima; the lengths are device data). On
 # ragged lengths the persistent scheduler's static round robin leaves its busiest SM above the mean, which the
@@ -76,19 +105,31 @@ def packs_gqa(problem, config) -> bool:
             and getattr(problem, "layout", "bshd") == "bhsd")
 
 
+def kv_splits_of(problem, config) -> int:
+    """The KV splits a call of ``problem`` runs with ``config`` (1: the unsplit kernel)."""
+    requested = getattr(config, "kv_splits", 1)
+    if requested <= 1:
+        return 1
+    return max(1, min(requested, math.ceil(problem.seqlen_kv / config.tile_kv)))
+
+
 def kernel_rows_heads(problem, config) -> tuple[int, int]:
-    """(query rows per problem, problems) as the kernel sees them: (seqlen_q, batch x heads_q), or packed."""
-    if packs_gqa(problem, config):
+    """(query rows per problem, problems) as the kernel sees them: (seqlen_q, batch x heads_q), or packed (the
+    split-KV kernel always packs: one problem per (batch, KV head))."""
+    if getattr(config, "kv_splits", 1) > 1 or packs_gqa(problem, config):
         return problem.seqlen_q * (problem.heads_q // problem.heads_kv), problem.batch * problem.heads_kv
     return problem.seqlen_q, problem.batch * problem.heads_q
 
 
 @lru_cache(maxsize=4096)
-def trip_counts(problem, tile_q: int, tile_kv: int, rows: int | None = None) -> np.ndarray:
+def trip_counts(problem, tile_q: int, tile_kv: int, rows: int | None = None, splits: int = 1) -> np.ndarray:
     """KV tiles each Q block (m-block) runs: all of them, or under the top-left causal mask those up to its
-    last row (at least one). ``rows``: the kernel's query rows when the ABI packs GQA (default seqlen_q)."""
+    last row (at least one). ``rows``: the kernel's query rows when the ABI packs GQA (default seqlen_q).
+    ``splits``: a split-KV kernel's splits (no mask): the longest split's tiles, ceil(T / splits)."""
     n_m = math.ceil((problem.seqlen_q if rows is None else rows) / tile_q)
     n_kv = math.ceil(problem.seqlen_kv / tile_kv)
+    if splits > 1:
+        return np.full(n_m, math.ceil(n_kv / splits), dtype=np.int64)
     if not problem.causal:
         return np.full(n_m, n_kv, dtype=np.int64)
     last_row = np.minimum((np.arange(n_m) + 1) * tile_q, problem.seqlen_q)     # rows 0 .. last_row - 1
@@ -112,6 +153,8 @@ def config_cost(problem, config, smem_bytes: int | None = None) -> tuple[float, 
     mma = 2.0 * tq * tkv * d / rate / wgmma_efficiency(n_qk) + 2.0 * tq * tkv * dv / rate / wgmma_efficiency(n_pv)
     scores = tq * tkv
     softmax = scores / MUFU_PER_SM_CLK + scores * SOFTMAX_OPS_PER_SCORE / FP32_PER_SM_CLK + tq * dv / FP32_PER_SM_CLK
+    if bits == 8:
+        softmax += scores * FP8_CONVERT_OPS_PER_SCORE / FP32_PER_SM_CLK
     if config.acc_qk == "f16":
         softmax *= 0.85          # half the accumulator registers to convert and scan
     two_blocks = (not ws and config.blocks_per_sm == 2 and smem_bytes is not None
@@ -135,12 +178,14 @@ def config_cost(problem, config, smem_bytes: int | None = None) -> tuple[float, 
     per_kv = max(compute, load) + exposed
 
     # --- one CTA tile ----------------------------------------------------------------------------------
+    splits = kv_splits_of(problem, config)
     q_bytes = tq * d * esize
-    out_bytes = tq * dv * (2 if problem.dtype != "e4m3" else 2)
+    out_bytes = tq * dv * (4 if splits > 1 else 2)        # a split's partial O is float32
     prologue = TMA_LATENCY_CLK + q_bytes / l2_per_sm_clk
     epilogue = EPILOGUE_LATENCY_CLK + out_bytes / l2_per_sm_clk
     rows, heads = kernel_rows_heads(problem, config)
-    trips = trip_counts(problem, tq, tkv, rows)
+    heads *= splits                                        # the split index is one more grid mode
+    trips = trip_counts(problem, tq, tkv, rows, splits)
     if persistent:
         q_ahead = config.stages_q >= 2 * wgs
         tile_fixed = (0.25 if q_ahead else 0.5) * prologue + epilogue
@@ -152,7 +197,7 @@ def config_cost(problem, config, smem_bytes: int | None = None) -> tuple[float, 
     slots = SMS * (config.blocks_per_sm if two_blocks else 1)
     if persistent:
         grid = min(n_tiles, SMS)
-        counts, trip_sums = _persistent_assignment(problem, tq, tkv, grid, rows, heads)
+        counts, trip_sums = _persistent_assignment(problem, tq, tkv, grid, rows, heads, splits)
         busiest = float((counts * tile_fixed + trip_sums * per_kv).max()) + 0.5 * prologue
         schedule = f"persistent: {grid} CTAs, busiest SM {busiest:.0f} clk"
         if problem.varlen:
@@ -168,7 +213,31 @@ def config_cost(problem, config, smem_bytes: int | None = None) -> tuple[float, 
         schedule = f"list-scheduled over {slots} slots (unequal causal tiles)"
     t_sm_us = busiest / clk * 1e6
     hbm_us = problem.bytes_min / HBM_BYTES_PER_S * 1e6
-    total_us = max(t_sm_us, hbm_us) + LAUNCH_US
+    combine_us = 0.0
+    if splits > 1:
+        from cutegen.ops.attention.splitkv import combine_bytes
+        combine_us = COMBINE_FIXED_US + combine_bytes(problem.batch, problem.heads_q, problem.seqlen_q, dv, splits,
+                                                      2 if problem.dtype != "e4m3" else 2) / HBM_BYTES_PER_S * 1e6
+    if splits > 1:
+        # A split kernel streams K and V at the HBM bound: the bandwidth it reaches (HBM_EFFICIENCY), a fixed cost
+        # per wave of CTAs (prologue, pipeline fill, the partial O's store), and with a single wave the slowest
+        # SM's share (the hardware cannot rebalance a grid that fits at once). Fitted on H200 run 2.
+        # Little's law per CTA: the stages beyond the three the consumer holds (V_(j-1), K_j, V_j) are the bytes in
+        # flight; at HBM_LATENCY_US they cap one CTA's stream (4 stages of 128 x 128 keep one 32 KB tile ahead)
+        ahead_bytes = max(1, config.stages_kv - 3) * tkv * d * esize
+        active = min(n_tiles, slots)
+        rate = min(HBM_BYTES_PER_S * HBM_EFFICIENCY, active * ahead_bytes / (HBM_LATENCY_US * 1e-6))
+        hbm_eff_us = problem.bytes_min / rate * 1e6
+        split_waves = math.ceil(n_tiles / slots)
+        stream_us = max(t_sm_us, hbm_eff_us)
+        imbalance_us = ONE_WAVE_IMBALANCE * stream_us if split_waves == 1 else 0.0
+        # ties (HBM-bound kernels of equal waves): more bytes in flight up to the 64 KB measured to be enough (run 3:
+        # 5 stages of 128 x 128, 64 KB ahead, beat 4 stages, 32 KB, by 4-12 %; 8 stages of 128 x 64, 80 KB, tied 5 of
+        # 128 x 128); under 0.1 us, a tie-breaker only
+        total_us = (stream_us + split_waves * SPLIT_WAVE_US + imbalance_us + LAUNCH_US + combine_us
+                    - min(ahead_bytes, 65536) * 1e-9)
+    else:
+        total_us = max(t_sm_us, hbm_us) + LAUNCH_US + combine_us
     breakdown = {
         "mma_clk_per_kv_tile": round(mma, 1), "softmax_clk_per_kv_tile": round(softmax, 1),
         "load_clk_per_kv_tile": round(load, 1), "exposed_latency_clk": round(exposed, 1),
@@ -176,16 +245,18 @@ def config_cost(problem, config, smem_bytes: int | None = None) -> tuple[float, 
         ("softmax" if softmax >= load else "loads"),
         "kv_tiles_per_cta": [int(trips.min()), int(trips.max())], "cta_tiles": n_tiles, "schedule": schedule,
         "sm_us": round(t_sm_us, 3), "packed_gqa": rows != problem.seqlen_q, "hbm_us": round(hbm_us, 3), "instruction_n": [n_qk, n_pv],
+        "kv_splits": splits, "combine_us": round(combine_us, 3),
+        "split_waves": math.ceil(n_tiles / slots) if splits > 1 else None,
     }
     return total_us, breakdown
 
 
 @lru_cache(maxsize=4096)
 def _persistent_assignment(problem, tile_q: int, tile_kv: int, grid: int, rows: int,
-                           heads: int) -> tuple[np.ndarray, np.ndarray]:
+                           heads: int, splits: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """Per persistent CTA: how many tiles it takes and their KV trips in total (PersistentTileScheduler: tile t
     to CTA t mod grid, m-block fastest: fmha_tile_scheduler.hpp get_block_coord)."""
-    trips = trip_counts(problem, tile_q, tile_kv, rows)
+    trips = trip_counts(problem, tile_q, tile_kv, rows, splits)
     n_m = len(trips)
     t = np.arange(n_m * heads)
     cta = t % grid

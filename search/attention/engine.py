@@ -32,6 +32,7 @@ from typing import Any, NamedTuple
 
 from ..egg import Egg, bindings, term_to_tree
 from ..schedule_rewrites import ILLEGAL_COST, cost_units, units_per_us
+from ..cost import SMS
 from .cost import config_cost
 
 SCHEDULE_CODE = {"tma": 0, "ws_cooperative": 1, "ws_pingpong": 2}
@@ -39,6 +40,7 @@ CODE_SCHEDULE = {v: k for k, v in SCHEDULE_CODE.items()}
 TILE_Q = (64, 128, 192, 256)
 TILE_KV = (32, 64, 96, 128, 160, 192, 224, 256)
 STAGES_KV = tuple(range(2, 9))
+KV_SPLITS = (2, 3, 4, 6, 8, 12, 16, 32)      # split-KV counts offered for decode-like problems (offers_kv_splits)
 
 ATTN_SORTS = """
 (datatype QKTile (QT i64 i64))
@@ -46,17 +48,18 @@ ATTN_SORTS = """
 (datatype KvSteps (KvT i64 i64) (KvSplit KvSteps i64))
 (datatype Sched (Sc i64 i64 i64 i64))
 (datatype Stg (St i64 i64))
-(datatype Opt (Op i64 i64 i64))
-(datatype AKernel (AK QKTile Sched Stg Opt))
+(datatype Opt (Op i64 i64 i64 i64))
+(datatype AKernel (AK QKTile Sched Stg Opt) (Combine AKernel i64))
 (datatype Attn (ARoot i64) (AImpl AKernel))
 (relation TileSeed (i64 i64))
 (relation WgSeed (i64))
-(relation Cand (i64 i64 i64 i64 i64 i64 i64 i64 i64 i64 i64))
-(relation StageOk (i64 i64 i64 i64 i64 i64 i64 i64 i64 i64 i64))
-(relation Rejected (i64 i64 i64 i64 i64 i64 i64 i64 i64 i64 i64 i64))
-(relation CostOf (i64 i64 i64 i64 i64 i64 i64 i64 i64 i64 i64 i64))
+(relation Cand (i64 i64 i64 i64 i64 i64 i64 i64 i64 i64 i64 i64))
+(relation StageOk (i64 i64 i64 i64 i64 i64 i64 i64 i64 i64 i64 i64))
+(relation Rejected (i64 i64 i64 i64 i64 i64 i64 i64 i64 i64 i64 i64 i64))
+(relation CostOf (i64 i64 i64 i64 i64 i64 i64 i64 i64 i64 i64 i64 i64))
 (function illegal (AKernel) i64 :merge (| old new))
 (function cost_table_AK (QKTile Sched Stg Opt) i64 :merge (max old new))
+(function cost_table_Combine (AKernel i64) i64 :merge (max old new))
 (function cost_table_ARoot (i64) i64 :no-merge)
 """
 
@@ -68,35 +71,41 @@ ATTN_RULES = """
 (ruleset sched)
 (rule ((= s (Sc 2 w 1 1))) ((union s (Sc 1 w 1 1))) :ruleset sched)
 (ruleset expand)
-(rule ((Cand q kv sc w p qs sq skv cm acc bps))
-      ((union (ARoot 0) (AImpl (AK (QT q kv) (Sc sc w p qs) (St sq skv) (Op cm acc bps))))) :ruleset expand)
-(rule ((StageOk q kv sc w p qs sq a cm acc bps) (StageOk q kv sc w p qs sq b cm acc bps) (< a b))
-      ((union (AK (QT q kv) (Sc sc w p qs) (St sq a) (Op cm acc bps)) (AK (QT q kv) (Sc sc w p qs) (St sq b) (Op cm acc bps))))
+(rule ((Cand q kv sc w p qs sq skv cm acc bps n))
+      ((union (ARoot 0) (AImpl (AK (QT q kv) (Sc sc w p qs) (St sq skv) (Op cm acc bps n))))) :ruleset expand)
+(rule ((StageOk q kv sc w p qs sq a cm acc bps n) (StageOk q kv sc w p qs sq b cm acc bps n) (< a b))
+      ((union (AK (QT q kv) (Sc sc w p qs) (St sq a) (Op cm acc bps n)) (AK (QT q kv) (Sc sc w p qs) (St sq b) (Op cm acc bps n))))
       :ruleset expand)
-(rule ((Rejected q kv sc w p qs sq skv cm acc bps i) (= x (AK (QT q kv) (Sc sc w p qs) (St sq skv) (Op cm acc bps))))
+(rule ((Rejected q kv sc w p qs sq skv cm acc bps n i) (= x (AK (QT q kv) (Sc sc w p qs) (St sq skv) (Op cm acc bps n))))
       ((set (illegal x) (<< 1 (min i 62)))) :ruleset expand)
+(ruleset splitkv)
+(rule ((Cand q kv sc w p qs sq skv cm acc bps n) (> n 1))
+      ((union (AK (QT q kv) (Sc sc w p qs) (St sq skv) (Op cm acc bps n))
+              (Combine (AK (QT q kv) (Sc sc w p qs) (St sq skv) (Op cm acc bps 1)) n))) :ruleset splitkv)
 (ruleset price)
-(rule ((CostOf q kv sc w p qs sq skv cm acc bps ps))
-      ((set (cost_table_AK (QT q kv) (Sc sc w p qs) (St sq skv) (Op cm acc bps)) ps)) :ruleset price)
+(rule ((CostOf q kv sc w p qs sq skv cm acc bps n ps))
+      ((set (cost_table_AK (QT q kv) (Sc sc w p qs) (St sq skv) (Op cm acc bps n)) ps)) :ruleset price)
 (rule ((= x (AK t s g o)) (= bits (illegal x)) (!= bits 0)) ((set (cost_table_AK t s g o) 1000000000000000)) :ruleset price)
+(rule ((= c (Combine k n))) ((set (cost_table_Combine k n) 1000000000000000)) :ruleset price)
 (rule ((= r (ARoot i))) ((set (cost_table_ARoot i) 1000000000000000)) :ruleset price)
 """
 
 
 def key_of(c) -> tuple:
     return (c.tile_q, c.tile_kv, SCHEDULE_CODE[c.schedule], c.mma_warpgroups, int(c.persistent),
-            int(c.loads_q_separately), c.stages_q, c.stages_kv, c.cluster_m, int(c.acc_qk == "f16"), c.blocks_per_sm)
+            int(c.loads_q_separately), c.stages_q, c.stages_kv, c.cluster_m, int(c.acc_qk == "f16"), c.blocks_per_sm,
+            getattr(c, "kv_splits", 1))
 
 
 def config_of(key: tuple):
     from cutegen.ops.attention.config import AttentionConfig
-    q, kv, sc, w, p, qs, sq, skv, cm, acc, bps = key
+    q, kv, sc, w, p, qs, sq, skv, cm, acc, bps, n = key
     schedule = CODE_SCHEDULE[sc]
     if schedule == "ws_cooperative" and p and qs:
         schedule = "ws_pingpong"          # one kernel, two spellings: the builder's name for it
     return AttentionConfig(tile_q=q, tile_kv=kv, schedule=schedule, mma_warpgroups=w, stages_q=sq, stages_kv=skv,
                            persistent=bool(p), loads_q_separately=bool(qs), cluster_m=cm,
-                           acc_qk="f16" if acc else "f32", blocks_per_sm=bps)
+                           acc_qk="f16" if acc else "f32", blocks_per_sm=bps, kv_splits=n)
 
 
 class Candidate(NamedTuple):
@@ -113,6 +122,7 @@ class Candidate(NamedTuple):
     cluster_m: int
     acc_qk: str
     blocks_per_sm: int
+    kv_splits: int = 1
 
     def short_name(self) -> str:
         return config_of(key_of(self)).short_name()
@@ -124,9 +134,11 @@ def candidates(problem) -> list[Candidate]:
     show a rule at work (one consumer warpgroup in a warp-specialized kernel, two K/V stages). The ping-pong
     kernel is seeded in its one spelling; the e-graph states its equality with the cooperative one."""
     out = []
-    # an f16 Q K^T accumulator only for FP8 (the example's option, 88_hopper_fmha.cu:962): f16 inputs could take one
-    # too (ATTN-ACC-QK-TYPE allows it), but scores past 65504 would overflow where f32 does not
-    accs = ("f32", "f16") if problem.dtype == "e4m3" else ("f32",)
+    # an f16 Q K^T accumulator for FP8 (the example's option, 88_hopper_fmha.cu:962; ATTN-ACC-QK-F16-CONSENT prunes
+    # it unless the problem allows it), and for f16 inputs only when allowed (scores past 65504 overflow in f16)
+    accs = ("f32", "f16") if problem.dtype == "e4m3" or (problem.dtype == "f16" and problem.allow_f16_qk_acc) \
+        else ("f32",)
+    split_tiles_q = split_q_tiles(problem) if offers_kv_splits(problem) else ()
     for q in TILE_Q:
         for kv in TILE_KV:
             for acc in accs:
@@ -140,7 +152,29 @@ def candidates(problem) -> list[Candidate]:
                             out.append(Candidate(q, kv, "ws_cooperative", 2, sq, skv, pers, qsep, 1, acc, 1))
                     for sq in (2, 4):
                         out.append(Candidate(q, kv, "ws_pingpong", 2, sq, skv, True, True, 1, acc, 1))
+                    if q in split_tiles_q:
+                        for n in KV_SPLITS:
+                            out.append(Candidate(q, kv, "ws_cooperative", 2, 2, skv, False, False, 1, acc, 1, n))
+                            out.append(Candidate(q, kv, "ws_pingpong", 2, 2, skv, True, True, 1, acc, 1, n))
     return out
+
+
+def offers_kv_splits(problem) -> bool:
+    """Whether the space holds split-KV kernels for ``problem``: no mask (ATTN-SPLIT-CAUSAL) and fewer CTA tiles
+    than SMs when each (batch, KV head) is one problem of group x seqlen_q rows in 128-row Q tiles: the calls
+    whose unsplit grid cannot fill the GPU (``splitkv.is_decode_like``). A prefill problem's space (and so its
+    search) is the unsplit one."""
+    from cutegen.ops.attention.splitkv import is_decode_like
+    return is_decode_like(problem.batch, problem.heads_q, problem.heads_kv, problem.seqlen_q, problem.causal, SMS)
+
+
+def split_q_tiles(problem) -> tuple:
+    """Q tiles offered with splits: from 128 (two consumer warpgroups of 64 rows: ATTN-QK-TILE-M and
+    ATTN-SETMAXNREG-RANGE leave no smaller warp-specialized tile) up to the packed rows (group x seqlen_q)
+    rounded up to 128; a larger tile only computes rows of padding."""
+    rows = (problem.heads_q // problem.heads_kv) * problem.seqlen_q
+    limit = max(128, -(-rows // 128) * 128)
+    return tuple(q for q in TILE_Q if 128 <= q <= limit)
 
 
 def space(problem) -> list:
@@ -221,6 +255,9 @@ def _chain(problem, config, stage_choices: list[int]) -> list[str]:
                      f"cooperative kernel, persistent, with a Q load warp (fmha_kernel_builder.hpp:134-156)")
     if len(stage_choices) > 1:
         steps.append(f"stages_kv in {stage_choices} legal, one e-class; extraction chose {config.stages_kv}")
+    if config.kv_splits > 1:
+        steps.append(f"AK(..., splits {config.kv_splits}) = Combine(AK(..., splits 1), {config.kv_splits}): softmax over "
+                     f"the whole KV length is the LSE-weighted merge of its chunks' partial softmaxes (flash-decoding)")
     return steps
 
 
@@ -282,7 +319,8 @@ def search(problem, top_k: int = 5, *, explain: bool = False, backend: str | Non
             groups.setdefault(key[:7] + key[8:], []).append(key[7])
         egg.input("StageOk", sorted(key for key in legal))
         egg.input("Rejected", sorted(rejected_rows))
-        egg.run("(run-schedule (saturate (run tiles)) (saturate (run sched)) (saturate (run expand)))")
+        egg.run("(run-schedule (saturate (run tiles)) (saturate (run sched)) (saturate (run expand)) "
+                "(saturate (run splitkv)))")
         per_us = units_per_us(v[0] for v in legal.values()) if legal else 1e6
         egg.input("CostOf", sorted((*k, cost_units(v[0], per_us)) for k, v in legal.items()))
         egg.run("(run-schedule (saturate (run price)))")
@@ -363,6 +401,8 @@ def _extract(egg, n: int) -> list[tuple]:
         if tree[0] != "AImpl":
             continue
         ak = tree[1]
+        if ak[0] != "AK":             # a Combine spelling (priced out: its AK twin in the class is the kernel)
+            continue
         key = (*ak[1][1:], *ak[2][1:], *ak[3][1:], *ak[4][1:])
         keys.append(tuple(int(x) for x in key))
     return keys

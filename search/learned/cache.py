@@ -49,7 +49,7 @@ def cache_dir() -> Path:
 
 
 def key(device_kind: str, db) -> str:
-    return hashlib.sha256(f"{device_kind}\n{db.fingerprint()}\n{code_digest()}".encode()).hexdigest()[:32]
+    return hashlib.sha256(f"{device_kind}\n{db.fingerprint(op='gemm')}\n{code_digest()}".encode()).hexdigest()[:32]
 
 
 def predictor(device_kind: str, db, disk: bool = True) -> Predictor:
@@ -64,7 +64,7 @@ def predictor(device_kind: str, db, disk: bool = True) -> Predictor:
     if pred is not None:
         stats["disk_loads"] += 1
     else:
-        pred = Predictor(device_kind, db.measurements())
+        pred = Predictor(device_kind, db.measurements(op="gemm"))
         stats["fits"] += 1
         if disk:
             _store(path, pred)

@@ -31,7 +31,7 @@ class Correction:
         x = matrix(samples)
         y = np.log(np.array([s.measured_us for s in samples]) / np.array([s.prior_us for s in samples]))
         self.forest = RandomForestRegressor(n_estimators=self.trees, min_samples_leaf=self.min_leaf,
-                                            max_features=0.5, random_state=self.seed, n_jobs=1).fit(x, y)
+                                            max_features=0.5, random_state=self.seed, n_jobs=2).fit(x, y)
         self.nodes = _Forest(self.forest)
         self.mean = x.mean(axis=0)
         self.scale = np.where(x.std(axis=0) > 0, x.std(axis=0), 1.0)

@@ -68,7 +68,7 @@ class Predictor:
         from cutegen.results import ResultsDB
 
         db = db if db is not None else ResultsDB()
-        return cls(device_kind, db.measurements())
+        return cls(device_kind, db.measurements(op="gemm"))
 
     @property
     def learned(self) -> bool:

@@ -119,8 +119,12 @@ def samples_for(problem, candidates, device_kind: str | None) -> list[Sample]:
 
 def from_measurements(measurements, device_kind: str | None = None) -> list[Sample]:
     """Samples of one device kind (None: of every kind, each costed with its own kind's prior)."""
+    from cutegen.problem import GemmProblem
+
     out = []
     for m in measurements:
+        if not isinstance(m.problem, GemmProblem):
+            continue       # another operation's record (attention, grouped GEMM): not GEMM's to learn from
         if ((device_kind is not None and m.device_kind != device_kind) or not m.validated or not m.is_benchmark
                 or m.backend not in BACKENDS):
             continue

@@ -102,4 +102,5 @@ OPERATION = register(Operation(
     backends=BACKENDS, render=render, backend_refusals=backend_refusals, tolerance=tolerance,
     reference="float32 softmax(scale * Q K^T) V of the same inputs (bench/attention_bench.py)",
     peers=("sdpa_cudnn", "sdpa_flash", "cutlass88"),
+    runner="cutegen.ops.attention.runner",
 ))

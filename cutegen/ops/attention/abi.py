@@ -20,6 +20,15 @@ non-decreasing offsets from 0 (flash-attention's), ``max_seqlen_q`` / ``max_seql
 packed row counts (the tensor maps' row extents). A KV tile of a sequence may read up to tile_kv - 1 rows past the
 sequence's end (the next sequence's, or zeros past total_k): they are masked, but must be finite (0 x NaN is NaN). LSE is float32 (heads_q, total_q) (flash-attention's varlen ``softmax_lse``), or NULL: not written, so
 the workspace is 0 bytes. Causal is bottom-right aligned per sequence.
+
+FP8 (e4m3) kernels export ``cutegen_attention_fp8`` instead of ``cutegen_attention`` (an addition: the other
+symbols are the same). Its V argument is **V^T**: (batch, heads_kv, head_dim, seqlen_kv) with the KV sequence
+contiguous, strides (``stride_vt_b``, ``_h``, ``_d``) in elements, ``stride_vt_d`` >= seqlen_kv and a multiple
+of 16 (pad each row to 16 elements; rules ATTN-ABI-VT-ROW, TMA-GMEM-STRIDE-16B). ``descale_q``,
+``descale_k``, ``descale_v`` are the per-tensor factors (real value = stored e4m3 x descale; positive and
+finite, ATTN-ABI-DESCALE): the kernel uses scale x descale_q x descale_k on Q K^T and multiplies O by
+descale_v in its epilogue. O is the kernel's 16-bit output type (bf16 or f16, its describe JSON's
+``problem.dtype_out``).
 """
 from __future__ import annotations
 
@@ -41,11 +50,32 @@ extern "C" const char* cutegen_describe(void);
 extern "C" const char* cutegen_last_error(void);
 """
 
+FP8_C_DECLARATIONS = r"""
+extern "C" int cutegen_attention_fp8(
+    const void* Q, const void* K, const void* Vt, void* O, float* LSE,
+    int64_t batch, int64_t heads_q, int64_t heads_kv, int64_t seqlen_q, int64_t seqlen_kv, int64_t head_dim,
+    int64_t stride_q_b, int64_t stride_q_h, int64_t stride_q_s,
+    int64_t stride_k_b, int64_t stride_k_h, int64_t stride_k_s,
+    int64_t stride_vt_b, int64_t stride_vt_h, int64_t stride_vt_d,
+    int64_t stride_o_b, int64_t stride_o_h, int64_t stride_o_s,
+    float scale, float descale_q, float descale_k, float descale_v,
+    void* workspace, size_t workspace_bytes, cudaStream_t stream);
+"""
+
 ATTENTION_ARGTYPES = (
     [ctypes.c_void_p] * 5            # Q, K, V, O, LSE
     + [ctypes.c_int64] * 6           # batch, heads_q, heads_kv, seqlen_q, seqlen_kv, head_dim
     + [ctypes.c_int64] * 12          # strides (b, h, s) of Q, K, V, O
     + [ctypes.c_float]               # scale
+    + [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]   # workspace, bytes, stream
+)
+
+
+ATTENTION_FP8_ARGTYPES = (
+    [ctypes.c_void_p] * 5            # Q, K, V^T, O, LSE
+    + [ctypes.c_int64] * 6           # batch, heads_q, heads_kv, seqlen_q, seqlen_kv, head_dim
+    + [ctypes.c_int64] * 12          # strides (b, h, s) of Q, K; (b, h, d) of V^T; (b, h, s) of O
+    + [ctypes.c_float] * 4           # scale, descale_q, descale_k, descale_v
     + [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]   # workspace, bytes, stream
 )
 
@@ -70,6 +100,14 @@ VARLEN_ARGTYPES = (
 )
 
 
+def is_fp8_library(lib: ctypes.CDLL) -> bool:
+    try:
+        lib.cutegen_attention_fp8
+    except AttributeError:
+        return False
+    return True
+
+
 def is_varlen_library(lib: ctypes.CDLL) -> bool:
     try:
         lib.cutegen_attention_varlen
@@ -79,15 +117,19 @@ def is_varlen_library(lib: ctypes.CDLL) -> bool:
 
 
 def bind(lib: ctypes.CDLL) -> ctypes.CDLL:
-    """Declare the ABI's argument and result types on a loaded attention library (dense or varlen)."""
+    """Declare the ABI's argument and result types on a loaded attention library (16-bit, FP8 or varlen)."""
     if is_varlen_library(lib):
         lib.cutegen_attention_varlen.argtypes = VARLEN_ARGTYPES
         lib.cutegen_attention_varlen.restype = ctypes.c_int
         lib.cutegen_attention_varlen_workspace_size.argtypes = [ctypes.c_int64] * 2
         lib.cutegen_attention_varlen_workspace_size.restype = ctypes.c_size_t
     else:
-        lib.cutegen_attention.argtypes = ATTENTION_ARGTYPES
-        lib.cutegen_attention.restype = ctypes.c_int
+        if is_fp8_library(lib):
+            lib.cutegen_attention_fp8.argtypes = ATTENTION_FP8_ARGTYPES
+            lib.cutegen_attention_fp8.restype = ctypes.c_int
+        else:
+            lib.cutegen_attention.argtypes = ATTENTION_ARGTYPES
+            lib.cutegen_attention.restype = ctypes.c_int
         lib.cutegen_attention_workspace_size.argtypes = [ctypes.c_int64] * 3
         lib.cutegen_attention_workspace_size.restype = ctypes.c_size_t
     lib.cutegen_describe.argtypes = []
@@ -102,5 +144,5 @@ def is_attention_library(lib: ctypes.CDLL) -> bool:
     try:
         lib.cutegen_attention
     except AttributeError:
-        return is_varlen_library(lib)
+        return is_fp8_library(lib) or is_varlen_library(lib)
     return True

@@ -12,7 +12,11 @@ The fields map one to one onto the example's builder and options
 - ``mma_warpgroups``: ``Tag::kNumMmaWarpGroups``; ``stages_q``: ``Tag::kStagesQ``; ``stages_kv``:
   ``Tag::kStagesKV``; ``persistent``: ``Tag::kIsPersistent``; ``loads_q_separately``:
   ``Tag::kLoadsQSeparately``; ``cluster_m``: ``Tag::kClusterM``; ``acc_qk``: ``Tag::kAccQK`` (the Q K^T
-  accumulator; P V always accumulates in f32); ``blocks_per_sm``: ``Tag::kBlocksPerSM``.
+  accumulator; P V always accumulates in f32); ``blocks_per_sm``: ``Tag::kBlocksPerSM``;
+- ``kv_splits``: cutegen's own, not the example's: the most chunks the KV length is split into, each run by its
+  own CTAs with a partial O and log-sum-exp in the workspace and a combine kernel after ("flash-decoding",
+  templates/attention/fmha_sm90_splitkv.cu.j2; ``cutegen.ops.attention.splitkv``). 1 (the default) is the
+  example's kernel, unchanged; it is left out of the JSON then, so existing kernels keep their hashes.
 
 The defaults are the example's own head-dim-128 kernel ("tma ws cooperative 128x128x128"). Which
 combinations are legal is not this module's business: the hardware rules are in ``legality/attention*``
@@ -30,6 +34,7 @@ from ...errors import FieldError
 SCHEDULES = ("tma", "ws_cooperative", "ws_pingpong")
 ACC_QK = ("f32", "f16")
 TILE_CHOICES = (16, 32, 64, 128, 192, 256)     # multiples of 16 up to 256 are accepted; these are the usual
+KV_SPLITS_MAX = 64                             # the combine reads every split's LSE per row; more splits than SMs buy nothing
 
 
 @dataclass(frozen=True)
@@ -45,6 +50,7 @@ class AttentionConfig(CanonicalConfig):
     cluster_m: int = 1
     acc_qk: str = "f32"
     blocks_per_sm: int = 1
+    kv_splits: int = 1
 
     def __post_init__(self):
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731
@@ -61,6 +67,7 @@ class AttentionConfig(CanonicalConfig):
             set_(name, value)
         set_("stages_q", as_int("stages_q", self.stages_q, lo=1, hi=8))
         set_("stages_kv", as_int("stages_kv", self.stages_kv, lo=1, hi=16))
+        set_("kv_splits", as_int("kv_splits", self.kv_splits, lo=1, hi=KV_SPLITS_MAX))
         for name in ("persistent", "loads_q_separately"):
             if not isinstance(getattr(self, name), bool):
                 raise FieldError(name, f"expected true or false, got {getattr(self, name)!r}")
@@ -72,7 +79,7 @@ class AttentionConfig(CanonicalConfig):
         return self.schedule != "tma"
 
     def short_name(self) -> str:
-        """e.g. ``128x128_wscoop_wg2_q2kv5`` (+ ``_pers``, ``_qsep``, ``_cm2``, ``_accf16``, ``_bps2``)."""
+        """e.g. ``128x128_wscoop_wg2_q2kv5`` (+ ``_pers``, ``_qsep``, ``_cm2``, ``_accf16``, ``_bps2``, ``_split4``)."""
         sched = {"tma": "tma", "ws_cooperative": "wscoop", "ws_pingpong": "wspp"}[self.schedule]
         out = f"{self.tile_q}x{self.tile_kv}_{sched}_wg{self.mma_warpgroups}_q{self.stages_q}kv{self.stages_kv}"
         out += "_pers" if self.persistent else ""
@@ -80,11 +87,15 @@ class AttentionConfig(CanonicalConfig):
         out += f"_cm{self.cluster_m}" if self.cluster_m != 1 else ""
         out += "_accf16" if self.acc_qk == "f16" else ""
         out += f"_bps{self.blocks_per_sm}" if self.blocks_per_sm != 1 else ""
+        out += f"_split{self.kv_splits}" if self.kv_splits != 1 else ""
         return out
 
     # --- JSON ----------------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        if out["kv_splits"] == 1:          # the unsplit kernel: the JSON (and the hash) of before the field existed
+            del out["kv_splits"]
+        return out
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "config") -> "AttentionConfig":

@@ -22,8 +22,20 @@ query ``i`` attends to key ``j`` iff ``j <= i``, whatever seqlen_q and seqlen_kv
 A **varlen** problem is flash-attention's ``flash_attn_varlen_func`` and aligns causal **bottom-right per
 sequence** (query i sees key j iff j <= i + len_k - len_q; ``cutegen.ops.attention.varlen``).
 
-The output element type is the input's for bf16 and f16 and bf16 for e4m3 inputs; softmax and both
+The output element type is the input's for bf16 and f16; for e4m3 inputs it is ``dtype_out``, bf16 (default)
+or f16 (an e4m3 O would lose too much: the kernel's epilogue writes the 16-bit type directly). Softmax and both
 accumulations are float32 unless a config says otherwise (``AttentionConfig.acc_qk``).
+
+FP8 (``dtype`` e4m3, FlashAttention-3's convention): Q, K, V hold e4m3 values with one float descale factor
+per tensor, a run-time argument (``descale_q``, ``descale_k``, ``descale_v``; real value = stored x descale):
+the kernel computes softmax(scale * descale_q * descale_k * Q K^T) V * descale_v. 8-bit WGMMA reads both
+shared-memory operands K-major only, and P V's K is the KV sequence, so the kernel reads V **transposed**:
+``v_transposed`` (None: the dtype's natural layout, True for e4m3, False otherwise) says V is stored as
+(batch, heads_kv, head_dim, seqlen_kv) with the KV sequence contiguous (V^T; strides (b, h, d) in elements,
+the head-dim stride a multiple of 16 elements: pad seqlen_kv to 16). The PyTorch op makes that copy when
+given an SDPA-layout V (``cutegen.ops.attention.torch_op``). ``allow_f16_qk_acc``: the caller accepts a
+Q K^T accumulated in f16 (faster on 8-bit and f16 inputs, less accurate: the search may pick it only then;
+rule ATTN-ACC-QK-F16-CONSENT).
 """
 from __future__ import annotations
 
@@ -39,7 +51,8 @@ OP = "attention"
 DTYPES = ("bf16", "f16", "e4m3")
 LAYOUTS = ("bshd", "bhsd")
 ELEMENT_BYTES = {"bf16": 2, "f16": 2, "e4m3": 1}
-OUTPUT_DTYPE = {"bf16": "bf16", "f16": "f16", "e4m3": "bf16"}
+OUTPUT_DTYPE = {"bf16": "bf16", "f16": "f16", "e4m3": "bf16"}     # the default output type per input type
+OUTPUT_DTYPES_FP8 = ("bf16", "f16")            # what an e4m3 kernel may write (dtype_out)
 HEAD_DIM_MIN, HEAD_DIM_MAX, HEAD_DIM_MULTIPLE = 8, 256, 8
 INT_MAX = 2**31 - 1
 # The fields the compiled kernel depends on; sizes, the scale and the layout (strides) are run-time
@@ -68,6 +81,9 @@ class AttentionProblem:
     layout: str = "bshd"
     varlen: bool = False
     return_lse: bool = False
+    dtype_out: str | None = None       # None: OUTPUT_DTYPE[dtype]; e4m3 inputs may choose bf16 or f16
+    v_transposed: bool | None = None   # None: the dtype's natural V layout (V^T for e4m3)
+    allow_f16_qk_acc: bool = False     # the caller accepts an f16 Q K^T accumulator (a config choice)
 
     def __post_init__(self):
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731
@@ -91,6 +107,24 @@ class AttentionProblem:
         for name in ("causal", "varlen", "return_lse"):
             if not isinstance(getattr(self, name), bool):
                 raise FieldError(name, f"expected true or false, got {getattr(self, name)!r}")
+        if self.dtype_out is not None:
+            as_choice("dtype_out", self.dtype_out, DTYPES)
+            if self.dtype == "e4m3":
+                if self.dtype_out not in OUTPUT_DTYPES_FP8:
+                    raise FieldError("dtype_out", f"{self.dtype_out!r}: an e4m3 kernel writes O in bf16 or f16 "
+                                                  f"(an 8-bit O loses too much)")
+            elif self.dtype_out != self.dtype:
+                raise FieldError("dtype_out", f"{self.dtype_out!r}: a {self.dtype} kernel writes O in {self.dtype}")
+            if self.dtype_out == OUTPUT_DTYPE[self.dtype]:
+                set_("dtype_out", None)      # one spelling per problem
+        for name in ("v_transposed",):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, bool):
+                raise FieldError(name, f"expected true, false or null, got {value!r}")
+        if self.v_transposed is not None and self.v_transposed == (self.dtype == "e4m3"):
+            set_("v_transposed", None)       # the dtype's natural layout is left unset
+        if not isinstance(self.allow_f16_qk_acc, bool):
+            raise FieldError("allow_f16_qk_acc", f"expected true or false, got {self.allow_f16_qk_acc!r}")
         if self.scale is not None:
             scale = as_float("scale", self.scale)
             if scale <= 0.0:
@@ -126,7 +160,12 @@ class AttentionProblem:
 
     @property
     def output_dtype(self) -> str:
-        return OUTPUT_DTYPE[self.dtype]
+        return OUTPUT_DTYPE[self.dtype] if self.dtype_out is None else self.dtype_out
+
+    @property
+    def v_is_transposed(self) -> bool:
+        """V stored as (batch, heads_kv, head_dim, seqlen_kv), the KV sequence contiguous (V^T)."""
+        return (self.dtype == "e4m3") if self.v_transposed is None else self.v_transposed
 
     @property
     def pairs(self) -> int:
@@ -161,7 +200,13 @@ class AttentionProblem:
     def kernel_key(self) -> dict[str, Any]:
         """What a compiled kernel for this problem depends on (not its sizes, scale or strides)."""
         # grouped: a GQA/MQA kernel (K and V heads shared by groups of query heads) is another kernel
-        return {"op": OP, **{f: getattr(self, f) for f in KERNEL_FIELDS}, "grouped": self.heads_q != self.heads_kv}
+        key = {"op": OP, **{f: getattr(self, f) for f in KERNEL_FIELDS}, "grouped": self.heads_q != self.heads_kv}
+        # FP8 additions, present only where they are not the defaults (every 16-bit key keeps its bytes)
+        if self.dtype == "e4m3":
+            key["dtype_out"] = self.output_dtype
+        if self.v_transposed is not None:
+            key["v_transposed"] = self.v_transposed
+        return key
 
     @property
     def kernel_class_name(self) -> str:
@@ -170,6 +215,7 @@ class AttentionProblem:
         if self.head_dim_v is not None:
             parts.append(f"dv{self.head_dim_v}")
         parts.append(self.dtype)
+        parts += _fp8_name_parts(self)
         if self.heads_q != self.heads_kv:
             parts.append("gqa")
         parts += [flag for flag in ("causal", "varlen", "lse") if getattr(self, _FLAG_FIELD[flag])]
@@ -184,6 +230,9 @@ class AttentionProblem:
         if self.head_dim_v is not None:
             parts.append(f"dv{self.head_dim_v}")
         parts.append(self.dtype)
+        parts += _fp8_name_parts(self)
+        if self.allow_f16_qk_acc:
+            parts.append("f16accok")
         if self.layout != "bshd":
             parts.append(self.layout)
         parts += [flag for flag in ("causal", "varlen", "lse") if getattr(self, _FLAG_FIELD[flag])]
@@ -196,6 +245,8 @@ class AttentionProblem:
             value = getattr(self, f)
             if f in _OMITTED_AT_NONE and value is None:
                 continue
+            if f == "allow_f16_qk_acc" and not value:
+                continue               # omitted at its default: problem files without it keep their bytes
             out[f] = value
         return out
 
@@ -216,6 +267,16 @@ class AttentionProblem:
         return replace(self, **changes)
 
 
+def _fp8_name_parts(p: AttentionProblem) -> list[str]:
+    """Name parts of the FP8 fields where they differ from the defaults (no 16-bit name changes)."""
+    parts = []
+    if p.dtype_out is not None:
+        parts.append(f"o{p.dtype_out}")
+    if p.v_transposed is not None:
+        parts.append("vt" if p.v_transposed else "vsd")
+    return parts
+
+
 _FIELDS = tuple(AttentionProblem.__dataclass_fields__)
-_OMITTED_AT_NONE = frozenset({"head_dim_v", "scale"})
+_OMITTED_AT_NONE = frozenset({"head_dim_v", "scale", "dtype_out", "v_transposed"})
 _FLAG_FIELD = {"causal": "causal", "varlen": "varlen", "lse": "return_lse"}

@@ -18,6 +18,8 @@ from .problem import AttentionProblem
 
 BACKEND = "cutlass"
 TEMPLATE = "attention/fmha_sm90.cu.j2"
+TEMPLATE_FP8 = "attention/fmha_sm90_fp8.cu.j2"   # e4m3 inputs: V^T, descale factors, a 16-bit O (its own file)
+TEMPLATE_SPLIT_KV = "attention/fmha_sm90_splitkv.cu.j2"      # config.kv_splits > 1 (cutegen.ops.attention.splitkv)
 VARLEN_TEMPLATE = "attention/fmha_varlen_sm90.cu.j2"
 # cutegen's varlen kernel, collective, loads, epilogue and scheduler (C++ on the 88 collectives), inlined into every
 # varlen kernel.cu so that the kernel's bytes (and hash) carry it and the build needs no extra include path
@@ -32,14 +34,26 @@ SMEM_LIMIT = 232448               # bytes: sm_90's opt-in shared memory per bloc
 # What this renderer refuses, by ID: the summary and where the limit comes from. The hardware rules
 # (WGMMA shapes, shared memory, registers, TMA) are legality/attention*'s; these are the template's.
 REFUSALS = {
-    "ATTN-RENDER-FP8": ("e4m3 is not rendered yet",
-                        "88 FwdRunner: 8-bit V is read MN-major (StrideV (_1, int, ...)); the ABI makes no transposed copy yet"),
+    "ATTN-RENDER-FP8-SCHEDULE": ("e4m3 is rendered on the warp-specialized schedules only",
+                                 "88 fmha_collective_tma.hpp: LayoutQKV (int, _1, (int, int)) for Q, K and V: no V^T"),
+    "ATTN-RENDER-FP8-SPLIT-KV": ("e4m3 kernels are not split along the KV length",
+                                 "templates/attention/fmha_sm90_splitkv.cu.j2 is written for 16-bit inputs (V head-dim "
+                                 "contiguous); the FP8 template has no split mainloop"),
+    "ATTN-RENDER-V-LAYOUT": ("16-bit kernels read V with its head dim contiguous (v_transposed is e4m3's layout)",
+                             "templates/attention/fmha_sm90.cu.j2: StrideV (int, _1, ...); 16-bit WGMMA could read V^T "
+                             "MN-major, not rendered"),
     "ATTN-RENDER-HEAD-DIM-V": ("head_dim_v must equal head_dim",
                                "88 TileShape has one head mode for Q K^T's K and P V's N"),
     "ATTN-RENDER-VARLEN-TMA": ("variable-length batches run on the warp-specialized schedules only",
                                "templates/attention/varlen/fmha_varlen_sm90.hpp ports the per-sequence loads, masks, "
                                "epilogue and scheduler to FmhaMainloopTmaWarpSpecialized; 88's fmha_collective_tma.hpp "
                                "(schedule tma) has no varlen variant"),
+    "ATTN-RENDER-VARLEN-FP8": ("variable-length batches are rendered for 16-bit inputs only",
+                               "templates/attention/fmha_varlen_sm90.cu.j2 is written for 16-bit Q, K, V (V head-dim "
+                               "contiguous, no descale factors); the FP8 template has no varlen variant"),
+    "ATTN-RENDER-VARLEN-SPLIT-KV": ("variable-length kernels are not split along the KV length",
+                                    "templates/attention/fmha_varlen_sm90.cu.j2 has no split mainloop or combine; "
+                                    "templates/attention/fmha_sm90_splitkv.cu.j2 has no per-sequence lengths"),
     "ATTN-RENDER-TMA-OPTIONS": ("schedule tma takes one MMA warpgroup, no persistence, no separate Q load, f32 accumulation",
                                 "88 fmha_collective_tma.hpp: one TiledMma (KernelTmaWarpSpecialized builder), "
                                 "IndividualTileScheduler, one ElementAccumulator"),
@@ -60,6 +74,12 @@ REFUSALS = {
                               "88 fmha_collective_tma_warpspecialized.hpp:81-82 static_asserts"),
     "ATTN-RENDER-88-TILE-Q": ("tile_q / mma_warpgroups is a multiple of 64 (one WGMMA M per warpgroup)",
                               "88 TileShapeQK = tile_q / NumMmaWarpGroups; PTX ISA wgmma M = 64"),
+    "ATTN-RENDER-SPLIT-SCHEDULE": ("kv_splits > 1 needs a warp-specialized schedule",
+                                   "templates/attention/fmha_sm90_splitkv.cu.j2: SplitKvMainloop derives from "
+                                   "FmhaMainloopTmaWarpSpecialized (fmha_collective_tma.hpp's loads are another collective)"),
+    "ATTN-RENDER-SPLIT-CAUSAL": ("kv_splits > 1 renders no causal mask",
+                                 "cutegen/ops/attention/splitkv.py CAUSAL_NOTE: top-left causal reads at most "
+                                 "ceil((q_block + 1) x tile_q / tile_kv) KV tiles, nothing long to split"),
 }
 
 
@@ -78,12 +98,20 @@ def backend_refusals(problem: AttentionProblem, config: AttentionConfig, backend
     if backend != BACKEND:
         return [f"ATTN-RENDER-BACKEND: backend {backend!r} is not one of attention's ({BACKEND})"]
     p, c = problem, config
-    if p.dtype == "e4m3":
-        refuse("ATTN-RENDER-FP8", "dtype e4m3")
+    if p.dtype == "e4m3" and c.schedule == "tma":
+        refuse("ATTN-RENDER-FP8-SCHEDULE", "dtype e4m3, schedule tma")
+    if p.dtype == "e4m3" and getattr(c, "kv_splits", 1) > 1:
+        refuse("ATTN-RENDER-FP8-SPLIT-KV", f"dtype e4m3, kv_splits {c.kv_splits}")
+    if p.dtype != "e4m3" and p.v_is_transposed:
+        refuse("ATTN-RENDER-V-LAYOUT", f"dtype {p.dtype}, v_transposed true")
     if p.head_dim_v is not None:
         refuse("ATTN-RENDER-HEAD-DIM-V", f"head_dim {p.head_dim}, head_dim_v {p.head_dim_v}")
     if p.varlen and c.schedule == "tma":
         refuse("ATTN-RENDER-VARLEN-TMA", "varlen true, schedule tma")
+    if p.varlen and p.dtype == "e4m3":
+        refuse("ATTN-RENDER-VARLEN-FP8", "varlen true, dtype e4m3")
+    if p.varlen and getattr(c, "kv_splits", 1) > 1:
+        refuse("ATTN-RENDER-VARLEN-SPLIT-KV", f"varlen true, kv_splits {c.kv_splits}")
     grouped = p.heads_q != p.heads_kv
     if c.schedule == "tma":
         bad = [f"{k}={v}" for k, v, ok in (("mma_warpgroups", c.mma_warpgroups, c.mma_warpgroups == 1),
@@ -109,6 +137,10 @@ def backend_refusals(problem: AttentionProblem, config: AttentionConfig, backend
             refuse("ATTN-RENDER-88-STAGES", f"stages_q {c.stages_q}, mma_warpgroups {c.mma_warpgroups}, stages_kv {c.stages_kv}")
     if c.tile_q % (c.mma_warpgroups * WGMMA_M):
         refuse("ATTN-RENDER-88-TILE-Q", f"tile_q {c.tile_q} over {c.mma_warpgroups} warpgroup(s)")
+    if c.kv_splits > 1 and c.schedule == "tma":
+        refuse("ATTN-RENDER-SPLIT-SCHEDULE", f"kv_splits {c.kv_splits}, schedule tma")
+    if c.kv_splits > 1 and p.causal:
+        refuse("ATTN-RENDER-SPLIT-CAUSAL", f"kv_splits {c.kv_splits}, causal true")
     return out
 
 
@@ -131,6 +163,11 @@ def _config_lines(problem: AttentionProblem, config: AttentionConfig) -> list[st
              f"stages: Q {c.stages_q}, K/V {c.stages_kv}",
              f"persistent {str(c.persistent).lower()}, loads Q separately {str(c.loads_q_separately).lower()}",
              f"cluster {c.cluster_m}x1x1, {c.blocks_per_sm} CTA(s) per SM, Q K^T accumulates in {c.acc_qk}"]
+    if problem.dtype == "e4m3":
+        lines.append(f"e4m3 Q, K, V^T with descale factors, O in {problem.output_dtype}")
+    if c.kv_splits > 1:
+        lines.append(f"KV length split into at most {c.kv_splits} chunks of whole {c.tile_kv}-key tiles, "
+                     f"float32 partials combined by LSE")
     return lines
 
 
@@ -142,13 +179,13 @@ def _context(problem: AttentionProblem, config: AttentionConfig) -> dict[str, An
         "version": __version__, "kernel_hash": khash, "problem_class": problem.kernel_class_name,
         "config_name": c.short_name(), "config_lines": _config_lines(problem, config),
         "element": ELEMENT[problem.dtype], "element_out": ELEMENT[problem.output_dtype],
-        "dtype": problem.dtype, "acc_qk": c.acc_qk, "element_acc_qk": ACC[c.acc_qk],
+        "dtype": problem.dtype, "dtype_out": problem.output_dtype, "acc_qk": c.acc_qk, "element_acc_qk": ACC[c.acc_qk],
         "head_dim": problem.head_dim, "head_tile": head_tile(problem), "causal": problem.causal,
         "grouped": problem.heads_q != problem.heads_kv, "tile_q": c.tile_q, "tile_kv": c.tile_kv,
         "warp_specialized": c.warp_specialized, "schedule": c.schedule, "mma_warpgroups": c.mma_warpgroups,
         "stages_q": c.stages_q, "stages_kv": c.stages_kv, "persistent": c.persistent,
         "loads_q_separately": c.loads_q_separately, "cluster_m": c.cluster_m, "blocks_per_sm": c.blocks_per_sm,
-        "describe_json": _describe(problem, config, khash), "smem_limit": SMEM_LIMIT,
+        "describe_json": _describe(problem, config, khash), "smem_limit": SMEM_LIMIT, "kv_splits": c.kv_splits,
     }
 
 
@@ -168,7 +205,11 @@ def render_source(problem: AttentionProblem, config: AttentionConfig) -> str:
     context = _context(problem, config)
     if problem.varlen:
         return _environment().get_template(VARLEN_TEMPLATE).render(**context, varlen_header=varlen_header_text())
-    return _environment().get_template(TEMPLATE).render(**context)
+    if problem.dtype == "e4m3":
+        template = TEMPLATE_FP8
+    else:
+        template = TEMPLATE_SPLIT_KV if config.kv_splits > 1 else TEMPLATE
+    return _environment().get_template(template).render(**context)
 
 
 def render(problem: AttentionProblem, config: AttentionConfig, backend: str = BACKEND, *,
@@ -192,7 +233,8 @@ def render(problem: AttentionProblem, config: AttentionConfig, backend: str = BA
                                       legality=legality if legality is not None else {"checked_by": "renderer refusals"},
                                       cost=cost, toolchain=toolchain)
     man["op"] = "attention"
-    man["abi"] = "cutegen_attention_varlen" if problem.varlen else "cutegen_attention"
+    man["abi"] = ("cutegen_attention_varlen" if problem.varlen else
+                  "cutegen_attention_fp8" if problem.dtype == "e4m3" else "cutegen_attention")
     man["include_dirs"] = [SOURCE_88]
     from ...render import RenderedKernel
     return RenderedKernel(problem, config, backend, man["kernel_hash"],

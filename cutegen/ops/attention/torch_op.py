@@ -17,7 +17,19 @@ per sequence (query i sees key j iff j <= i + len_k - len_q); a row with no visi
 It runs on varlen kernels (problem ``varlen``; templates/attention/varlen/) behind
 ``torch.library.custom_op("cutegen::attention_varlen_fwd")``.
 
-The kernel runs behind ``torch.library.custom_op("cutegen::attention_fwd")``: opaque to ``torch.compile``
+FP8 (e4m3, ``torch.float8_e4m3fn`` q, k, v): ``descale_q``, ``descale_k``, ``descale_v`` (floats, default 1.0;
+real value = stored x descale, FlashAttention-3's convention; a one-element tensor is read with ``float()``,
+which synchronizes) and O in the kernel's 16-bit output type (bf16 unless the kernel was rendered with
+``dtype_out`` f16). The kernel reads V transposed (V^T, the KV sequence contiguous: 8-bit WGMMA takes B
+K-major only): pass ``v_transposed=True`` with ``value`` of shape (B, Hkv, D, Skv) (any strides with the
+sequence contiguous and a 16-element multiple row stride), or an SDPA-layout ``value`` (B, Hkv, Skv, D)
+that the op copies into V^T (``transpose_v``: one read and one write of V per call, counted in the op's time).
+
+A split-KV kernel (config ``kv_splits`` > 1, for decode-like calls: few queries, a long KV cache) takes its
+float32 partials in a workspace the op allocates through torch (``cutegen_attention_workspace_size``), and Q
+in an order that reads a group's query heads as rows (BHSD, or one query); other Q strides get one copy.
+
+The kernel runs behind ``torch.library.custom_op("cutegen::attention_fwd")`` (FP8: ``cutegen::attention_fwd_fp8``): opaque to ``torch.compile``
 (its fake implementation gives the shapes) and capturable in CUDA graphs (it launches on the current stream,
 allocates only through torch, and never synchronizes). The library's dynamic shared-memory attribute is set
 on its first call: call once before capturing.
@@ -36,7 +48,9 @@ import torch
 
 from . import abi
 
-TORCH_DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16}
+TORCH_DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16, "e4m3": torch.float8_e4m3fn}
+OUT_TORCH_DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16}
+VT_ROW_ALIGN = 16                  # elements: a V^T row (the TMA stride over the head dim) is 16 bytes of e4m3
 _LOCK = threading.Lock()
 _LIBS: dict[str, tuple[ctypes.CDLL, dict]] = {}
 
@@ -50,8 +64,15 @@ def _library_path(path: str | os.PathLike) -> str:
     return str(p.resolve())
 
 
+_BY_ARGUMENT: dict[str, tuple[ctypes.CDLL, dict]] = {}      # the op's hot path: no stat/realpath per call
+
+
 def load_library(path: str | os.PathLike) -> tuple[ctypes.CDLL, dict]:
-    """The bound library and its ``cutegen_describe`` JSON, loaded once per path."""
+    """The bound library and its ``cutegen_describe`` JSON, loaded once per path (a path given before is answered
+    without touching the file system: resolving it cost ~25 us per op call)."""
+    got = _BY_ARGUMENT.get(str(path))
+    if got is not None:
+        return got
     key = _library_path(path)
     with _LOCK:
         got = _LIBS.get(key)
@@ -62,6 +83,7 @@ def load_library(path: str | os.PathLike) -> tuple[ctypes.CDLL, dict]:
             abi.bind(lib)
             got = (lib, json.loads(lib.cutegen_describe().decode()))
             _LIBS[key] = got
+        _BY_ARGUMENT[str(path)] = got
     return got
 
 
@@ -82,23 +104,120 @@ def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, library: st
     B, Hq, Sq, D = q.shape
     Hkv, Skv = k.shape[1], k.shape[2]
     grouped = bool(desc["problem"].get("grouped"))
-    q = _fit_strides(q, grouped, Hq, B)
-    k = _fit_strides(k, grouped, Hkv, B)
-    v = _fit_strides(v, grouped, Hkv, B)
+    split = int(desc["config"].get("kv_splits", 1)) > 1
+    # a split-KV kernel folds (batch, KV head) into one mode whatever the group (templates/attention/fmha_sm90_splitkv.cu.j2)
+    q = _fit_strides(q, grouped or split, Hq, B)
+    k = _fit_strides(k, grouped or split, Hkv, B)
+    v = _fit_strides(v, grouped or split, Hkv, B)
+    if split and Hq != Hkv and not (Sq == 1 and q.stride(1) >= D) and q.stride(1) != Sq * q.stride(2):
+        q = q.contiguous()                 # the group's query heads as rows of one problem (ATTN-ABI-SPLIT-PACK)
     out = torch.empty_like(q)              # q's memory order (BSHD or BHSD), so O's strides match a BSHD caller
-    if grouped and B > 1 and out.stride(0) != Hq * out.stride(1):
+    if grouped and not split and B > 1 and out.stride(0) != Hq * out.stride(1):
         out = torch.empty((B, Hq, Sq, D), dtype=q.dtype, device=q.device)
     lse = torch.empty((B, Hq, Sq), dtype=torch.float32, device=q.device)
+    workspace, ws_bytes = None, 0
+    if split:                              # float32 partial O and LSE per KV split (torch's allocator: graph-safe)
+        ws_bytes = int(lib.cutegen_attention_workspace_size(B, Hq, Sq))
+        workspace = torch.empty(ws_bytes, dtype=torch.uint8, device=q.device)
     stream = torch.cuda.current_stream(q.device).cuda_stream
     with torch.cuda.device(q.device):
         status = lib.cutegen_attention(
             q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
             B, Hq, Hkv, Sq, Skv, D, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
-            float(scale), None, 0, stream)
+            float(scale), workspace.data_ptr() if workspace is not None else None, ws_bytes, stream)
     if status != 0:
         raise RuntimeError(f"cutegen attention kernel {desc['hash']}: status {status} "
                            f"({abi.STATUS.get(status, '?')}): {lib.cutegen_last_error().decode()}")
     return out, lse
+
+
+def _vt_strides(shape) -> tuple[int, int, int, int]:
+    B, H, S, D = shape
+    padded = -(-S // VT_ROW_ALIGN) * VT_ROW_ALIGN
+    return (H * D * padded, D * padded, padded, 1)
+
+
+@torch.library.custom_op("cutegen::attention_transpose_v", mutates_args=())
+def _transpose_v_op(v: torch.Tensor) -> torch.Tensor:
+    B, H, S, D = v.shape
+    vt = torch.empty_strided((B, H, D, S), _vt_strides(v.shape), dtype=v.dtype, device=v.device)
+    # One byte-granular strided copy: 0.37 ms for 64 MiB on the H200 (363 GB/s). A two-pass transpose over 32-bit
+    # words was slower there (0.49 ms, run 2); the real fix is the kernel transposing V in shared memory (FA3).
+    vt.copy_(v.transpose(2, 3))
+    return vt
+
+
+@_transpose_v_op.register_fake
+def _transpose_v_fake(v):
+    B, H, S, D = v.shape
+    return v.new_empty_strided((B, H, D, S), _vt_strides(v.shape))
+
+
+def transpose_v(v: torch.Tensor) -> torch.Tensor:
+    """V (B, H, S, D) -> V^T (B, H, D, S) with its rows (the KV sequence, contiguous) padded to 16 elements: the
+    FP8 kernel's V layout. One read and one write of V. A custom op of its own (``cutegen::attention_transpose_v``):
+    torch.compile keeps it opaque (Inductor cannot lower this float8 copy: it promotes Bool with Float8)."""
+    return torch.ops.cutegen.attention_transpose_v(v)
+
+
+def _fit_vt(vt: torch.Tensor, group_merge: bool, heads: int, batch: int) -> torch.Tensor:
+    """V^T as the FP8 kernel takes it: the sequence contiguous, 16-byte aligned base and strides (rows padded),
+    and for a grouped kernel with batch > 1, batch stride == heads x head stride; otherwise one padded copy."""
+    ok = vt.stride(-1) == 1 and vt.data_ptr() % 16 == 0 and all(s % VT_ROW_ALIGN == 0 for s in vt.stride()[:3])
+    if ok and group_merge and batch > 1:
+        ok = vt.stride(0) == heads * vt.stride(1)
+    return vt if ok else transpose_v(vt.transpose(2, 3))
+
+
+@torch.library.custom_op("cutegen::attention_fwd_fp8", mutates_args=())
+def attention_fwd_fp8(q: torch.Tensor, k: torch.Tensor, vt: torch.Tensor, library: str, scale: float,
+                      descale_q: float, descale_k: float, descale_v: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(O, LSE) of the FP8 kernel library at ``library`` for e4m3 q (B, Hq, Sq, D), k (B, Hkv, Skv, D) and
+    vt = V^T (B, Hkv, D, Skv); O in the kernel's 16-bit output type."""
+    lib, desc = load_library(library)
+    B, Hq, Sq, D = q.shape
+    Hkv, Skv = k.shape[1], k.shape[2]
+    grouped = bool(desc["problem"].get("grouped"))
+    q = _fit_strides(q, grouped, Hq, B)
+    k = _fit_strides(k, grouped, Hkv, B)
+    vt = _fit_vt(vt, grouped, Hkv, B)
+    out_dtype = OUT_TORCH_DTYPES[desc["problem"].get("dtype_out", "bf16")]
+    # O contiguous (B, Hq, Sq, D), as the fake implementation says (torch.compile plans with the fake's strides)
+    out = torch.empty((B, Hq, Sq, D), dtype=out_dtype, device=q.device)
+    lse = torch.empty((B, Hq, Sq), dtype=torch.float32, device=q.device)
+    stream = torch.cuda.current_stream(q.device).cuda_stream
+    with torch.cuda.device(q.device):
+        status = lib.cutegen_attention_fp8(
+            q.data_ptr(), k.data_ptr(), vt.data_ptr(), out.data_ptr(), lse.data_ptr(),
+            B, Hq, Hkv, Sq, Skv, D, *q.stride()[:3], *k.stride()[:3], *vt.stride()[:3], *out.stride()[:3],
+            float(scale), float(descale_q), float(descale_k), float(descale_v), None, 0, stream)
+    if status != 0:
+        raise RuntimeError(f"cutegen attention kernel {desc['hash']}: status {status} "
+                           f"({abi.STATUS.get(status, '?')}): {lib.cutegen_last_error().decode()}")
+    return out, lse
+
+
+@attention_fwd_fp8.register_fake
+def _attention_fwd_fp8_fake(q, k, vt, library, scale, descale_q, descale_k, descale_v):
+    torch._check(q.dim() == 4 and k.dim() == 4 and vt.dim() == 4, lambda: "cutegen::attention_fwd_fp8: 4-d q, k, vt")
+    _, desc = load_library(library)
+    B, Hq, Sq, D = q.shape
+    out_dtype = OUT_TORCH_DTYPES[desc["problem"].get("dtype_out", "bf16")]
+    return q.new_empty((B, Hq, Sq, vt.shape[2]), dtype=out_dtype), q.new_empty((B, Hq, Sq), dtype=torch.float32)
+
+
+def _descale(name: str, value) -> float:
+    if value is None:
+        return 1.0
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise ValueError(f"ATTN-OP-DESCALE: {name} must be one per-tensor factor, got a tensor of shape "
+                             f"{tuple(value.shape)}")
+        value = float(value)
+    value = float(value)
+    if not (value > 0.0 and math.isfinite(value)):
+        raise ValueError(f"ATTN-OP-DESCALE: {name} {value} is not a positive finite number")
+    return value
 
 
 @attention_fwd.register_fake
@@ -182,15 +301,25 @@ class AttentionKernels:
         if not self.entries:
             raise ValueError("AttentionKernels: no kernel given")
 
-    def pick(self, dtype: str, head_dim: int, causal: bool, grouped: bool, varlen: bool = False) -> str:
+    def pick(self, dtype: str, head_dim: int, causal: bool, grouped: bool, decode_like: bool | None = None,
+             varlen: bool = False) -> str:
         """The library path of the first kernel computing this kind of problem; a grouped kernel also
         serves MHA calls (group 1), an MHA kernel only MHA; varlen calls need varlen kernels and dense calls
-        dense ones."""
+        dense ones. ``decode_like`` (``splitkv.is_decode_like``): among those, the first split-KV kernel (config
+        kv_splits > 1) for a decode-like call and the first unsplit one otherwise, where one of that kind is
+        loaded (a split kernel's workspace grows with the query rows)."""
+        matching = []
         for path, desc in self.entries:
             p = desc["problem"]
             if ((p["dtype"], p["head_dim"], p["causal"], bool(p.get("varlen", False))) == (dtype, head_dim, causal, varlen)
                     and (p["grouped"] or not grouped)):
-                return path
+                matching.append((path, int(desc.get("config", {}).get("kv_splits", 1)) > 1))
+        if matching:
+            if decode_like is not None:
+                for path, split in matching:
+                    if split == decode_like:
+                        return path
+            return matching[0][0]
         raise ValueError(f"ATTN-OP-NO-KERNEL: no loaded kernel computes dtype {dtype}, head_dim {head_dim}, "
                          f"causal {causal}, grouped {grouped}{', varlen' if varlen else ''}")
 
@@ -240,8 +369,15 @@ class AttentionKernels:
         return (out, lse) if return_lse else out
 
     def scaled_dot_product_attention(self, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
-                                     scale=None, enable_gqa=False):
-        """``torch.nn.functional.scaled_dot_product_attention`` for the cases the kernels cover."""
+                                     scale=None, enable_gqa=False, *, descale_q=None, descale_k=None, descale_v=None,
+                                     v_transposed=False):
+        """``torch.nn.functional.scaled_dot_product_attention`` for the cases the kernels cover; e4m3 inputs take
+        the descale factors and ``v_transposed`` (``value`` given as V^T, (B, Hkv, D, Skv))."""
+        if query.dtype == torch.float8_e4m3fn:
+            return self._fp8(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa,
+                             descale_q, descale_k, descale_v, bool(v_transposed))
+        if v_transposed or descale_q is not None or descale_k is not None or descale_v is not None:
+            raise ValueError("ATTN-OP-FP8-ARGS: descale factors and v_transposed are for float8_e4m3fn inputs")
         if attn_mask is not None:
             raise ValueError("ATTN-OP-MASK: attn_mask is not supported (is_causal is)")
         if dropout_p != 0.0:
@@ -263,9 +399,39 @@ class AttentionKernels:
         if dtype is None or key.dtype != query.dtype or value.dtype != query.dtype:
             raise ValueError(f"ATTN-OP-DTYPE: q, k, v must all be bfloat16 or float16, got "
                              f"{query.dtype}, {key.dtype}, {value.dtype}")
-        library = self.pick(dtype, D, bool(is_causal), Hkv != Hq)
+        from .splitkv import is_decode_like
+        library = self.pick(dtype, D, bool(is_causal), Hkv != Hq, is_decode_like(B, Hq, Hkv, Sq, bool(is_causal)))
         s = 1.0 / math.sqrt(D) if scale is None else float(scale)
         out, _ = torch.ops.cutegen.attention_fwd(query, key, value, library, s)
+        return out
+
+    def _fp8(self, query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, descale_q, descale_k,
+             descale_v, v_transposed):
+        if attn_mask is not None:
+            raise ValueError("ATTN-OP-MASK: attn_mask is not supported (is_causal is)")
+        if dropout_p != 0.0:
+            raise ValueError(f"ATTN-OP-DROPOUT: dropout_p {dropout_p} is not supported (forward inference only)")
+        if query.dim() != 4 or key.dim() != 4 or value.dim() != 4:
+            raise ValueError("ATTN-OP-SHAPE: query, key and value must be 4-d")
+        if key.dtype != query.dtype or value.dtype != query.dtype:
+            raise ValueError(f"ATTN-OP-DTYPE: q, k, v must all be float8_e4m3fn, got {query.dtype}, {key.dtype}, "
+                             f"{value.dtype}")
+        B, Hq, Sq, D = query.shape
+        Hkv, Skv = key.shape[1], key.shape[2]
+        v_shape = (B, Hkv, D, Skv) if v_transposed else (B, Hkv, Skv, D)
+        if key.shape[0] != B or key.shape[3] != D or tuple(value.shape) != v_shape:
+            raise ValueError(f"ATTN-OP-SHAPE: key {tuple(key.shape)} and value {tuple(value.shape)} do not match query "
+                             f"{tuple(query.shape)} (value {'V^T ' if v_transposed else ''}expected {v_shape})")
+        if Hkv != Hq and not enable_gqa:
+            raise ValueError(f"ATTN-OP-GQA: {Hq} query heads and {Hkv} KV heads need enable_gqa=True (as SDPA)")
+        if Hq % Hkv:
+            raise ValueError(f"ATTN-OP-GQA: {Hkv} KV heads do not divide {Hq} query heads")
+        dq, dk, dv = (_descale(n, v) for n, v in (("descale_q", descale_q), ("descale_k", descale_k),
+                                                  ("descale_v", descale_v)))
+        library = self.pick("e4m3", D, bool(is_causal), Hkv != Hq)
+        vt = value if v_transposed else transpose_v(value)
+        s = 1.0 / math.sqrt(D) if scale is None else float(scale)
+        out, _ = torch.ops.cutegen.attention_fwd_fp8(query, key, vt, library, s, dq, dk, dv)
         return out
 
     __call__ = scaled_dot_product_attention

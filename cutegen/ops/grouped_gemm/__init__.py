@@ -118,4 +118,5 @@ OPERATION = register(Operation(
     backends=BACKENDS, render=render, backend_refusals=backend_refusals,
     tolerance=tolerance, reference="float32 matmul per group of the same (already quantized) inputs",
     peers=("torch_grouped_mm", "matmul_loop", "padded_bmm"),
+    runner="cutegen.ops.grouped_gemm.runner",
 ))
