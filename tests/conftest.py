@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import functools
+import os
 
 import pytest
 
@@ -77,6 +78,18 @@ _CONFIG: list = []   # the session's config (a collect report carries none)
 def pytest_configure(config):
     LEDGER.__init__()
     _CONFIG[:] = [config]
+    _worker_nvcc_lock(os.environ)
+
+
+def _worker_nvcc_lock(env) -> None:
+    """Under pytest-xdist each worker takes its own nvcc lock (cutegen.build's, unless the caller set one), so the
+    two workers of `-n 2` compile side by side: with one shared lock the second worker idled while the first
+    compiled, and the compile tests ran one at a time on a 2-core machine that takes two compiles at once.
+    The CMake pack tests keep the shared default lock (one compile at a time among them)."""
+    from cutegen.build import DEFAULT_LOCK
+    worker = env.get("PYTEST_XDIST_WORKER")
+    if worker and "CUTEGEN_NVCC_LOCK" not in env:
+        env["CUTEGEN_NVCC_LOCK"] = f"{DEFAULT_LOCK}.{worker}"
 
 
 def pytest_runtest_logreport(report):

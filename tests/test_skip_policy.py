@@ -63,3 +63,17 @@ def test_under_xdist_a_cpu_skip_and_a_module_skip_still_fail_the_run(suite):
     assert tests.ret == pytest.ExitCode.TESTS_FAILED
     tests.stdout.fnmatch_lines(["*FORBIDDEN*test_a.py::test_cpu: optional thing missing*"])
     assert suite.runpytest("-n", "2").ret == pytest.ExitCode.OK
+
+
+def test_each_xdist_worker_gets_its_own_nvcc_lock():
+    from conftest import _worker_nvcc_lock
+    from cutegen.build import DEFAULT_LOCK
+    env = {"PYTEST_XDIST_WORKER": "gw1"}
+    _worker_nvcc_lock(env)
+    assert env["CUTEGEN_NVCC_LOCK"] == f"{DEFAULT_LOCK}.gw1"
+    env = {"PYTEST_XDIST_WORKER": "gw0", "CUTEGEN_NVCC_LOCK": "/tmp/mine.lock"}
+    _worker_nvcc_lock(env)
+    assert env["CUTEGEN_NVCC_LOCK"] == "/tmp/mine.lock"      # a lock the caller chose is kept
+    env = {}
+    _worker_nvcc_lock(env)
+    assert "CUTEGEN_NVCC_LOCK" not in env                    # without xdist: the shared default
