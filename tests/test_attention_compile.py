@@ -19,7 +19,7 @@ from cutegen import build as build_mod
 from cutegen.ops.attention import abi
 from cutegen.ops.attention.config import AttentionConfig
 from cutegen.ops.attention.problem import AttentionProblem
-from cutegen.ops.attention.render import render
+from attention_build import build_fresh
 
 pytestmark = pytest.mark.compile
 
@@ -33,13 +33,7 @@ CONFIG = AttentionConfig(128, 128, "ws_pingpong", persistent=True, loads_q_separ
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    cache = tmp_path_factory.mktemp("cutegen-cache")        # a fresh cache: this test compiles
-    kernel = render(PROBLEM, CONFIG)
-    directory = tmp_path_factory.mktemp("attn") / "kernel"
-    kernel.write(directory)
-    result = build_mod.build([directory], jobs=1, cache=cache, progress=None).results[0]
-    assert result.ok, result.message
-    return kernel, result
+    return build_fresh(tmp_path_factory, PROBLEM, CONFIG, "attn")
 
 
 def test_the_kernel_compiles_with_wgmma_and_no_spills(built):

@@ -13,7 +13,7 @@ from cutegen import build as build_mod
 from cutegen.ops.attention import abi, splitkv
 from cutegen.ops.attention.config import AttentionConfig
 from cutegen.ops.attention.problem import AttentionProblem
-from cutegen.ops.attention.render import render
+from attention_build import build_fresh
 
 pytestmark = pytest.mark.compile
 
@@ -26,12 +26,7 @@ CONFIG = AttentionConfig(kv_splits=4)
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    kernel = render(PROBLEM, CONFIG)
-    directory = tmp_path_factory.mktemp("attn-split") / "kernel"
-    kernel.write(directory)
-    result = build_mod.build([directory], jobs=1, progress=None).results[0]
-    assert result.ok, result.message
-    return kernel, result
+    return build_fresh(tmp_path_factory, PROBLEM, CONFIG, "attn-split", fresh_cache=False)
 
 
 def test_the_split_kernel_compiles_with_wgmma_and_no_spills(built):

@@ -15,7 +15,6 @@ has none), found through the wheel of the python3 given to CMake and through CUT
 vendor costs no kernel compile of its own."""
 from __future__ import annotations
 
-import collections
 import json
 import subprocess
 import sys
@@ -27,6 +26,7 @@ from cutegen import packs
 from cutegen.build import DEFAULT_LOCK, cutlass_include_dirs, find_nvcc
 from cutegen.config import KernelConfig
 from cutegen.packs import render, select, shapes, targets
+from pack_build import cmake, cuda_include, defined_globals
 
 REPO = Path(__file__).resolve().parent.parent
 CONSUMER = REPO / "examples" / "pack" / "consumer"
@@ -40,36 +40,14 @@ SHAPES = ('[[shape]]\nname = "proj"\ndtype = "bf16"\nlayout = "tn"\nm = [16, 128
 pytestmark = pytest.mark.compile
 
 
-def _cmake(*args, cwd=None, timeout=2400):
-    proc = subprocess.run(["cmake", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout)
-    assert proc.returncode == 0, f"cmake {' '.join(args)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    return proc.stdout
 
 
 def _config(manifest: Path) -> KernelConfig:
     return KernelConfig.from_dict(json.loads(manifest.read_text())["config"])
 
 
-def _cuda_include() -> str:
-    """The toolkit's include folder (nvcc may be a wrapper outside the toolkit, as on this machine)."""
-    import os
-    homes = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), str(Path(find_nvcc()).resolve().parent.parent),
-             "/usr/local/cuda"]
-    found = [h for h in homes if h and (Path(h) / "include" / "cuda_runtime_api.h").is_file()]
-    assert found, f"no CUDA toolkit headers (cuda_runtime_api.h) under {homes}"
-    return str(Path(found[0]) / "include")
 
 
-def _defined_globals(archive: Path) -> collections.Counter:
-    """Strong external symbols each member of the archive defines (weak and COMDAT ones may repeat)."""
-    out = subprocess.run(["nm", "-g", "--defined-only", str(archive)], capture_output=True, text=True,
-                         check=True).stdout
-    count = collections.Counter()
-    for line in out.splitlines():
-        parts = line.split()
-        if len(parts) == 3 and parts[1] in "TDBR":
-            count[parts[2]] += 1
-    return count
 
 
 def test_pack_with_stream_k_swap_ab_and_fallback_links_everywhere(tmp_path):
@@ -113,13 +91,13 @@ def test_pack_with_stream_k_swap_ab_and_fallback_links_everywhere(tmp_path):
     # 1. add_subdirectory: the pack is built as part of the consumer, which links the dispatch symbols
     b1 = tmp_path / "b1"
     # cuBLASLt found through the nvidia-cublas wheel of this python (cmake/cutegen_cublaslt.cmake)
-    _cmake("-S", str(CONSUMER), "-B", str(b1), f"-DPACK_DIR={pack}", f"-DPython3_EXECUTABLE={sys.executable}", *common)
-    _cmake("--build", str(b1), "-j", "2")
+    cmake("-S", str(CONSUMER), "-B", str(b1), f"-DPACK_DIR={pack}", f"-DPython3_EXECUTABLE={sys.executable}", *common)
+    cmake("--build", str(b1), "-j", "2")
     lib = next(b1.rglob("libcutegen_pack.a"))
 
     # every strong symbol is defined once in the archive, and every extern "C" name of a kernel carries
     # its kernel's hash (the plan pair of both stream-K kernels included)
-    defined = _defined_globals(lib)
+    defined = defined_globals(lib)
     twice = sorted(s for s, n in defined.items() if n > 1)
     assert not twice, f"symbols defined more than once in the pack library: {twice[:10]}"
     exported = sorted(s for s in defined if s.startswith("cutegen_") and not s.startswith("cutegen_pack_"))
@@ -142,15 +120,15 @@ def test_pack_with_stream_k_swap_ab_and_fallback_links_everywhere(tmp_path):
 
     # 2. install the pack from that build; a second consumer finds it with find_package (links only)
     prefix = tmp_path / "prefix"
-    _cmake("--install", str(b1), "--prefix", str(prefix))
+    cmake("--install", str(b1), "--prefix", str(prefix))
     assert (prefix / "include" / "cutegen_pack.h").is_file()
     assert list(prefix.rglob("cutegen_packConfig.cmake")) and list(prefix.rglob("libcutegen_pack.a"))
     b2 = tmp_path / "b2"
     assert (prefix / "lib" / "cmake" / "cutegen_pack" / "cutegen_cublaslt.cmake").is_file()
     # here cuBLASLt is found through CUTEGEN_CUBLASLT_ROOT (the package's config includes the same module)
-    _cmake("-S", str(CONSUMER), "-B", str(b2), f"-DCMAKE_PREFIX_PATH={prefix}", "-DCMAKE_BUILD_TYPE=Release",
+    cmake("-S", str(CONSUMER), "-B", str(b2), f"-DCMAKE_PREFIX_PATH={prefix}", "-DCMAKE_BUILD_TYPE=Release",
            f"-DCUTEGEN_CUBLASLT_ROOT={cublaslt_root}")
-    _cmake("--build", str(b2), "-j", "2")
+    cmake("--build", str(b2), "-j", "2")
     out2 = subprocess.run([str(b2 / "pack_consumer"), *args], capture_output=True, text=True, timeout=60).stdout
     assert out2 == out
 
@@ -168,7 +146,7 @@ def test_pack_with_stream_k_swap_ab_and_fallback_links_everywhere(tmp_path):
     so = tmp_path / "libcutegen_pack_torch.so"
     cmd = ["g++", "-std=c++17", "-O1", "-fPIC", "-shared", f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"]
     cmd += [f"-isystem{p}" for p in ce.include_paths()] + [f"-isystem{shim}"]
-    cmd += ["-I", _cuda_include(), "-I", str(pack / "include")]
+    cmd += ["-I", cuda_include(), "-I", str(pack / "include")]
     cmd += [str(pack / "torch" / "cutegen_pack_torch.cpp"), "-o", str(so), str(lib), str(cublaslt_lib)]
     cmd += [f"-L{p}" for p in ce.library_paths()] + ["-lc10", "-ltorch", "-ltorch_cpu"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)

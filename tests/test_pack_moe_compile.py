@@ -9,7 +9,6 @@ layer: three grouped kernels of two classes, each exporting the same five groupe
 them. Four kernel compiles (1-2 minutes each here, one nvcc at a time)."""
 from __future__ import annotations
 
-import collections
 import json
 import subprocess
 from pathlib import Path
@@ -22,6 +21,7 @@ from cutegen.config import KernelConfig
 from cutegen.ops.grouped_gemm import abi as gabi
 from cutegen.ops.grouped_gemm.config import GroupedGemmConfig
 from cutegen.packs import grouped, render, select, shapes, targets
+from pack_build import cmake, cuda_include, defined_globals
 
 REPO = Path(__file__).resolve().parent.parent
 CONSUMER = REPO / "examples" / "pack" / "moe_consumer"
@@ -38,35 +38,10 @@ MASKED = GroupedGemmConfig(tile_m=64, tile_n=256, tile_k=64, cluster_n=2, schedu
 pytestmark = pytest.mark.compile
 
 
-def _cmake(*args, timeout=2400):
-    proc = subprocess.run(["cmake", *args], capture_output=True, text=True, timeout=timeout)
-    assert proc.returncode == 0, f"cmake {' '.join(args)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    return proc.stdout
 
 
-def _defined_globals(archive: Path) -> collections.Counter:
-    out = subprocess.run(["nm", "-g", "--defined-only", str(archive)], capture_output=True, text=True,
-                         check=True).stdout
-    count = collections.Counter()
-    for line in out.splitlines():
-        parts = line.split()
-        if len(parts) == 3 and parts[1] in "TDBR":
-            count[parts[2]] += 1
-    return count
 
 
-def _cuda_include() -> str:
-    """The toolkit's include folder (nvcc may be a wrapper script that execs the toolkit's nvcc)."""
-    import os
-    homes = [os.environ.get("CUDA_HOME"), str(Path(find_nvcc()).resolve().parent.parent), "/usr/local/cuda"]
-    try:
-        homes += [str(Path(w).parent.parent) for w in Path(find_nvcc()).read_text(errors="replace").split()
-                  if w.endswith("/bin/nvcc")]
-    except OSError:
-        pass
-    found = [h for h in homes if h and (Path(h) / "include" / "cuda_runtime_api.h").is_file()]
-    assert found, f"no CUDA toolkit headers under {homes}"
-    return str(Path(found[0]) / "include")
 
 
 def test_pack_with_gemm_set_and_two_moe_layers_builds_and_links_everywhere(tmp_path):
@@ -92,12 +67,12 @@ def test_pack_with_gemm_set_and_two_moe_layers_builds_and_links_everywhere(tmp_p
 
     root = str(Path(cutlass_include_dirs()[0]).parent)
     b1 = tmp_path / "b1"
-    _cmake("-S", str(CONSUMER), "-B", str(b1), f"-DPACK_DIR={pack}", f"-DCUTEGEN_CUTLASS_INCLUDE={root}",
+    cmake("-S", str(CONSUMER), "-B", str(b1), f"-DPACK_DIR={pack}", f"-DCUTEGEN_CUTLASS_INCLUDE={root}",
            f"-DCMAKE_CUDA_COMPILER={find_nvcc()}", "-DCMAKE_BUILD_TYPE=Release",
            f"-DCMAKE_CUDA_COMPILER_LAUNCHER=flock;{DEFAULT_LOCK}")
-    _cmake("--build", str(b1), "-j", "2")
+    cmake("--build", str(b1), "-j", "2")
     lib = next(b1.rglob("libcutegen_pack.a"))
-    defined = _defined_globals(lib)
+    defined = defined_globals(lib)
     twice = sorted(s for s, n in defined.items() if n > 1)
     assert not twice, f"symbols defined more than once in the pack library: {twice[:10]}"
     exported = sorted(s for s in defined if s.startswith("cutegen_") and not s.startswith("cutegen_pack_"))
@@ -129,7 +104,7 @@ def test_pack_with_gemm_set_and_two_moe_layers_builds_and_links_everywhere(tmp_p
     so = tmp_path / "libcutegen_pack_torch.so"
     cmd = ["g++", "-std=c++17", "-O1", "-fPIC", "-shared", f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"]
     cmd += [f"-isystem{p}" for p in ce.include_paths()] + [f"-isystem{shim}"]
-    cmd += ["-I", _cuda_include(), "-I", str(pack / "include")]
+    cmd += ["-I", cuda_include(), "-I", str(pack / "include")]
     cmd += [str(pack / "torch" / "cutegen_pack_torch.cpp"), "-o", str(so), str(lib)]
     cmd += [f"-L{p}" for p in ce.library_paths()] + ["-lc10", "-ltorch", "-ltorch_cpu"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
