@@ -103,7 +103,8 @@ def samples_for(problem, candidates, device_kind: str | None) -> list[Sample]:
             [c.cluster_shape[0] for c in cfgs], [c.cluster_shape[1] for c in cfgs], [x[0] for x in codes],
             [x[1] for x in codes], [x[2] for x in codes], [candidates[i][1] for i in batch],
             [costmod.RASTERS.index(c.raster_order) for c in cfgs], [c.raster_swizzle for c in cfgs],
-            device=rates(device_kind), decomposition=[costmod.DECOMP_STREAM_K] * n, splits=[1] * n)
+            device=rates(device_kind), decomposition=[costmod.DECOMP_STREAM_K] * n, splits=[1] * n,
+            instr_n=[costmod.instruction_n_of(c) for c in cfgs])    # a wave tile's full-width WGMMA, as ``sample``
         total = np.broadcast_to(np.asarray(total, dtype=np.float64).reshape(-1), (n,))
         cols = {k: np.broadcast_to(np.asarray(v).reshape(-1), (n,)) for k, v in parts.items()}
         for j, i in enumerate(batch):
