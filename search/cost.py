@@ -316,7 +316,8 @@ def cost_arrays(problem, tm, tn, tk, cm, cn, sched, epi, scheduler, stages, rast
 
     # mainloop per k-block
     kblocks = np.ceil(K / tk)
-    eff = instruction_efficiency(_ss_op_n(tn.astype(np.int64)) if instr_n is None else np.asarray(instr_n))
+    instr = _ss_op_n(tn.astype(np.int64)) if instr_n is None else np.asarray(instr_n)
+    eff = instruction_efficiency(instr)
     eff = np.where(sched == 0, eff * 0.92, eff)       # one consumer warpgroup: no math/issue overlap
     # accumulator registers per MMA thread (cooperative splits M over two warpgroups): past ~160 of
     # the 232-240 a consumer owns, the compiler runs out of room to pipeline fragments and addresses
@@ -365,9 +366,15 @@ def cost_arrays(problem, tm, tn, tk, cm, cn, sched, epi, scheduler, stages, rast
     t_epi = tm * tn * (out_bytes + c_bytes) * busy / STORE_BYTES_PER_S * 1e6
     # a TMA-epilogue subtile narrower than a 32-byte sector along D's contiguous mode (D N-contiguous, the
     # subtile gcd(32, Tile_N) = 8 columns of a 16-bit D: 16-byte row pieces) writes partial sectors: each costs
-    # a whole sector of store bandwidth. A swap-AB kernel's D is M-contiguous (its subtile's 64-128 rows): no loss
+    # a whole sector of store bandwidth. A swap-AB kernel's D is M-contiguous (its subtile's 64-128 rows): no loss.
+    # Priced where it was measured, a wave tile (Tile_N none of the standard widths) with its full-width
+    # instruction (pad run 2). Not priced: the same tiles with ss_op_selector's m64n8 (never picked: 17
+    # instructions for 136) and Tile_N = 8 (unswapped 8-column tiles: the grouped GEMM's proxy), so the one seed
+    # record of the first kind (an oracle 128x200 m64n8), the learned fit on the seed, the grouped model and the
+    # committed packs ranked by them do not move; a measurement of either would say whether they should
     seg = _epilogue_subtile_n(tm, tn, sched, DTYPES[problem.dtype_d].bits) * out_bytes
-    narrow = (epi != 2) & (problem.layout_c == "row") & (seg < SECTOR_BYTES)
+    wave_tile = (instr == tn) & ~np.isin(tn, STANDARD_INSTRUCTION_N)
+    narrow = (epi != 2) & (problem.layout_c == "row") & (seg < SECTOR_BYTES) & wave_tile
     t_epi = np.where(narrow, t_epi * SECTOR_BYTES / np.maximum(seg, 1.0), t_epi)
     t_epi = np.where(epi == 2, t_epi * NOSMEM_EPILOGUE_FACTOR, t_epi)
     # ping-pong overlaps an asynchronous TMA store with the other warpgroup's mainloop; the no-smem

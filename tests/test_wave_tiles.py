@@ -136,3 +136,43 @@ def test_generate_states_wave_tiles_and_regen_keeps_them(tmp_path, monkeypatch, 
     assert ranking_for(tmp_path / "off" / "k", None).wave_tiles is False
     assert ranking_for(tmp_path / "off" / "k", {"mode": "prior", "device": "h200"}).wave_tiles is False
     assert ranking_for(tmp_path / "none", {"mode": "prior", "device": "h200"}).wave_tiles is True
+
+
+PACK_SHAPES = """
+[[shape]]
+name = "proj"
+dtype = "bf16"
+layout = "tn"
+m = [200]
+n = 14336
+k = 4096
+"""
+
+
+def test_pack_states_wave_tiles_and_check_keeps_what_it_states(tmp_path, monkeypatch, capsys):
+    """A new pack searches with wave tiles (pack.json states it); --no-wave-tiles makes one without (nothing stated,
+    the bytes of every pack before the option); --check re-selects each as its pack.json states."""
+    from cutegen.results import device as devmod
+
+    monkeypatch.setattr(devmod, "local_device_kind", lambda: None)
+    monkeypatch.delenv("CUTEGEN_WAVE_TILES", raising=False)
+    shapes = tmp_path / "s.toml"
+    shapes.write_text(PACK_SHAPES)
+    made = {}
+    for name, extra in (("on", []), ("off", ["--no-wave-tiles"])):
+        base = ["pack", str(shapes), "-o", str(tmp_path / name), "--target", "h200", "--prior", "--max-kernels", "1",
+                "--summary-only"]
+        assert main(base + extra) == 0
+        made[name] = json.loads((tmp_path / name / "h200" / "pack.json").read_text())
+        # --check without the flag: as pack.json states, whatever $CUTEGEN_WAVE_TILES says
+        monkeypatch.setenv("CUTEGEN_WAVE_TILES", "1" if name == "off" else "0")
+        assert main(base + ["--check"]) == 0
+        monkeypatch.delenv("CUTEGEN_WAVE_TILES")
+    assert made["on"]["wave_tiles"] is True and "wave_tiles" not in made["off"]
+    tn = {k: v["kernels"][0]["config"]["tile_shape"][1] for k, v in made.items()}
+    assert tn["on"] not in costmod.STANDARD_INSTRUCTION_N and tn["off"] in costmod.STANDARD_INSTRUCTION_N
+    # checked the other way, it is out of date
+    capsys.readouterr()
+    assert main(["pack", str(shapes), "-o", str(tmp_path / "off"), "--target", "h200", "--prior", "--max-kernels",
+                 "1", "--summary-only", "--check", "--wave-tiles"]) == 1
+    assert "pack.json" in capsys.readouterr().out
