@@ -103,6 +103,9 @@ NONSTANDARD_N_EFFICIENCY = 1.0  # factor on the efficiency of a WGMMA whose N is
                              # 256 (the full-width instruction of a wave tile). The folds fit 1.1 (the grid's edge),
                              # pulled by the pad run's warm-L2 times (no input rotation); the three bench-harness
                              # full-width records (64x144, 128x208, 128x240) sit within 4% of 1.0: kept at 1.0
+LAST_WAVE_OWN_RATE = False   # price a partial last wave's k-blocks at its own busy CTAs: an experiment, off (it moves
+                             # every committed kernel's price; scored on the seed in NOTES.md "Wave tiles priced":
+                             # lower error, no better picks)
 MEMORY_OVERLAP_NORM = 4.0    # the mainloop and the DRAM stream overlap as the p-norm of the two times: p -> inf
                              # is perfect overlap (the max), p = 1 none (the sum)
 # Resident CTAs by cluster size: a cluster must fit in one GPC, so big clusters strand SMs.
@@ -390,6 +393,10 @@ def cost_arrays(problem, tm, tn, tk, cm, cn, sched, epi, scheduler, stages, rast
     waves = np.ceil(tiles / active)
     fill = TMA_LATENCY_US + t_k                               # first k-block of each CTA
     t_dp = waves * per_tile + fill
+    if LAST_WAVE_OWN_RATE:      # an experiment, off (NOTES.md "Wave tiles priced"): a partial last wave's k-blocks
+        last = np.maximum(tiles - (waves - 1.0) * active, 1.0)     # run with fewer CTAs pulling through L2, at a
+        t_k_last, _ = kblock_us(np.minimum(last, busy))              # higher clock (clock_boost)
+        t_dp = t_dp - kblocks * (t_k - t_k_last)
 
     # partial-tile reduction through the workspace: a non-final piece writes tm x tn f32 partials and
     # the final piece reads them back. Every split tile's traffic shares the GPU's store bandwidth,

@@ -176,3 +176,18 @@ def test_pack_states_wave_tiles_and_check_keeps_what_it_states(tmp_path, monkeyp
     assert main(["pack", str(shapes), "-o", str(tmp_path / "off"), "--target", "h200", "--prior", "--max-kernels",
                  "1", "--summary-only", "--check", "--wave-tiles"]) == 1
     assert "pack.json" in capsys.readouterr().out
+
+
+def test_last_wave_experiment_is_off_and_moves_only_partial_waves(monkeypatch):
+    """cost.LAST_WAVE_OWN_RATE (off): on, a partial last wave's k-blocks run at its own busy CTAs (cheaper); a grid of
+    whole waves is priced the same either way."""
+    assert costmod.LAST_WAVE_OWN_RATE is False
+    partial = GemmProblem.from_dict({"m": 2040, "n": 3584, "k": 3584, "dtype": "bf16", "layout": "tn"})  # 224 tiles
+    whole = GemmProblem.from_dict({"m": 128 * 12, "n": 256 * 11, "k": 4096, "dtype": "bf16", "layout": "tn"})  # 132
+    cfg = render.complete_config(SQ, KernelConfig.from_dict({
+        "tile_shape": [128, 256, 64], "cluster_shape": [2, 1, 1], "stages": 4, "mainloop_schedule": "cooperative",
+        "epilogue_schedule": "tma_warp_specialized_cooperative", "tile_scheduler": "persistent"}))
+    off = [costmod.config_cost(p, cfg, 4)[0] for p in (partial, whole)]
+    monkeypatch.setattr(costmod, "LAST_WAVE_OWN_RATE", True)
+    on = [costmod.config_cost(p, cfg, 4)[0] for p in (partial, whole)]
+    assert on[0] < off[0] and on[1] == pytest.approx(off[1], rel=1e-12)
