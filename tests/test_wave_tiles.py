@@ -191,3 +191,18 @@ def test_last_wave_experiment_is_off_and_moves_only_partial_waves(monkeypatch):
     monkeypatch.setattr(costmod, "LAST_WAVE_OWN_RATE", True)
     on = [costmod.config_cost(p, cfg, 4)[0] for p in (partial, whole)]
     assert on[0] < off[0] and on[1] == pytest.approx(off[1], rel=1e-12)
+
+
+@pytest.mark.compile
+@pytest.mark.parametrize("tile,sched", [((128, 224, 64), "cooperative"), ((128, 176, 64), "pingpong")])
+def test_full_width_even_nonstandard_compiles(tmp_path, tile, sched):
+    """The first picks' even non-standard widths with their full-width WGMMA (m64n224, m64n176) through the stock
+    collective (their stages slice: an even number of 8-row atoms), built by nvcc."""
+    from cutegen.build import build
+
+    pol = (1, 1, 0) if sched == "cooperative" else (2, 0, 0)
+    cfg = render.complete_config(SQ, _make_config(tile, (2, 1), pol, wgmma_k=16))
+    assert cfg.mma_instruction == (64, tile[1], 16)
+    render.render(SQ, cfg, "cutlass").write(tmp_path / "k")
+    summary = build([tmp_path / "k"], jobs=1)
+    assert summary.ok, summary.line()
