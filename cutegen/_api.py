@@ -44,15 +44,16 @@ def as_problem(problem: ProblemLike | None, where: str = "problem") -> GemmProbl
 
 # -- search ---------------------------------------------------------------------------------------
 def default_ranking(device: str | None = None, prior: bool = False, db: str | os.PathLike | None = None,
-                    target: str = "sm90a") -> "Ranking":
+                    target: str = "sm90a", wave_tiles: bool | None = None) -> "Ranking":
     """The ranking a search uses (``cutegen.search.ranking.Ranking``): the learned correction of the device
     kind's measurements where the results database ``db`` (default: the user's, merged with the committed seed)
     holds any, else the analytic prior; ``prior=True``: the prior. The kind: ``device``, else the GPU present,
-    else ``$CUTEGEN_DEVICE``, else the target's default kind."""
+    else ``$CUTEGEN_DEVICE``, else the target's default kind. ``wave_tiles``: tiles of any N a multiple of 8 with
+    their full-width WGMMA (None: on, unless ``$CUTEGEN_WAVE_TILES=0``; cutegen.search.ranking)."""
     from .search import ranking
 
     return ranking.choose(device=device, prior=prior, db=ranking.open_db(str(db)) if db is not None else None,
-                          target=target)
+                          target=target, wave_tiles=wave_tiles)
 
 
 def device_predictor(device: str | None, db: str | os.PathLike | None = None):

@@ -272,18 +272,20 @@ def _costs(records) -> list[float]:
         else:
             groups.setdefault((r[0], r[5] if len(r) > 5 else None), []).append(i)
     for (problem, _), idx in groups.items():
-        cols = {k: [] for k in ("tm", "tn", "tk", "cm", "cn", "s", "e", "sc", "st", "ra", "sw", "dec", "sp")}
+        cols = {k: [] for k in ("tm", "tn", "tk", "cm", "cn", "s", "e", "sc", "st", "ra", "sw", "dec", "sp", "in")}
         for i in idx:
             r = records[i]
             c, plan = r[1], _plan(r)
             s_, e_, sc_ = costmod.config_codes(c)
             dec, sp = (costmod.DECOMP_STREAM_K, 1) if plan is None else plan.codes()[:2]
             for k, v in zip(cols, (*c.tile_shape, *c.cluster_shape[:2], s_, e_, sc_, r[2],
-                                   costmod.RASTERS.index(c.raster_order), c.raster_swizzle, dec, sp)):
+                                   costmod.RASTERS.index(c.raster_order), c.raster_swizzle, dec, sp,
+                                   costmod.instruction_n_of(c))):
                 cols[k].append(v)
         total, _ = costmod.cost_arrays(problem, cols["tm"], cols["tn"], cols["tk"], cols["cm"], cols["cn"], cols["s"],
                                        cols["e"], cols["sc"], cols["st"], cols["ra"], cols["sw"],
-                                       device=_rates(records[idx[0]]), decomposition=cols["dec"], splits=cols["sp"])
+                                       device=_rates(records[idx[0]]), decomposition=cols["dec"], splits=cols["sp"],
+                                       instr_n=cols["in"])     # the instruction it ran (config_cost's)
         for i, t in zip(idx, np.asarray(total).reshape(-1)):
             out[i] = float(t)
     return out  # type: ignore[return-value]

@@ -88,6 +88,24 @@ CLUSTER_WIDE_WAIT_US = 0.3   # a stage multicast to 4 or more CTAs is refilled o
                              # MMA and is exposed only when the MMA is shorter. 4-CTA clusters of small
                              # tiles (64x32, 64x64, 64x96, 128x128x128) ran 17-44% slower than the same tile
                              # on 2 CTAs, while 128x256x64 on 1x8 and 64x256x64 on 1x4 did not
+# H200, 2026-11-26 (helper `wavecal`, NOTES.md "Wave tiles priced"): terms for tiles whose N is not one of CUTLASS's
+# standard widths, checked on held-out M folds of the seed's h200 records, the diagnosis' full-width records and the
+# pad run's wave tiles (bench/wave_calibration.py). No committed kernel has any of them (every one stores whole
+# 32-byte sectors, 0 excess subtiles, a standard instruction), so none moves a committed price. SECTOR_BYTES (the
+# partial-sector store, module-level below) is structural; the two knobs below are what every fold's fit chose or
+# the neutral value where the fit was not trusted.
+EPILOGUE_SUBTILE_US = 0.0    # per TMA-epilogue subtile beyond ceil(Tile_N / 32) per row block (EpilogueTileAuto takes
+                             # gcd(32, Tile_N) columns: 136 stores 17 subtiles of 8 where 128 stores 4 of 32). Fitted
+                             # 0 on every held-out fold once the partial-sector term is in: the 1.4 us the TMA
+                             # epilogue of 64x136 s8 pp lost to the no-smem one at M = 257 is not a per-subtile cost
+                             # the other shapes confirm
+NONSTANDARD_N_EFFICIENCY = 1.0  # factor on the efficiency of a WGMMA whose N is none of 8, 16, 32, 64, 96, 128, 192,
+                             # 256 (the full-width instruction of a wave tile). The folds fit 1.1 (the grid's edge),
+                             # pulled by the pad run's warm-L2 times (no input rotation); the three bench-harness
+                             # full-width records (64x144, 128x208, 128x240) sit within 4% of 1.0: kept at 1.0
+LAST_WAVE_OWN_RATE = False   # price a partial last wave's k-blocks at its own busy CTAs: an experiment, off (it moves
+                             # every committed kernel's price; scored on the seed in NOTES.md "Wave tiles priced":
+                             # lower error, no better picks)
 MEMORY_OVERLAP_NORM = 4.0    # the mainloop and the DRAM stream overlap as the p-norm of the two times: p -> inf
                              # is perfect overlap (the max), p = 1 none (the sum)
 # Resident CTAs by cluster size: a cluster must fit in one GPC, so big clusters strand SMs.
@@ -183,10 +201,41 @@ def clock_boost(busy_ctas, capacity):
     return np.minimum(b ** (-1.0 / 3.0), MAX_CLOCK_RATIO)
 
 
+STANDARD_INSTRUCTION_N = (8, 16, 32, 64, 96, 128, 192, 256)   # the widths CUTLASS's ss_op_selector names
+
+
 def instruction_efficiency(n):
-    """Fraction of peak one warpgroup reaches with wgmma m64nNk: A is re-read per instruction."""
+    """Fraction of peak one warpgroup reaches with wgmma m64nNk: A is re-read per instruction; a width none of
+    ss_op_selector's (STANDARD_INSTRUCTION_N) runs at NONSTANDARD_N_EFFICIENCY of that."""
     n = np.asarray(n, dtype=np.float64)
-    return 1.0 / (1.0 + INSTRUCTION_N_HALF / n)
+    odd = ~np.isin(n, STANDARD_INSTRUCTION_N)
+    return np.where(odd, NONSTANDARD_N_EFFICIENCY, 1.0) / (1.0 + INSTRUCTION_N_HALF / n)
+
+
+SECTOR_BYTES = 32.0     # the L2/DRAM write granule
+
+
+def _epilogue_subtile_n(tm, tn, sched, d_bits=16):
+    """Columns of EpilogueTileAuto's subtile (see excess_epilogue_subtiles)."""
+    tn_i = np.asarray(tn).astype(np.int64)
+    sched = np.asarray(sched) % len(SCHEDULES)
+    n_perf = np.where((d_bits == 8) & (tn_i % 64 == 0) & (sched != 1), 64, 32)
+    return np.gcd(np.minimum(n_perf, tn_i), tn_i)
+
+
+def excess_epilogue_subtiles(tm, tn, sched, d_bits=16):
+    """TMA-epilogue subtiles per tile beyond ceil(Tile_N / 32) per row block: CUTLASS's EpilogueTileAuto
+    (sm90_compute_tile_shape_or_override) stores a cooperative tile in min(128, Tile_M) x gcd(32, Tile_N)
+    subtiles and any other in min(64, Tile_M) x gcd(N_perf, Tile_N) (N_perf 64 for an 8-bit D with Tile_N % 64
+    == 0, else 32). Zero for every standard width (8, 16, 32, 64, 96, 128, 192, 224, 256): the store-bandwidth
+    term was fitted on those; an odd multiple of 8 stores Tile_N / 8 subtiles of 8 columns."""
+    tm = np.asarray(tm, dtype=np.float64)
+    tn_i = np.asarray(tn).astype(np.int64)
+    sched = np.asarray(sched) % len(SCHEDULES)
+    epi_m = np.minimum(np.where(sched == 1, 128.0, 64.0), tm)
+    epi_n = _epilogue_subtile_n(tm, tn_i, sched, d_bits)
+    per_block = tn_i // np.maximum(epi_n, 1) - np.ceil(tn_i / 32.0)
+    return np.maximum(per_block, 0.0) * np.ceil(tm / epi_m)
 
 
 def _ss_op_n(tn):
@@ -199,16 +248,16 @@ def _ss_op_n(tn):
 
 
 def search_instruction_n(tn):
-    """The WGMMA N the search gives a tile (search/engine.py ``_make_config``): CUTLASS's ss_op_selector width
-    (the widest of 256, 192, 128, 96, 64, 32, 16, 8 dividing Tile_N), except for the odd multiples of 8 above
-    8 (24, 40, ..., 136, 200, 232, 248), which the selector would split into Tile_N / 8 m64n8 instructions:
-    those get the whole tile width, one instruction (any multiple of 8 up to 256 is a WGMMA N). Those tiles
-    became reachable with the one-stage TMA form (cutegen/stage_tma.py); every tile the search could render
-    before keeps its instruction and its price. (Giving the even non-standard tiles 144, 208, 224, 240 their
-    full width too is the better model -- NOTES.md, the issue 24 diagnosis measured 128x208 at 45.0 us full
-    width and 83.9 us with the selector's m64n16 -- but it moves committed kernels: not done here.)"""
+    """The WGMMA N the search gives a tile with wave tiles on (search/engine.py ``_make_config``): the whole tile
+    width, one instruction, for every multiple of 8 up to 256 (any of them is a WGMMA N). CUTLASS's ss_op_selector
+    (``_ss_op_n``) takes the widest of 256, 192, 128, 96, 64, 32, 16, 8 dividing Tile_N: the same for those widths,
+    but it splits an odd multiple of 8 (136, 200, 232) into Tile_N / 8 m64n8 instructions and the even non-standard
+    widths into m64n16 (144, 208, 240) or m64n32 (160, 224): the issue 24 diagnosis measured 128x208 at 83.9 us with
+    m64n16 and 45.0 us with m64n208, 64x144 34.0 against 26.1, 128x240 162.7 against 76.6 (H200). The odd multiples
+    became reachable with the one-stage TMA form (cutegen/stage_tma.py). Every standard width keeps its instruction
+    and its price."""
     tn = np.asarray(tn)
-    return np.where((tn % 16 == 8) & (tn > 8) & (tn <= 256), tn, _ss_op_n(tn))
+    return np.where((tn % 8 == 0) & (tn > 8) & (tn <= 256), tn, _ss_op_n(tn))
 
 
 def instruction_n_of(config):
@@ -270,7 +319,8 @@ def cost_arrays(problem, tm, tn, tk, cm, cn, sched, epi, scheduler, stages, rast
 
     # mainloop per k-block
     kblocks = np.ceil(K / tk)
-    eff = instruction_efficiency(_ss_op_n(tn.astype(np.int64)) if instr_n is None else np.asarray(instr_n))
+    instr = _ss_op_n(tn.astype(np.int64)) if instr_n is None else np.asarray(instr_n)
+    eff = instruction_efficiency(instr)
     eff = np.where(sched == 0, eff * 0.92, eff)       # one consumer warpgroup: no math/issue overlap
     # accumulator registers per MMA thread (cooperative splits M over two warpgroups): past ~160 of
     # the 232-240 a consumer owns, the compiler runs out of room to pipeline fragments and addresses
@@ -317,16 +367,36 @@ def cost_arrays(problem, tm, tn, tk, cm, cn, sched, epi, scheduler, stages, rast
 
     # epilogue per tile
     t_epi = tm * tn * (out_bytes + c_bytes) * busy / STORE_BYTES_PER_S * 1e6
+    # a TMA-epilogue subtile narrower than a 32-byte sector along D's contiguous mode (D N-contiguous, the
+    # subtile gcd(32, Tile_N) = 8 columns of a 16-bit D: 16-byte row pieces) writes partial sectors: each costs
+    # a whole sector of store bandwidth. A swap-AB kernel's D is M-contiguous (its subtile's 64-128 rows): no loss.
+    # Priced where it was measured, a wave tile (Tile_N none of the standard widths) with its full-width
+    # instruction (pad run 2). Not priced: the same tiles with ss_op_selector's m64n8 (never picked: 17
+    # instructions for 136) and Tile_N = 8 (unswapped 8-column tiles: the grouped GEMM's proxy), so the one seed
+    # record of the first kind (an oracle 128x200 m64n8), the learned fit on the seed, the grouped model and the
+    # committed packs ranked by them do not move; a measurement of either would say whether they should
+    seg = _epilogue_subtile_n(tm, tn, sched, DTYPES[problem.dtype_d].bits) * out_bytes
+    wave_tile = (instr == tn) & ~np.isin(tn, STANDARD_INSTRUCTION_N)
+    narrow = (epi != 2) & (problem.layout_c == "row") & (seg < SECTOR_BYTES) & wave_tile
+    t_epi = np.where(narrow, t_epi * SECTOR_BYTES / np.maximum(seg, 1.0), t_epi)
     t_epi = np.where(epi == 2, t_epi * NOSMEM_EPILOGUE_FACTOR, t_epi)
     # ping-pong overlaps an asynchronous TMA store with the other warpgroup's mainloop; the no-smem
     # epilogue's direct stores occupy the math warps and the load/store path, so they stay exposed
     hidden = np.where((sched == 2) & (epi != 2), PINGPONG_EPILOGUE_HIDDEN, 0.0)
     t_epi_exposed = t_epi * (1.0 - hidden)
+    # narrow TMA-epilogue subtiles (Tile_N not a multiple of 32): a fixed cost per extra subtile, not hidden by
+    # ping-pong (measured at one tile per CTA, where there is no other warpgroup's mainloop to hide behind)
+    t_epi_exposed = t_epi_exposed + np.where(epi != 2, EPILOGUE_SUBTILE_US * excess_epilogue_subtiles(
+        tm, tn, sched, DTYPES[problem.dtype_d].bits), 0.0)
 
     per_tile = kblocks * t_k + t_epi_exposed + np.where(sched == 0, NON_PERSISTENT_TILE_US, TILE_SWITCH_US)
     waves = np.ceil(tiles / active)
     fill = TMA_LATENCY_US + t_k                               # first k-block of each CTA
     t_dp = waves * per_tile + fill
+    if LAST_WAVE_OWN_RATE:      # an experiment, off (NOTES.md "Wave tiles priced"): a partial last wave's k-blocks
+        last = np.maximum(tiles - (waves - 1.0) * active, 1.0)     # run with fewer CTAs pulling through L2, at a
+        t_k_last, _ = kblock_us(np.minimum(last, busy))              # higher clock (clock_boost)
+        t_dp = t_dp - kblocks * (t_k - t_k_last)
 
     # partial-tile reduction through the workspace: a non-final piece writes tm x tn f32 partials and
     # the final piece reads them back. Every split tile's traffic shares the GPU's store bandwidth,

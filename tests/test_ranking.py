@@ -85,16 +85,18 @@ def test_gpu_detection_without_torch(tmp_path, monkeypatch):
         detect.cache_clear()
 
 
-def test_choose_learned_measured_or_prior(tmp_path, samples, no_gpu):
+def test_choose_learned_measured_or_prior(tmp_path, samples, no_gpu, monkeypatch):
+    monkeypatch.delenv("CUTEGEN_WAVE_TILES", raising=False)
     db = _db(tmp_path / "r.sqlite", samples)
     r = ranking.choose(device="h200", db=db)
     assert r.method == "learned" and r.label == "learned h200" and r.predictor.learned
-    assert r.cost_fields() == {"ranking": "learned h200", "device_kind": "h200"}
-    assert r.search_kwargs() == {"device": "h200", "predictor": r.predictor}
+    # a new search has wave tiles on (cutegen.search.ranking.wave_tiles_for_new_searches), and says so
+    assert r.cost_fields() == {"ranking": "learned h200", "device_kind": "h200", "wave_tiles": True}
+    assert r.search_kwargs() == {"device": "h200", "predictor": r.predictor, "wave_tiles": True}
     assert "ranking learned h200 (device kind h200 from --device; 84 measured samples" in r.describe()
     p = ranking.choose(device="h200", db=db, prior=True)
-    assert p.label == "prior" and p.search_kwargs() == {"device": "h200", "predictor": None}
-    assert p.cost_fields() == {"ranking": "prior", "device_kind": "h200"}
+    assert p.label == "prior" and p.search_kwargs() == {"device": "h200", "predictor": None, "wave_tiles": True}
+    assert p.cost_fields() == {"ranking": "prior", "device_kind": "h200", "wave_tiles": True}
     # the database holds only another kind's measurements: the prior, saying why
     q = ranking.choose(device="h100-sxm", db=db)
     assert q.method == "prior" and "holds no measurement of h100-sxm" in q.describe()
@@ -112,7 +114,7 @@ def test_manifest_rankings_read_back(samples, tmp_path, monkeypatch):
     legacy = ranking.from_cost_record(committed["cost"])
     assert legacy.method == "prior" and legacy.device_kind is None and legacy.cost_fields() == {}
     assert ranking.from_cost_record({"ranking": "prior", "device_kind": "h20"}).search_kwargs() == \
-        {"device": "h20", "predictor": None}
+        {"device": "h20", "predictor": None, "wave_tiles": False}
     for bad in ({"ranking": "learned h100-sxm", "device_kind": "h200"}, {"ranking": "best", "device_kind": "h200"},
                 {"ranking": "prior"}):
         with pytest.raises(FieldError, match="cost.ranking"):
@@ -149,6 +151,7 @@ def test_predictor_fitted_once_per_database_content(tmp_path, samples, monkeypat
 
 
 def test_search_and_generate_state_the_ranking(tmp_path, samples, monkeypatch, capsys, no_gpu):
+    monkeypatch.delenv("CUTEGEN_WAVE_TILES", raising=False)
     db = _db(tmp_path / "r.sqlite", samples)
     monkeypatch.setattr(ranking, "open_db", lambda path=None: db)
     monkeypatch.setenv("CUTEGEN_DEVICE", "h200")
@@ -156,7 +159,7 @@ def test_search_and_generate_state_the_ranking(tmp_path, samples, monkeypatch, c
     assert main(["search", *problem, "--top-k", "2", "--json", "--explain"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["ranking"] == {"ranking": "learned h200", "device_kind": "h200", "kind_from": "$CUTEGEN_DEVICE",
-                              "samples_of_kind": 84, "samples": 84}
+                              "samples_of_kind": 84, "samples": 84, "wave_tiles": True}
     assert out["explain"]["ranking"] == out["ranking"]
     assert out["ranked"][0]["prediction"]["source"] in ("measured", "learned")
     assert main(["search", *problem, "--top-k", "2", "--prior"]) == 0

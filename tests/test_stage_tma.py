@@ -106,9 +106,11 @@ def test_instruction_pricing():
     import numpy as np
     from cutegen.search import cost as costmod
 
-    # the search's instruction: full width for odd multiples of 8 above 8, ss_op_selector elsewhere
-    assert list(costmod.search_instruction_n(np.array([8, 24, 136, 144, 200, 208, 232, 256]))) == \
-        [8, 24, 136, 16, 200, 16, 232, 256]
+    # the search's instruction with wave tiles on: the full tile width for every multiple of 8 up to 256 (the odd
+    # multiples and the even non-standard widths, which ss_op_selector splits into m64n8 / m64n16 / m64n32)
+    widths = np.array([8, 16, 24, 128, 136, 144, 160, 200, 208, 224, 232, 240, 256])
+    assert list(costmod.search_instruction_n(widths)) == list(widths)
+    assert list(costmod._ss_op_n(widths)) == [8, 16, 8, 128, 8, 16, 32, 8, 16, 32, 8, 16, 256]
     # a config is priced with the instruction it renders: 17 m64n8 instructions cost more than one m64n136
     narrow = render.complete_config(P257, _cfg((64, 136, 64), (2, 1, 1), 8, "pingpong", swap=True,
                                                mma_instruction=[64, 8, 16]))

@@ -48,13 +48,22 @@ def add_ranking_arguments(p) -> None:
     g.add_argument("--db", metavar="PATH",
                    help="results database (default: $CUTEGEN_RESULTS_DB, else the user cache dir), merged with "
                         "the committed seed bench/results/seed.sqlite")
+    add_wave_tiles_argument(g)
+
+
+def add_wave_tiles_argument(g) -> None:
+    """--wave-tiles / --no-wave-tiles (cutegen.search.ranking.wave_tiles_for_new_searches)."""
+    g.add_argument("--wave-tiles", action=argparse.BooleanOptionalAction, default=None,
+                   help="tiles of any N a multiple of 8 up to 256 (136, 144, 200, 232, ...: sized to the problem's "
+                        "waves) with their full-width WGMMA, priced so (default: on, unless $CUTEGEN_WAVE_TILES=0; "
+                        "the manifest states it, and regen re-ranks each kernel as its manifest states)")
 
 
 def ranking_from_args(args, target: str = "sm90a"):
     """The cutegen.search.ranking.Ranking that --device/--prior/--db (and the machine) choose."""
     from .._api import default_ranking
     return default_ranking(device=getattr(args, "device", None), prior=getattr(args, "prior", False),
-                           db=getattr(args, "db", None), target=target)
+                           db=getattr(args, "db", None), target=target, wave_tiles=getattr(args, "wave_tiles", None))
 
 
 # The search's choice (``cutegen._api.choose``) and its label live in the Python API; ``label`` stays

@@ -8,6 +8,7 @@ Dask cluster; selection, rendering and writing stay here, and the files are byte
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -37,6 +38,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prior", action="store_true",
                    help="select by the analytic prior's predictions alone, whatever the database holds")
     p.add_argument("--check", action="store_true", help="write nothing; exit 1 naming every file that would change")
+    p.add_argument("--wave-tiles", action=argparse.BooleanOptionalAction, default=None,
+                   help="search tiles of any N a multiple of 8 up to 256 with their full-width WGMMA (default: on for "
+                        "a new pack, unless $CUTEGEN_WAVE_TILES=0; with --check, as the pack's pack.json states, "
+                        "absent meaning off). --tune's candidate plans and selections from measurements search without")
     p.add_argument("--measured", metavar="RESULTS_JSON",
                    help="bench/gpu_pack.py's results for this very pack (one target): measured shapes run on their "
                         "measured-fastest kernel, and each (N, K) with measurements dispatches M by measured segments "
@@ -135,6 +140,24 @@ def _readable_text(path: str) -> None:
         raise FieldError(path, f"not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start})") from None
 
 
+def _wave_tiles(args: argparse.Namespace, root: Path) -> bool:
+    """The searches' wave-tiles option for the pack at ``root``: --wave-tiles / --no-wave-tiles, else with --check
+    what the pack's pack.json states (absent: off, every pack made before the option), else a new search's (on)."""
+    from ..search import ranking
+    if args.wave_tiles is not None:
+        return bool(args.wave_tiles)
+    stated = root / "pack.json"
+    if args.check and stated.is_file():
+        try:
+            wave = json.loads(stated.read_text()).get("wave_tiles", False)
+        except (OSError, ValueError) as e:
+            raise CutegenError(f"{stated}: unreadable ({e})") from None
+        if not isinstance(wave, bool):
+            raise FieldError(f"{stated}: wave_tiles", f"expected true or false, got {wave!r}")
+        return wave
+    return ranking.wave_tiles_for_new_searches()
+
+
 def _run(args: argparse.Namespace, ex) -> int:
     from .. import packs
     from ..search import ranking
@@ -211,7 +234,8 @@ def _run(args: argparse.Namespace, ex) -> int:
             files = packs.make_pack(args.shapes, kind, max_kernels=args.max_kernels, tolerance=args.tolerance,
                                     name=args.name, db=used, say=say, executor=ex, progress=True,
                                     measured=args.measured, vendor=args.vendor,
-                                    vendor_algorithms=args.vendor_algorithms)
+                                    vendor_algorithms=args.vendor_algorithms,
+                                    wave_tiles=_wave_tiles(args, Path(args.out) / kind))
         root = Path(args.out) / kind
         prune = not args.summary_only
         if args.summary_only:

@@ -70,15 +70,21 @@ def ranking_for(directory: Path, rank: dict | None):
     rank = rank or {"mode": "manifest"}
     mode, device = rank["mode"], rank.get("device")
     manifest = directory / "manifest.json"
-    if mode == "manifest" and manifest.is_file():
+    cost = None
+    if manifest.is_file():
         try:
             cost = json.loads(manifest.read_text()).get("cost")
         except (OSError, ValueError) as e:
             raise CutegenError(f"{manifest}: unreadable ({e})") from None
+    if mode == "manifest" and manifest.is_file():
         return ranking.from_cost_record(cost)
     if device is None:
         device = ranking.resolve_kind(None)[0]
-    return ranking.choose(device=device, prior=mode == "prior", db=ranking.seed_db(), kind_from=rank.get("kind_from"))
+    # --ranking learned/prior re-ranks; the search option stays as the manifest states (absent: off), and a
+    # problem with no manifest yet gets a new search's (on)
+    wave = bool((cost or {}).get("wave_tiles", False)) if manifest.is_file() else None
+    return ranking.choose(device=device, prior=mode == "prior", db=ranking.seed_db(), kind_from=rank.get("kind_from"),
+                          wave_tiles=wave)
 
 
 def baseline_config(problem: GemmProblem) -> dict:

@@ -33,9 +33,6 @@ def add_arguments(p) -> None:
     p.add_argument("--explain", action="store_true",
                    help="rewrite chain, cost breakdown, why runners-up lose, where each prediction came from")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
-    p.add_argument("--wave-tiles", action="store_true",
-                   help="give tiles of N = an odd multiple of 8 (136, 200, 232, ...) their full-width WGMMA and "
-                        "price them so (cutegen/stage_tma.py; default: $CUTEGEN_WAVE_TILES=1, else off)")
     from .search_grouped import add_arguments as add_grouped_arguments
     add_grouped_arguments(p)
 
@@ -88,7 +85,7 @@ def run(args) -> int:
     problem = problem_from_args(args)
     ranking = ranking_from_args(args, problem.target)
     result = search(problem, top_k=args.top_k, explain=args.explain, backend=args.backend,
-                    wave_tiles=True if getattr(args, "wave_tiles", False) else None, **ranking.search_kwargs())
+                    **ranking.search_kwargs())
     if not result.ranked:
         raise FieldError("problem", f"no legal configuration for {problem.name} among the "
                          f"{result.candidates_judged} cheapest candidates judged; rules that rejected them: "
@@ -122,7 +119,8 @@ def run(args) -> int:
 def ranking_dict(ranking) -> dict:
     """What --json states of the ranking: its label, the device kind, where the kind came from, and why a
     learned ranking was not used where it was not."""
-    out = {"ranking": ranking.label, "device_kind": ranking.device_kind, "kind_from": ranking.kind_from}
+    out = {"ranking": ranking.label, "device_kind": ranking.device_kind, "kind_from": ranking.kind_from,
+           "wave_tiles": ranking.wave_tiles}
     if ranking.note:
         out["note"] = ranking.note
     p = ranking.predictor

@@ -27,8 +27,9 @@ SEARCH_S_ESTIMATE = 1.0  # seconds per search on one core (issue 22: 0.3-1.5 s o
 def make_pack(shapes_file: str, target_kind: str, *, max_kernels: int = 16, tolerance: float = 0.03,
               name: str = "cutegen_pack", db=None, say=lambda msg: None, executor=None,
               progress: bool = False, measured: str | None = None, vendor: bool = True,
-              vendor_algorithms: str | None = None) -> dict[str, str]:
-    """Every file of the pack for one target: {path relative to the pack's folder: text}. ``executor`` (a
+              vendor_algorithms: str | None = None, wave_tiles: bool = False) -> dict[str, str]:
+    """Every file of the pack for one target: {path relative to the pack's folder: text}. ``wave_tiles``: the
+    searches' option (search/engine.py; pack.json states it where on; False: as every pack before it). ``executor`` (a
     ``cutegen.executor.Executor``; None: this process) runs the searches, per (N, K) and M bucket and per
     class's fallback; the files are the same wherever they ran. ``progress``: progress bars on stderr.
     ``vendor`` (False: ``--no-vendor``): with ``measured``, segments and shapes where no generated kernel comes
@@ -43,7 +44,7 @@ def make_pack(shapes_file: str, target_kind: str, *, max_kernels: int = 16, tole
     check_size(shapes_file, points, say)
     say(f"{t.kind}: {len(points)} shapes from {len(entries)} entries of {shapes_file}")
     sel = select.select(points, t, max_kernels=max_kernels, tolerance=tolerance, db=db, say=say, executor=executor,
-                        progress=progress)
+                        progress=progress, wave_tiles=wave_tiles)
     fallbacks = render.add_fallbacks(sel, say=say, executor=executor)
     points = render.apply_measured(sel, measured, name) if measured else None
     return _with_moe(moe, t.kind, tolerance, db, say, lambda ctx: render.pack_files(

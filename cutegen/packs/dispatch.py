@@ -200,7 +200,7 @@ def describe_class(p: GemmProblem) -> str:
             f"{p.alignment_a}/{p.alignment_b}/{p.alignment_c} elements")
 
 
-def find_fallback(p: GemmProblem, device: str | None = None, say=lambda msg: None):
+def find_fallback(p: GemmProblem, device: str | None = None, say=lambda msg: None, wave_tiles: bool = False):
     """The legal kernel with the smallest alignment the search accepts for ``p``'s class (below the class's
     own; with cp.async mainloops, issue 10, down to 1 element): (alignment, config, problem), or
     (None, None, reason) when no smaller alignment has a legal kernel."""
@@ -217,7 +217,7 @@ def find_fallback(p: GemmProblem, device: str | None = None, say=lambda msg: Non
             continue
         # staging=False: the plan entry points (templates/cutegen_plan.inc.j2) make none of the ABI's
         # restride copies, so a staged kernel in a pack would refuse the very strides it is there for
-        result = search(q, 1, device=device, staging=False)
+        result = search(q, 1, device=device, staging=False, wave_tiles=wave_tiles)
         if result.ranked:
             return (a, a, a), result.ranked[0].config, q
         rules = sorted(result.pruned_by_rule, key=lambda r: -result.pruned_by_rule[r])[:3]

@@ -29,8 +29,9 @@ def pack_name_ok(name: str) -> bool:
 
 
 def fallback_task(item: tuple):
-    """One class's fallback search (an executor task): ``find_fallback(problem, kind)``."""
-    return find_fallback(*item)
+    """One class's fallback search (an executor task): ``find_fallback(problem, kind, wave_tiles=...)``."""
+    problem, kind, *option = item
+    return find_fallback(problem, kind, wave_tiles=bool(option and option[0]))
 
 
 def add_fallbacks(sel: Selection, say=lambda msg: None, executor=None) -> dict[str, Fallback]:
@@ -39,7 +40,7 @@ def add_fallbacks(sel: Selection, say=lambda msg: None, executor=None) -> dict[s
     out = {}
     firsts = [(cls, next((k for k in sel.kernels if k.cls == cls), None)) for cls in sel.classes]
     firsts = [(cls, k) for cls, k in firsts if k is not None]
-    found = run_searches(fallback_task, [(k.problem, sel.target.kind) for _, k in firsts],
+    found = run_searches(fallback_task, [(k.problem, sel.target.kind, sel.wave_tiles) for _, k in firsts],
                          [f"{sel.target.kind} fallback {k.problem.kernel_class_name}" for _, k in firsts], executor)
     for (cls, first), (alignment, config, problem) in zip(firsts, found):
         if config is None:
@@ -269,6 +270,7 @@ def pack_files(sel: Selection, fallbacks: dict[str, Fallback], name: str, shapes
                     for j, (kc, k) in enumerate(zip(kernels_ctx, sel.kernels))],
         "coverage": cov,
         **vendor.pack_json_fields(disp, kernels_ctx, sel.tolerance),
+        **({"wave_tiles": True} if sel.wave_tiles else {}),     # absent: searched without (every pack before it)
     }, indent=1, sort_keys=True) + "\n"
     return files
 

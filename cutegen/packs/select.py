@@ -77,6 +77,7 @@ class Selection:
     times: dict[int, dict[str, tuple[float, str]]] = field(repr=False, default_factory=dict)
     notes: list[str] = field(default_factory=list)
     pricer: Any = field(repr=False, default=None)   # a Pricer shared with the dispatch tables
+    wave_tiles: bool = False                        # the searches' option (cutegen.search.ranking); pack.json states it
 
     def kernel_time(self, shape_index: int, kernel: int) -> float | None:
         t = self.times[shape_index].get(self.kernels[kernel].key)
@@ -207,11 +208,12 @@ def _measured(db: Any, target: Target, problem: GemmProblem) -> dict[str, Kernel
 def search_task(item: tuple) -> list[KernelConfig]:
     """One shape's search (an executor task: here, or on a Dask worker): its ``top_k`` configurations."""
     from ..search import search
-    problem, top_k, kind, predictor = item
+    problem, top_k, kind, predictor, *option = item
+    wave = bool(option and option[0])       # wave tiles (search/engine.py); items without it: off, as before
     # no staged kernels (cutegen/staging.py): a pack's plan entry points build CUTLASS's arguments
     # themselves (templates/cutegen_plan.inc.j2) and do not make the ABI's restride copies
     return [r.config for r in search(problem, top_k, device=kind, predictor=predictor, staging=False,
-                                     egraph_sizes=False).ranked]
+                                     egraph_sizes=False, wave_tiles=wave).ranked]
 
 
 # Searches are CPU-bound Python (egglog, the rules, numpy) and independent: without an executor they run in
@@ -336,16 +338,17 @@ def run_searches(fn, items: list, names: list[str], executor=None, progress: str
 
 def select(shapes: list[Shape], target: Target, *, max_kernels: int, tolerance: float,
            db: Any = None, top_k: int = TOP_K, say=lambda msg: None, executor=None,
-           progress: bool = False) -> Selection:
+           progress: bool = False, wave_tiles: bool = False) -> Selection:
     """``executor`` (a ``cutegen.executor.Executor``, or None: this process): where the per-shape searches
-    run; the selection itself, and so the pack's bytes, do not depend on it."""
+    run; the selection itself, and so the pack's bytes, do not depend on it. ``wave_tiles``: the searches'
+    option (search/engine.py; False: as every pack made before it)."""
     with one_blas_thread():
         return _select(shapes, target, max_kernels=max_kernels, tolerance=tolerance, db=db, top_k=top_k, say=say,
-                       executor=executor, progress=progress)
+                       executor=executor, progress=progress, wave_tiles=wave_tiles)
 
 
 def _select(shapes: list[Shape], target: Target, *, max_kernels: int, tolerance: float, db: Any, top_k: int, say,
-            executor, progress: bool) -> Selection:
+            executor, progress: bool, wave_tiles: bool = False) -> Selection:
     if not isinstance(max_kernels, int) or max_kernels < 1:
         raise FieldError("--max-kernels", f"expected a positive integer, got {max_kernels!r}")
     if not (isinstance(tolerance, (int, float)) and 0 <= tolerance < 10):
@@ -375,7 +378,7 @@ def _select(shapes: list[Shape], target: Target, *, max_kernels: int, tolerance:
         q = s.problem
         reps.setdefault((class_key(q), q.n, q.k, q.batch, (q.m.bit_length() - 1) // SEARCH_BUCKET_BITS), i)
     searched = [shapes[i] for i in sorted(reps.values())]
-    found = run_searches(search_task, [(s.problem, top_k, target.kind, model) for s in searched],
+    found = run_searches(search_task, [(s.problem, top_k, target.kind, model, wave_tiles) for s in searched],
                          [f"{target.kind} {s.label}" for s in searched], executor,
                          progress=f"search {target.kind}" if progress else None)
     say(f"  searched {len(searched)} of {len(shapes)} shapes for {target.kind} (one per class, N, K and M in "
@@ -437,8 +440,10 @@ def _select(shapes: list[Shape], target: Target, *, max_kernels: int, tolerance:
             legal = [r for r in reps if r is not None]
             preds = iter(predictor.predict(problem, legal) if legal else [])
             return [None if r is None else (lambda p: (p.us, p.source))(next(preds)) for r in reps]
-    return cover(shapes, target, classes, pool, times, max_kernels=max_kernels, tolerance=tolerance, notes=notes,
-                 pricer=pricer, fill=fill)
+    sel = cover(shapes, target, classes, pool, times, max_kernels=max_kernels, tolerance=tolerance, notes=notes,
+                pricer=pricer, fill=fill)
+    sel.wave_tiles = wave_tiles        # the fallbacks search as the pool did; pack.json states it
+    return sel
 
 
 def cover(shapes: list[Shape], target: Target, classes: list[str], pool: dict[str, dict[str, KernelConfig]],
