@@ -9,8 +9,9 @@ profile left open (NOTES.md "Where the time goes"):
 - persistent or not at the same stages (the example's 128x128 q2kv5 against its persistent twin);
 - tile order for causal: the example's forward order against ``longest_first`` (cutegen's two derived schedulers,
   templates/attention/fmha_sm90.cu.j2), non-persistent and persistent;
-- the search's current picks where they are new forms (128x192 q2kv4 at head 128; 128x128 q4kv5 persistent at
-  head 64), and a 192-key tile at head 64;
+- the search's picks under the H200-fitted cost where no run has timed them (128x128 with 6 K/V stages at head
+  128, 256x64 at head 64, persistent longest-first with 4 Q stages for causal), and the head-64 persistent kernel
+  run 4 measured fastest;
 - the CUTLASS 88 example's own kernel for the head dim (role ``example``: the peer).
 
 Every kernel is validated first (bench/attention_bench.py validate: ragged lengths, causal, GQA, layouts, LSE
@@ -43,20 +44,24 @@ for s, b in ((512, 32), (1024, 16), (2048, 8)):
 
 EX = dict(tile_q=128, tile_kv=128, schedule="ws_cooperative", stages_q=2, stages_kv=5)        # the 88 example, D128
 TMA64 = dict(tile_q=64, tile_kv=128, schedule="tma", mma_warpgroups=1, stages_q=1, stages_kv=4, blocks_per_sm=2)
-# (head_dim, causal, grouped) -> [(role, config fields)]; 18 kernels in all
+# (head_dim, causal, grouped) -> [(role, config fields)]; 19 kernels in all. ``pick``: the search's first pick under
+# the H200-fitted cost (search/attention/cost.py) where it is a form no run has timed.
 VARIANTS = {
     (128, False, False): [("example", EX), ("persistent", dict(EX, persistent=True)),
-                          ("128x192", dict(EX, tile_kv=192, stages_kv=4))],
+                          ("pick_kv6", dict(EX, stages_kv=6))],
     (128, True, False): [("example", EX), ("longest_first", dict(EX, tile_order="longest_first")),
                          ("persistent_lf", dict(EX, persistent=True, tile_order="longest_first")),
-                         ("128x192", dict(EX, tile_kv=192, stages_kv=4))],
+                         ("pick_kv6_lf", dict(EX, stages_kv=6, tile_order="longest_first"))],
     (64, False, False): [("example", TMA64), ("persistent_q4", dict(EX, stages_q=4, persistent=True)),
-                         ("128x192_persistent_q4", dict(EX, tile_kv=192, stages_q=4, persistent=True))],
+                         ("pick_256x64", dict(EX, tile_q=256, tile_kv=64, stages_kv=8))],
     (64, True, False): [("example", TMA64), ("128x128", EX), ("longest_first", dict(EX, tile_order="longest_first")),
-                        ("persistent_q4_lf", dict(EX, stages_q=4, persistent=True, tile_order="longest_first"))],
+                        ("pick_persistent_q4kv8_lf", dict(EX, stages_q=4, stages_kv=8, persistent=True,
+                                                          tile_order="longest_first"))],
     (128, True, True): [("example", EX), ("longest_first", dict(EX, tile_order="longest_first")),
                         ("persistent", dict(EX, persistent=True)),
-                        ("persistent_lf", dict(EX, persistent=True, tile_order="longest_first"))],
+                        ("persistent_lf", dict(EX, persistent=True, tile_order="longest_first")),
+                        ("pick_persistent_q4kv4_lf", dict(EX, stages_q=4, stages_kv=4, persistent=True,
+                                                          tile_order="longest_first"))],
 }
 ROUNDS = 7
 ROUND_MS = 25.0
