@@ -1,0 +1,132 @@
+"""The longest-first tile order (config ``tile_order``): config, renderer refusal on both sides, the schedulers'
+m-block decode, its price, its place in the search, and its protocol (unchanged) read back from the rendered code."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cutegen.errors import FieldError
+from cutegen.ops.attention.config import TILE_ORDER_L2_CHUNK_BYTES, AttentionConfig
+from cutegen.ops.attention.pipeline_readback import mismatches
+from cutegen.ops.attention.problem import AttentionProblem
+from cutegen.ops.attention.render import backend_refusals, render_source
+from cutegen.search.attention.cost import (config_cost, list_schedule_makespan, persistent_chunk,
+                                           persistent_m_blocks, _persistent_assignment)
+from cutegen.search.attention.engine import candidates, config_of, key_of, search
+
+CAUSAL = AttentionProblem(8, 16, 16, 2048, 2048, 64, causal=True)
+LLAMA = AttentionProblem(32, 32, 8, 512, 512, 128, causal=True, layout="bhsd")
+LF = dict(tile_order="longest_first")
+
+
+def test_config_field_json_and_name():
+    c = AttentionConfig(128, 128, **LF)
+    assert c.short_name().endswith("_lf") and c.to_dict()["tile_order"] == "longest_first"
+    assert AttentionConfig.from_dict(c.to_dict()) == c
+    plain = AttentionConfig(128, 128)
+    assert "tile_order" not in plain.to_dict()          # the example's order: the JSON (and hash) of before
+    with pytest.raises(FieldError, match="tile_order"):
+        AttentionConfig(128, 128, tile_order="shortest_first")
+
+
+@pytest.mark.parametrize("problem,config,refused", [
+    (CAUSAL, AttentionConfig(128, 128, **LF), False),
+    (CAUSAL, AttentionConfig(128, 128, persistent=True, **LF), False),
+    (CAUSAL, AttentionConfig(64, 128, "tma", mma_warpgroups=1, stages_q=1, stages_kv=4, blocks_per_sm=2, **LF), True),
+    (CAUSAL, AttentionConfig(64, 128, "tma", mma_warpgroups=1, stages_q=1, stages_kv=4, blocks_per_sm=2), False),
+    (AttentionProblem(2, 4, 4, 1024, 1024, 128, causal=True, varlen=True), AttentionConfig(128, 128, **LF), True),
+    (AttentionProblem(2, 4, 4, 1024, 1024, 128, causal=True, varlen=True), AttentionConfig(128, 128), False),
+    (AttentionProblem(8, 32, 8, 1, 8192, 128, layout="bhsd"), AttentionConfig(128, 128, kv_splits=4, **LF), True),
+])
+def test_render_refusal_both_sides(problem, config, refused):
+    rules = [r.split(":")[0] for r in backend_refusals(problem, config)]
+    assert ("ATTN-RENDER-TILE-ORDER" in rules) == refused, rules
+
+
+def test_rendered_schedulers():
+    src = render_source(CAUSAL, AttentionConfig(128, 128, **LF))
+    assert "struct TileScheduler : cutlass::fmha::kernel::IndividualTileScheduler" in src
+    assert "int(gridDim.x) - 1 - int(blockIdx.x)" in src
+    src = render_source(CAUSAL, AttentionConfig(128, 128, persistent=True, **LF))
+    assert f"kL2ChunkBytes = {TILE_ORDER_L2_CHUNK_BYTES}LL" in src
+    assert "params.num_m_blocks - 1 - m_rev" in src
+    plain = render_source(CAUSAL, AttentionConfig(128, 128))
+    assert "using TileScheduler = cutlass::fmha::kernel::IndividualTileScheduler;" in plain
+    assert "struct TileScheduler" not in plain
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_protocol_is_the_examples(persistent):
+    """The order changes which Q block a CTA takes, not its barriers: the rendered kernel's protocol is the checked
+    term's (the same parameters as the forward-order twin)."""
+    c = AttentionConfig(128, 128, persistent=persistent, **LF)
+    assert mismatches(CAUSAL, c, render_source(CAUSAL, c)) == []
+
+
+def _persistent_decode(n_m, n_bh, chunk):
+    """The C++ get_block_coord of the persistent longest-first scheduler, line by line (m-block, bh)."""
+    out = []
+    for t in range(n_m * n_bh):
+        per_chunk = chunk * n_m
+        c = t // per_chunk
+        width = min(chunk, n_bh - c * chunk)
+        in_chunk = t - c * per_chunk
+        out.append((n_m - 1 - in_chunk // width, c * chunk + in_chunk % width))
+    return out
+
+
+@pytest.mark.parametrize("n_m,n_bh,chunk", [(4, 1024, 64), (32, 128, 8), (128, 32, 3), (5, 7, 3), (3, 4, 4), (1, 5, 2)])
+def test_persistent_longest_first_visits_every_tile_once(n_m, n_bh, chunk):
+    tiles = _persistent_decode(n_m, n_bh, chunk)
+    assert sorted(tiles) == sorted((m, bh) for m in range(n_m) for bh in range(n_bh))
+    assert list(persistent_m_blocks(n_m, n_bh, "longest_first", chunk)) == [m for m, _ in tiles]
+    assert tiles[0][0] == n_m - 1                     # the longest Q block first
+    assert list(persistent_m_blocks(n_m, n_bh)) == [t % n_m for t in range(n_m * n_bh)]
+
+
+def test_chunk_follows_the_kv_bytes():
+    assert persistent_chunk(LLAMA, AttentionConfig(128, 128), 512, 32 * 32) == 0
+    kv = 2 * 512 * 128 * 2
+    assert persistent_chunk(LLAMA, AttentionConfig(128, 128, **LF), 512, 32 * 32) == TILE_ORDER_L2_CHUNK_BYTES // kv
+    long = AttentionProblem(1, 32, 32, 16384, 16384, 128, causal=True)
+    assert persistent_chunk(long, AttentionConfig(128, 128, **LF), 16384, 32) == TILE_ORDER_L2_CHUNK_BYTES // (2 * 16384 * 128 * 2)
+
+
+def test_persistent_longest_first_balances_the_round_robin():
+    """With 4 m-blocks and a 132-CTA grid, the example's order gives CTA i the m-block i mod 4 every time; the
+    longest-first walk gives every CTA a mix: its busiest CTA runs fewer KV tiles."""
+    rows, heads = 512, 32 * 32
+    _, fwd = _persistent_assignment(LLAMA, 128, 128, 132, rows, heads, 1, "forward", 0)
+    chunk = persistent_chunk(LLAMA, AttentionConfig(128, 128, **LF), rows, heads)
+    _, lf = _persistent_assignment(LLAMA, 128, 128, 132, rows, heads, 1, "longest_first", chunk)
+    assert fwd.sum() == lf.sum()
+    assert lf.max() < 0.7 * fwd.max()
+
+
+def test_list_schedule_makespan_two_sided():
+    """Launch order matters only when blocks are unequal: equal blocks give the same end either way; a causal
+    ramp launched longest-first ends earlier than forward, never before the balanced time total / slots."""
+    equal = np.full(16, 10.0)
+    assert list_schedule_makespan(equal, 8, 4) == list_schedule_makespan(equal[::-1], 8, 4)
+    ramp = np.arange(1.0, 129.0)
+    fwd, lf = list_schedule_makespan(ramp, 32, 132), list_schedule_makespan(ramp[::-1], 32, 132)
+    assert lf < fwd and lf >= ramp.sum() * 32 / 132
+
+
+def test_cost_prices_the_order_only_under_the_mask():
+    causal = AttentionProblem(1, 32, 32, 16384, 16384, 128, causal=True)
+    plain = AttentionProblem(1, 32, 32, 16384, 16384, 128)
+    for persistent in (False, True):
+        c = AttentionConfig(128, 128, persistent=persistent)
+        fwd, lf = config_cost(causal, c, 200000)[0], config_cost(causal, c.replace(**LF), 200000)[0]
+        assert lf < fwd
+        assert config_cost(plain, c, 200000)[0] == pytest.approx(config_cost(plain, c.replace(**LF), 200000)[0])
+
+
+def test_search_offers_the_order_for_causal_only():
+    assert any(c.tile_order == "longest_first" for c in candidates(CAUSAL))
+    assert not any(c.tile_order == "longest_first" for c in candidates(AttentionProblem(8, 16, 16, 2048, 2048, 64)))
+    for c in [c for c in candidates(CAUSAL) if c.tile_order == "longest_first"][:50]:
+        assert config_of(key_of(c)).tile_order == "longest_first"
+    r = search(CAUSAL, 3)
+    assert r.ranked and all(not backend_refusals(CAUSAL, x.config) for x in r.ranked)
