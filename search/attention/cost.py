@@ -86,9 +86,12 @@ INTERLEAVE_SHARE = 0.3                               # the softmax share tma's i
 L2_BYTES_PER_S = 7.0e12
 TMA_LATENCY_CLK = 1200.0
 # Fitted on every committed H200 timing (search/attention/measured.py; leave-one-shape-out in NOTES.md):
-CTA_LAUNCH_CLK = 4000.0          # a non-persistent CTA's start before its first TMA load (launch, barrier init)
-PERSISTENT_KV_SHARE = 0.10       # what a persistent kernel's KV tile costs more than a non-persistent one's
-QUEUE_LOSS = 0.3                 # the ring's stall share at balanced load and compute, over (ahead + 2) slots
+CTA_LAUNCH_CLK = 3000.0          # a non-persistent CTA's start before its first TMA load (launch, barrier init)
+PERSISTENT_KV_SHARE = 0.02       # what a persistent kernel's KV tile costs more than a non-persistent one's
+QSEP_KV_SHARE = 0.06              # ... more with a separate Q load warp (ws_pingpong)
+Q_PREFETCH_KV_SHARE = 0.04        # ... more with Q stages beyond one per consumer warpgroup
+TWO_BLOCK_LAUNCH_SHARE = 0.0     # the share of a CTA's launch left exposed when a second block shares the SM
+QUEUE_LOSS = 0.4                 # the ring's stall share at balanced load and compute, over (ahead + 2) slots
 
 EPILOGUE_LATENCY_CLK = 800.0
 LAUNCH_US = 3.0
@@ -208,16 +211,20 @@ def config_cost(problem, config, smem_bytes: int | None = None) -> tuple[float, 
     queue = QUEUE_LOSS * balance / (ahead + 2)
     per_kv = max(compute, load) * (1.0 + queue) + exposed
     if persistent:
-        # measured, not derived: at the same tile and stages the persistent kernel's KV tiles run slower
-        # (PERSISTENT_KV_SHARE; H200 runs 1, 4 and the ops bench: module docstring)
-        per_kv *= 1.0 + PERSISTENT_KV_SHARE
+        # measured, not derived (module docstring): a persistent kernel's KV tiles run slower than its
+        # non-persistent twin's, more so with a separate Q load warp or Q stages beyond one per consumer
+        share = PERSISTENT_KV_SHARE
+        share += QSEP_KV_SHARE if config.loads_q_separately else 0.0
+        share += Q_PREFETCH_KV_SHARE if config.stages_q > wgs else 0.0
+        per_kv *= 1.0 + share
 
     # --- one CTA tile ----------------------------------------------------------------------------------
     splits = kv_splits_of(problem, config)
     q_bytes = tq * d * esize
     out_bytes = tq * dv * (4 if splits > 1 else 2)        # a split's partial O is float32
     prologue = TMA_LATENCY_CLK + q_bytes / l2_per_sm_clk
-    launch = 0.0 if persistent else CTA_LAUNCH_CLK       # a new CTA: launch, barrier init, before its first load
+    # a new CTA: launch, barrier init, before its first load; a co-resident second block computes meanwhile
+    launch = 0.0 if persistent else CTA_LAUNCH_CLK * (TWO_BLOCK_LAUNCH_SHARE if two_blocks else 1.0)
     epilogue = EPILOGUE_LATENCY_CLK + out_bytes / l2_per_sm_clk
     rows, heads = kernel_rows_heads(problem, config)
     heads *= splits                                        # the split index is one more grid mode
