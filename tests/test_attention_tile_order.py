@@ -130,3 +130,17 @@ def test_search_offers_the_order_for_causal_only():
         assert config_of(key_of(c)).tile_order == "longest_first"
     r = search(CAUSAL, 3)
     assert r.ranked and all(not backend_refusals(CAUSAL, x.config) for x in r.ranked)
+
+
+@pytest.mark.parametrize("config", [AttentionConfig(128, 128, persistent=True, **LF),
+                                    AttentionConfig(128, 128, stages_q=4, stages_kv=4, persistent=True, **LF)],
+                         ids=lambda c: c.short_name())
+def test_persistent_longest_first_sequence_passes_the_temporal_checker(config):
+    """A persistent CTA under the longest-first walk runs its tiles' KV trips in falling order (3, 2, 1 here); the
+    checker explores that sequence on the kernel's protocol term: no PIPE rule broken. A too-shallow ring on the
+    same sequence (2 K/V stages: ATTN-WS-STAGES-KV) is still caught."""
+    from cutegen.legality.attention_pipeline import check_attention_pipeline
+    report = check_attention_pipeline(CAUSAL, config, trips=[(3, 2, 1)])
+    assert [v.rule_id for v in report.violations if v.enforced] == []
+    shallow = check_attention_pipeline(CAUSAL, config.replace(stages_q=2, stages_kv=2), trips=[(3, 2, 1)])
+    assert any(v.rule_id.startswith("PIPE-") for v in shallow.violations if v.enforced)
