@@ -265,6 +265,11 @@ def _chain(problem, config, stage_choices: list[int]) -> list[str]:
                      f"cooperative kernel, persistent, with a Q load warp (fmha_kernel_builder.hpp:134-156)")
     if len(stage_choices) > 1:
         steps.append(f"stages_kv in {stage_choices} legal, one e-class; extraction chose {config.stages_kv}")
+    if config.tile_order == "longest_first":
+        steps.append("tile order longest_first: the causal Q blocks with the most KV tiles go out first "
+                     + ("(persistent: L2-sized chunks of (batch, head), m-block slowest; priced by the exact "
+                        "tile-to-CTA assignment)" if config.persistent else
+                        "(blockIdx.x reversed; priced by list scheduling in launch order)"))
     if config.kv_splits > 1:
         steps.append(f"AK(..., splits {config.kv_splits}) = Combine(AK(..., splits 1), {config.kv_splits}): softmax over "
                      f"the whole KV length is the LSE-weighted merge of its chunks' partial softmaxes (flash-decoding)")
