@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 
 from cutegen.errors import FieldError
-from cutegen.ops.attention.config import TILE_ORDER_L2_CHUNK_BYTES, AttentionConfig
+from cutegen.ops.attention.config import AttentionConfig
 from cutegen.ops.attention.pipeline_readback import mismatches
 from cutegen.ops.attention.problem import AttentionProblem
 from cutegen.ops.attention.render import backend_refusals, render_source
-from cutegen.search.attention.cost import (config_cost, list_schedule_makespan, persistent_chunk,
-                                           persistent_m_blocks, _persistent_assignment)
+from cutegen.search.attention.cost import (L2_BYTES, config_cost, list_schedule_makespan, persistent_m_blocks,
+                                           walk_spills_l2, _persistent_assignment)
 from cutegen.search.attention.engine import candidates, config_of, key_of, search
 
 CAUSAL = AttentionProblem(8, 16, 16, 2048, 2048, 64, causal=True)
@@ -48,8 +48,8 @@ def test_rendered_schedulers():
     assert "struct TileScheduler : cutlass::fmha::kernel::IndividualTileScheduler" in src
     assert "int(gridDim.x) - 1 - int(blockIdx.x)" in src
     src = render_source(CAUSAL, AttentionConfig(128, 128, persistent=True, **LF))
-    assert f"kL2ChunkBytes = {TILE_ORDER_L2_CHUNK_BYTES}LL" in src
-    assert "params.num_m_blocks - 1 - m_rev" in src
+    assert "struct TileScheduler : cutlass::fmha::kernel::PersistentTileScheduler" in src
+    assert "int(params.divmod_m_block.divisor) - 1 - m_rev" in src
     plain = render_source(CAUSAL, AttentionConfig(128, 128))
     assert "using TileScheduler = cutlass::fmha::kernel::IndividualTileScheduler;" in plain
     assert "struct TileScheduler" not in plain
@@ -63,42 +63,42 @@ def test_protocol_is_the_examples(persistent):
     assert mismatches(CAUSAL, c, render_source(CAUSAL, c)) == []
 
 
-def _persistent_decode(n_m, n_bh, chunk):
-    """The C++ get_block_coord of the persistent longest-first scheduler, line by line (m-block, bh)."""
+def _persistent_decode(n_m, n_b, n_h):
+    """The C++ get_block_coord of the persistent longest-first scheduler, line by line: (m-block, batch', head')."""
     out = []
-    for t in range(n_m * n_bh):
-        per_chunk = chunk * n_m
-        c = t // per_chunk
-        width = min(chunk, n_bh - c * chunk)
-        in_chunk = t - c * per_chunk
-        out.append((n_m - 1 - in_chunk // width, c * chunk + in_chunk % width))
+    for t in range(n_m * n_b * n_h):
+        rest, bidh = divmod(t, n_h)          # params.divmod_h(rest, bidh, rest): head' fastest
+        rest, bidb = divmod(rest, n_b)
+        out.append((n_m - 1 - rest, bidb, bidh))
     return out
 
 
-@pytest.mark.parametrize("n_m,n_bh,chunk", [(4, 1024, 64), (32, 128, 8), (128, 32, 3), (5, 7, 3), (3, 4, 4), (1, 5, 2)])
-def test_persistent_longest_first_visits_every_tile_once(n_m, n_bh, chunk):
-    tiles = _persistent_decode(n_m, n_bh, chunk)
-    assert sorted(tiles) == sorted((m, bh) for m in range(n_m) for bh in range(n_bh))
-    assert list(persistent_m_blocks(n_m, n_bh, "longest_first", chunk)) == [m for m, _ in tiles]
+@pytest.mark.parametrize("n_m,n_b,n_h", [(4, 256, 4), (32, 4, 32), (128, 1, 32), (5, 7, 3), (1, 5, 2)])
+def test_persistent_longest_first_visits_every_tile_once(n_m, n_b, n_h):
+    tiles = _persistent_decode(n_m, n_b, n_h)
+    assert sorted(tiles) == sorted((m, b, h) for m in range(n_m) for b in range(n_b) for h in range(n_h))
+    assert list(persistent_m_blocks(n_m, n_b * n_h, "longest_first")) == [m for m, _, _ in tiles]
     assert tiles[0][0] == n_m - 1                     # the longest Q block first
-    assert list(persistent_m_blocks(n_m, n_bh)) == [t % n_m for t in range(n_m * n_bh)]
+    assert list(persistent_m_blocks(n_m, n_b * n_h)) == [t % n_m for t in range(n_m * n_b * n_h)]
 
 
-def test_chunk_follows_the_kv_bytes():
-    assert persistent_chunk(LLAMA, AttentionConfig(128, 128), 512, 32 * 32) == 0
-    kv = 2 * 512 * 128 * 2
-    assert persistent_chunk(LLAMA, AttentionConfig(128, 128, **LF), 512, 32 * 32) == TILE_ORDER_L2_CHUNK_BYTES // kv
-    long = AttentionProblem(1, 32, 32, 16384, 16384, 128, causal=True)
-    assert persistent_chunk(long, AttentionConfig(128, 128, **LF), 16384, 32) == TILE_ORDER_L2_CHUNK_BYTES // (2 * 16384 * 128 * 2)
+def test_the_walk_spills_l2_where_a_level_of_every_pair_does_not_fit():
+    """The longest-first walk reads one m-level of every (batch, KV head) at a time: Llama-8B S512 (256 KV pairs)
+    overflows L2 only at its last level (4 KV tiles of K and V: 64 MB), B4 H32 S4096 at all but its first 6."""
+    trips = np.arange(1, 5)
+    assert list(walk_spills_l2(LLAMA, 128, trips, 32 * 8)) == [False, False, False, True]
+    mha = AttentionProblem(4, 32, 32, 4096, 4096, 128, causal=True)
+    spills = walk_spills_l2(mha, 128, np.arange(1, 33), 4 * 32)
+    assert not spills[:6].any() and spills[6:].all()
+    assert 128 * 6 * 128 * 256 * 2 <= L2_BYTES < 128 * 7 * 128 * 256 * 2
 
 
 def test_persistent_longest_first_balances_the_round_robin():
     """With 4 m-blocks and a 132-CTA grid, the example's order gives CTA i the m-block i mod 4 every time; the
     longest-first walk gives every CTA a mix: its busiest CTA runs fewer KV tiles."""
     rows, heads = 512, 32 * 32
-    _, fwd = _persistent_assignment(LLAMA, 128, 128, 132, rows, heads, 1, "forward", 0)
-    chunk = persistent_chunk(LLAMA, AttentionConfig(128, 128, **LF), rows, heads)
-    _, lf = _persistent_assignment(LLAMA, 128, 128, 132, rows, heads, 1, "longest_first", chunk)
+    _, fwd, _ = _persistent_assignment(LLAMA, 128, 128, 132, rows, heads, 1, "forward", 256)
+    _, lf, _ = _persistent_assignment(LLAMA, 128, 128, 132, rows, heads, 1, "longest_first", 256)
     assert fwd.sum() == lf.sum()
     assert lf.max() < 0.7 * fwd.max()
 
@@ -116,11 +116,19 @@ def test_list_schedule_makespan_two_sided():
 def test_cost_prices_the_order_only_under_the_mask():
     causal = AttentionProblem(1, 32, 32, 16384, 16384, 128, causal=True)
     plain = AttentionProblem(1, 32, 32, 16384, 16384, 128)
-    for persistent in (False, True):
+    for problem, persistent in ((causal, False), (LLAMA, True)):
         c = AttentionConfig(128, 128, persistent=persistent)
-        fwd, lf = config_cost(causal, c, 200000)[0], config_cost(causal, c.replace(**LF), 200000)[0]
+        fwd, lf = config_cost(problem, c, 200000)[0], config_cost(problem, c.replace(**LF), 200000)[0]
         assert lf < fwd
-        assert config_cost(plain, c, 200000)[0] == pytest.approx(config_cost(plain, c.replace(**LF), 200000)[0])
+    c = AttentionConfig(128, 128)
+    assert config_cost(plain, c, 200000)[0] == pytest.approx(config_cost(plain, c.replace(**LF), 200000)[0])
+    # the persistent walk is the same walk without a mask (equal tiles: no balance to win, only L2 to lose)
+    c = AttentionConfig(128, 128, persistent=True)
+    assert config_cost(plain, c, 200000)[0] <= config_cost(plain, c.replace(**LF), 200000)[0]
+    # the persistent walk over every head at one m-level reads B1 H32 S16384's K/V past L2: priced dearer there
+    c = AttentionConfig(128, 128, persistent=True)
+    assert config_cost(causal, c.replace(**LF), 200000)[0] > config_cost(causal, c.replace(**LF, persistent=False),
+                                                                         200000)[0]
 
 
 def test_search_offers_the_order_for_causal_only():

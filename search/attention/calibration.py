@@ -69,6 +69,8 @@ H200_GRID = {
     "QSEP_KV_SHARE": tuple(x / 100 for x in range(0, 17, 2)),
     "Q_PREFETCH_KV_SHARE": tuple(x / 100 for x in range(0, 17, 2)),
     "TWO_BLOCK_LAUNCH_SHARE": tuple(x / 4 for x in range(0, 5)),
+    "SPILL_HBM_SHARE": tuple(x / 10 for x in range(0, 11)),
+    "L2_LATENCY_CLK": tuple(float(x) for x in range(600, 3601, 600)),
     "QUEUE_LOSS": tuple(x / 10 for x in range(0, 11)),
     "OVERLAP_LOSS": tuple(i / 20 for i in range(0, 13)),
 }
@@ -142,9 +144,11 @@ def _objective(records, params) -> float:
 # itself or on its Q options): it starts from each of these and keeps the best.
 H200_STARTS = (
     {"CTA_LAUNCH_CLK": 4000.0, "PERSISTENT_KV_SHARE": 0.1, "QSEP_KV_SHARE": 0.0, "Q_PREFETCH_KV_SHARE": 0.0,
-     "TWO_BLOCK_LAUNCH_SHARE": 1.0, "QUEUE_LOSS": 0.3, "OVERLAP_LOSS": 0.3},
+     "TWO_BLOCK_LAUNCH_SHARE": 1.0, "SPILL_HBM_SHARE": 1.0, "L2_LATENCY_CLK": 1800.0, "QUEUE_LOSS": 0.3,
+     "OVERLAP_LOSS": 0.3},
     {"CTA_LAUNCH_CLK": 4000.0, "PERSISTENT_KV_SHARE": 0.0, "QSEP_KV_SHARE": 0.06, "Q_PREFETCH_KV_SHARE": 0.06,
-     "TWO_BLOCK_LAUNCH_SHARE": 0.25, "QUEUE_LOSS": 0.3, "OVERLAP_LOSS": 0.3},
+     "TWO_BLOCK_LAUNCH_SHARE": 0.25, "SPILL_HBM_SHARE": 1.0, "L2_LATENCY_CLK": 1800.0, "QUEUE_LOSS": 0.3,
+     "OVERLAP_LOSS": 0.3},
 )
 
 

@@ -87,10 +87,12 @@ L2_BYTES_PER_S = 7.0e12
 TMA_LATENCY_CLK = 1200.0
 # Fitted on every committed H200 timing (search/attention/measured.py; leave-one-shape-out in NOTES.md):
 CTA_LAUNCH_CLK = 3000.0          # a non-persistent CTA's start before its first TMA load (launch, barrier init)
-PERSISTENT_KV_SHARE = 0.02       # what a persistent kernel's KV tile costs more than a non-persistent one's
-QSEP_KV_SHARE = 0.06              # ... more with a separate Q load warp (ws_pingpong)
+PERSISTENT_KV_SHARE = 0.04       # what a persistent kernel's KV tile costs more than a non-persistent one's
+QSEP_KV_SHARE = 0.04              # ... more with a separate Q load warp (ws_pingpong)
 Q_PREFETCH_KV_SHARE = 0.04        # ... more with Q stages beyond one per consumer warpgroup
+SPILL_HBM_SHARE = 0.9            # of a spilled walk level's K/V bytes, the share that comes from HBM (the rest hits L2)
 TWO_BLOCK_LAUNCH_SHARE = 0.0     # the share of a CTA's launch left exposed when a second block shares the SM
+L2_LATENCY_CLK = 1800.0          # one loaded L2 round trip (the ring's useful depth: Little's law)
 QUEUE_LOSS = 0.4                 # the ring's stall share at balanced load and compute, over (ahead + 2) slots
 
 EPILOGUE_LATENCY_CLK = 800.0
@@ -106,6 +108,7 @@ SPLIT_WAVE_US = 5.0             # per wave of split CTAs
 ONE_WAVE_IMBALANCE = 0.17       # a one-wave HBM-bound grid waits for its slowest SM by this share of the stream
 HBM_LATENCY_US = 1.05           # loaded HBM latency a CTA's bytes in flight cover (fitted on run 3: 4 vs 5 K/V stages)
 SMEM_PER_SM = 233472
+L2_BYTES = 50 << 20             # the H200's L2 (GH100: 50 MB)
 # A varlen problem is priced at its maximum lengths (its sizes are the maxima; the lengths are device data). On
 # ragged lengths the persistent scheduler's static round robin leaves its busiest SM above the mean, which the
 # hardware's dynamic CTA scheduling does not: measured on the H200 (bench/results/attention/
@@ -208,7 +211,10 @@ def config_cost(problem, config, smem_bytes: int | None = None) -> tuple[float, 
     # KV tile's bytes at the SM's L2 share take about as long as its MMAs): the ring between them is a finite
     # buffer, and each stalls the other by a share that falls with the buffer's depth (ahead + 2 slots)
     balance = min(compute, load) / max(compute, load)
-    queue = QUEUE_LOSS * balance / (ahead + 2)
+    # Little's law bounds what depth buys: stages beyond the bytes one loaded L2 round trip covers at the SM's L2
+    # share never fill, so they neither help the stream nor cut the stalls
+    useful_ahead = max(1, math.ceil(L2_LATENCY_CLK * l2_per_sm_clk / (tkv * d * esize)))
+    queue = QUEUE_LOSS * balance / (min(ahead, useful_ahead) + 2)
     per_kv = max(compute, load) * (1.0 + queue) + exposed
     if persistent:
         # measured, not derived (module docstring): a persistent kernel's KV tiles run slower than its
@@ -240,9 +246,14 @@ def config_cost(problem, config, smem_bytes: int | None = None) -> tuple[float, 
     slots = SMS * (config.blocks_per_sm if two_blocks else 1)
     if persistent:
         grid = min(n_tiles, SMS)
-        counts, trip_sums = _persistent_assignment(problem, tq, tkv, grid, rows, heads, splits, order,
-                                                   persistent_chunk(problem, config, rows, heads))
-        busiest = float((counts * tile_fixed + trip_sums * per_kv).max()) + 0.5 * prologue
+        group = problem.heads_q // problem.heads_kv if rows == problem.seqlen_q else 1
+        counts, trip_sums, spilled = _persistent_assignment(problem, tq, tkv, grid, rows, heads, splits, order,
+                                                            max(1, heads // group))
+        # a spilled level's K/V comes from HBM, once per (batch, KV head): the group's query heads share it
+        hbm_per_sm_clk = HBM_BYTES_PER_S * HBM_EFFICIENCY / SMS / clk
+        per_kv_spilled = max(per_kv, SPILL_HBM_SHARE * (load_bytes / group) / hbm_per_sm_clk * (1.0 + queue) + exposed)
+        busiest = float((counts * tile_fixed + (trip_sums - spilled) * per_kv + spilled * per_kv_spilled).max()) \
+            + 0.5 * prologue
         schedule = f"persistent: {grid} CTAs, busiest SM {busiest:.0f} clk"
         if problem.varlen:
             busiest *= 1.0 + VARLEN_PERSISTENT_IMBALANCE
@@ -280,7 +291,9 @@ def config_cost(problem, config, smem_bytes: int | None = None) -> tuple[float, 
         total_us = (stream_us + split_waves * SPLIT_WAVE_US + imbalance_us + LAUNCH_US + combine_us
                     - min(ahead_bytes, 65536) * 1e-9)
     else:
-        total_us = max(t_sm_us, hbm_us) + LAUNCH_US + combine_us
+        # a tie-breaker only (under 0.01 us): of kernels the model prices alike, the one with fewer K/V stages
+        # (shared memory that buys nothing)
+        total_us = max(t_sm_us, hbm_us) + LAUNCH_US + combine_us + 1e-3 * config.stages_kv * 1e-3
     breakdown = {
         "mma_clk_per_kv_tile": round(mma, 1), "softmax_clk_per_kv_tile": round(softmax, 1),
         "load_clk_per_kv_tile": round(load, 1), "exposed_latency_clk": round(exposed, 1),
@@ -304,45 +317,41 @@ def list_schedule_makespan(work_in_launch_order: np.ndarray, heads: int, slots: 
     return float((heads - 1) * w.sum() / slots + (before / slots + w).max())
 
 
-def persistent_chunk(problem, config, rows: int, heads: int) -> int:
-    """(batch', head') pairs the persistent longest-first scheduler walks together (templates/attention/
-    fmha_sm90.cu.j2: their K and V fit TILE_ORDER_L2_CHUNK_BYTES); 0 for the example's order."""
-    if getattr(config, "tile_order", "forward") == "forward":
-        return 0
-    from cutegen.ops.attention.config import TILE_ORDER_L2_CHUNK_BYTES
-    esize = 1 if problem.dtype == "e4m3" else 2
-    head_tile = -(-problem.head_dim // 16) * 16
-    kv_bytes = 2 * problem.seqlen_kv * head_tile * esize
-    return int(min(max(1, TILE_ORDER_L2_CHUNK_BYTES // kv_bytes), heads))
-
-
-def persistent_m_blocks(n_m: int, n_bh: int, order: str = "forward", chunk: int = 0) -> np.ndarray:
+def persistent_m_blocks(n_m: int, n_bh: int, order: str = "forward") -> np.ndarray:
     """The m-block of each persistent tile t = 0 .. n_m x n_bh - 1, as the scheduler decodes it: forward, the
-    example's PersistentTileScheduler (m-block fastest); longest_first, cutegen's (chunks of ``chunk`` (batch',
-    head') pairs, the m-block slowest inside a chunk, from the last)."""
+    example's PersistentTileScheduler (m-block fastest); longest_first, cutegen's (m-block slowest, from the last,
+    over every (batch', head') pair)."""
     t = np.arange(n_m * n_bh)
     if order == "forward":
         return t % n_m
-    per_chunk = chunk * n_m
-    c = t // per_chunk
-    width = np.minimum(chunk, n_bh - c * chunk)
-    return n_m - 1 - (t - c * per_chunk) // width
+    return n_m - 1 - t // n_bh
 
 
+def walk_spills_l2(problem, tile_kv: int, trips: np.ndarray, kv_pairs: int) -> np.ndarray:
+    """Per m-block, whether the persistent longest-first walk's K/V working set overflows L2: the walk runs one
+    m-level of every (batch, KV head) at a time, each reading the K and V of its first trips x tile_kv keys, so a
+    level needs kv_pairs x that many bytes resident to serve its next reader from L2 (the forward orders run one
+    head's m-blocks together: their K/V stays in L2)."""
+    esize = 1 if problem.dtype == "e4m3" else 2
+    per_pair = trips * tile_kv * (problem.head_dim + problem.dv) * esize
+    return kv_pairs * per_pair > L2_BYTES
 @lru_cache(maxsize=4096)
 def _persistent_assignment(problem, tile_q: int, tile_kv: int, grid: int, rows: int,
                            heads: int, splits: int = 1, order: str = "forward",
-                           chunk: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """Per persistent CTA: how many tiles it takes and their KV trips in total (tile t to CTA t mod grid;
-    the tile's m-block by ``persistent_m_blocks``: fmha_tile_scheduler.hpp get_block_coord, or cutegen's
-    longest-first scheduler)."""
+                           kv_pairs: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per persistent CTA: how many tiles it takes, their KV trips in total, and the trips of those whose K/V the
+    longest-first walk reads past L2 (tile t to CTA t mod grid; the tile's m-block by ``persistent_m_blocks``:
+    fmha_tile_scheduler.hpp get_block_coord, or cutegen's longest-first scheduler)."""
     trips = trip_counts(problem, tile_q, tile_kv, rows, splits)
     n_m = len(trips)
     t = np.arange(n_m * heads)
     cta = t % grid
-    m = persistent_m_blocks(n_m, heads, order, chunk)
+    m = persistent_m_blocks(n_m, heads, order)
+    spills = (walk_spills_l2(problem, tile_kv, trips, kv_pairs) if order != "forward" and kv_pairs
+              else np.zeros(n_m, dtype=bool))
     return (np.bincount(cta, minlength=grid).astype(float),
-            np.bincount(cta, weights=trips[m].astype(float), minlength=grid))
+            np.bincount(cta, weights=trips[m].astype(float), minlength=grid),
+            np.bincount(cta, weights=(trips * spills)[m].astype(float), minlength=grid))
 
 
 def tflops(problem, us: float) -> float:

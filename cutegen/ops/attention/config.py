@@ -21,9 +21,9 @@ The fields map one to one onto the example's builder and options
   example's): m-block 0 first (fmha_tile_scheduler.hpp: blockIdx.x, or tile t = m-block fastest). ``longest_first``:
   under the causal mask the last Q block of a head runs the most KV tiles, so it is handed out first: the
   non-persistent grid reverses blockIdx.x (the hardware launches blocks in index order, so the short tiles come
-  last and fill the tail); the persistent scheduler walks (batch', head') pairs in chunks whose K and V fit
-  ``TILE_ORDER_L2_CHUNK_BYTES``, and inside a chunk the m-block is the slowest index, from the last one (every
-  CTA takes a mix of long and short tiles instead of one m-block always: tile t to CTA t mod grid). The
+  last and fill the tail); the persistent scheduler walks the tiles with the m-block slowest, from the last one,
+  over every (batch', head') pair (every CTA takes a mix of long and short tiles instead of one m-block always:
+  tile t to CTA t mod grid). The
   per-tile protocol is the example's; only which Q block a CTA computes changes. Left out of the JSON when
   ``forward`` (existing kernels keep their hashes).
 
@@ -44,9 +44,6 @@ SCHEDULES = ("tma", "ws_cooperative", "ws_pingpong")
 ACC_QK = ("f32", "f16")
 TILE_CHOICES = (16, 32, 64, 128, 192, 256)     # multiples of 16 up to 256 are accepted; these are the usual
 TILE_ORDERS = ("forward", "longest_first")
-# The persistent longest-first scheduler walks (batch', head') pairs in chunks whose K and V take at most this many
-# bytes (a third of the H200's 50 MB L2: the chunk's KV stays resident while its Q blocks run; Q and O stream past)
-TILE_ORDER_L2_CHUNK_BYTES = 16 << 20
 KV_SPLITS_MAX = 64                             # the combine reads every split's LSE per row; more splits than SMs buy nothing
 
 

@@ -13,7 +13,7 @@ import json
 from typing import Any
 
 from ...errors import CutegenError, FieldError
-from .config import TILE_ORDER_L2_CHUNK_BYTES, AttentionConfig
+from .config import AttentionConfig
 from .problem import AttentionProblem
 
 BACKEND = "cutlass"
@@ -197,7 +197,7 @@ def _context(problem: AttentionProblem, config: AttentionConfig) -> dict[str, An
         "stages_q": c.stages_q, "stages_kv": c.stages_kv, "persistent": c.persistent,
         "loads_q_separately": c.loads_q_separately, "cluster_m": c.cluster_m, "blocks_per_sm": c.blocks_per_sm,
         "describe_json": _describe(problem, config, khash), "smem_limit": SMEM_LIMIT, "kv_splits": c.kv_splits,
-        "tile_order": c.tile_order, "l2_chunk_bytes": TILE_ORDER_L2_CHUNK_BYTES,
+        "tile_order": c.tile_order,
     }
 
 
