@@ -65,6 +65,21 @@ VARIANTS = {
     (256, True, False): [("example", EX256), ("longest_first", dict(EX256, tile_order="longest_first")),
                          ("pick_persistent_kv4", dict(EX256, stages_kv=4, persistent=True))],
 }
+# Call 3 (``--sweep picks``): the search's picks after call 2 that no run has timed, beside the measured best of
+# their class and the example, on the shapes whose pick they are (13 kernels, 8 shapes).
+LF = dict(tile_order="longest_first")
+PICKS = {
+    (128, True, False): [("example", EX), ("longest_first", dict(EX, **LF)),
+                         ("persistent_lf", dict(EX, persistent=True, **LF)),
+                         ("pick_128x64_q2kv7_persistent_lf", dict(EX, tile_kv=64, stages_kv=7, persistent=True, **LF))],
+    (64, False, False): [("example", TMA64), ("persistent_kv8", dict(EX, stages_kv=8, persistent=True)),
+                         ("pick_persistent_kv7", dict(EX, stages_kv=7, persistent=True))],
+    (64, True, False): [("example", TMA64), ("persistent_q4kv5_lf", dict(EX, stages_q=4, persistent=True, **LF)),
+                        ("pick_persistent_kv7_lf", dict(EX, stages_kv=7, persistent=True, **LF))],
+    (128, True, True): [("example", EX), ("persistent_lf", dict(EX, persistent=True, **LF)),
+                        ("pick_persistent_q4kv4_lf", dict(EX, stages_q=4, stages_kv=4, persistent=True, **LF))],
+}
+SWEEPS = {"forms": VARIANTS, "picks": PICKS}
 ROUNDS = 7
 ROUND_MS = 25.0
 
@@ -87,10 +102,13 @@ def plan(args) -> int:
     out = Path(args.out)
     (out / "kernels").mkdir(parents=True, exist_ok=True)
     shapes, kernels = [], {}
+    variants = SWEEPS[args.sweep]
     for name, fields in SHAPES.items():
         problem = _problem(fields)
+        if kernel_class(problem) not in variants:
+            continue
         listed = []
-        for role, cfields in VARIANTS[kernel_class(problem)]:
+        for role, cfields in variants[kernel_class(problem)]:
             config = AttentionConfig(**cfields)
             refused = backend_refusals(problem, config)
             broken = [str(v) for v in registry.check(problem, config) if getattr(v, "enforced", True)]
@@ -242,6 +260,8 @@ def main(argv=None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("plan")
     p.add_argument("--out", default="out/attnfwd-plan")
+    p.add_argument("--sweep", choices=sorted(SWEEPS), default="forms",
+                   help="forms: calls 1-2's variants per kernel class; picks: call 3, the search's untimed picks")
     p = sub.add_parser("time")
     p.add_argument("plan")
     p.add_argument("--json", required=True)

@@ -5,6 +5,7 @@
 #
 #   here, once:   PYTHON=.venv/bin/python bash oracles/prepare_cutlass_headers.sh   # headers -> oracles/.cutlass
 #                 bash bench/gpu_attnfwd.sh --plan                                 # render -> out/attnfwd-plan
+#                 (SWEEP=picks bash bench/gpu_attnfwd.sh --plan: call 3, the search's untimed picks, 13 kernels)
 #   device call:  mkdir -p oracles/.cutlass && tar xzf .carry/cutlass.tgz -C oracles/.cutlass && bash bench/gpu_attnfwd.sh
 #                 carry: [".carry", "out/attnfwd-plan"]
 #
@@ -20,7 +21,7 @@ if [ "${1:-}" = "--plan" ]; then
   PY=${PYTHON:-$( [ -x "$REPO/.venv/bin/python" ] && echo "$REPO/.venv/bin/python" || echo python3 )}
   . "$REPO/bench/stage_package.sh"
   rm -rf "$PLAN"
-  "$PY" bench/attnfwd_sweep.py plan --out "$PLAN"
+  "$PY" bench/attnfwd_sweep.py plan --out "$PLAN" --sweep "${SWEEP:-forms}"
   rc=$?
   rm -rf "$STAGE"
   exit $rc
