@@ -152,3 +152,18 @@ def test_persistent_longest_first_sequence_passes_the_temporal_checker(config):
     assert [v.rule_id for v in report.violations if v.enforced] == []
     shallow = check_attention_pipeline(CAUSAL, config.replace(stages_q=2, stages_kv=2), trips=[(3, 2, 1)])
     assert any(v.rule_id.startswith("PIPE-") for v in shallow.violations if v.enforced)
+
+
+def test_measured_records_load_and_names_parse():
+    """search/attention/measured.py reads every committed H200 timing with a known config; a kernel directory's name
+    parses back to its config (short_name round trip), a name with an unknown flag does not parse."""
+    from cutegen.search.attention import measured
+    records = measured.load()
+    assert len([t for t in records if not t.decode]) >= 190
+    assert {t.source for t in records} >= {"2026-11-26-h200-attnfwd-run1-time", "2026-11-26-h200-run1-time"}
+    for t in records:
+        assert measured.config_from_name(f"attn_d{t.problem.head_dim}_bf16_{t.config.short_name()}") == t.config
+    assert measured.config_from_name("attn_d128_bf16_128x128_wscoop_wg2_q2kv5_frobnicate") is None
+    # call 2's persistent longest-first records ran another scheduler than the template renders: left out
+    assert not any(t.source in measured.SUPERSEDED_PERSISTENT_LF and t.config.persistent
+                   and t.config.tile_order == "longest_first" for t in records)
