@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# GPU sweep of attention forward forms (issue 25, helper attnfwd): 18 kernels of the CUTLASS 88 collectives
-# (persistent or not, forward or longest-first tile order for causal, 128 vs 192 KV rows, the example's own),
+# GPU sweep of attention forward forms (issue 25, helper attnfwd): 22 kernels of the CUTLASS 88 collectives
+# (persistent or not, forward or longest-first tile order for causal, the search's untimed picks, the example's own),
 # built, validated against float32, and timed in one process against SDPA cuDNN, at most 4 minutes.
 #
 #   here, once:   PYTHON=.venv/bin/python bash oracles/prepare_cutlass_headers.sh   # headers -> oracles/.cutlass
 #                 bash bench/gpu_attnfwd.sh --plan                                 # render -> out/attnfwd-plan
+#                 (SWEEP=picks bash bench/gpu_attnfwd.sh --plan: call 3, the search's untimed picks, 13 kernels)
 #   device call:  mkdir -p oracles/.cutlass && tar xzf .carry/cutlass.tgz -C oracles/.cutlass && bash bench/gpu_attnfwd.sh
 #                 carry: [".carry", "out/attnfwd-plan"]
 #
@@ -20,7 +21,7 @@ if [ "${1:-}" = "--plan" ]; then
   PY=${PYTHON:-$( [ -x "$REPO/.venv/bin/python" ] && echo "$REPO/.venv/bin/python" || echo python3 )}
   . "$REPO/bench/stage_package.sh"
   rm -rf "$PLAN"
-  "$PY" bench/attnfwd_sweep.py plan --out "$PLAN"
+  "$PY" bench/attnfwd_sweep.py plan --out "$PLAN" --sweep "${SWEEP:-forms}"
   rc=$?
   rm -rf "$STAGE"
   exit $rc
@@ -34,7 +35,7 @@ exec > >(tee "$RES/log.txt") 2>&1
 
 PY=${PYTHON:-python3}
 JOBS=${JOBS:-16}
-BUILD_END_S=${BUILD_END_S:-140}          # every nvcc is killed by then (18 kernels: two rounds of 16 jobs)
+BUILD_END_S=${BUILD_END_S:-140}          # every nvcc is killed by then (22 kernels: two rounds of 16 jobs)
 VALIDATE_S=${VALIDATE_S:-45}             # both chains stop starting kernels after this long
 TIME_S=${TIME_S:-40}                     # no shape starts timing after this long
 HARD_LIMIT_S=${HARD_LIMIT_S:-232}        # the timing is killed here whatever it is doing

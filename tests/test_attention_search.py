@@ -111,16 +111,29 @@ def test_causal_trip_counts():
 
 
 def test_cost_calibration_fit_and_held_out():
-    """OVERLAP_LOSS is the grid value that fits the non-causal head-dim-128 figures best; the other five shapes
-    (causal, head dim 64) are held out. Errors: geometric mean of |log(predicted / measured)|, as fractions."""
-    from cutegen.search.attention import cost
-    assert calibration.fit_overlap_loss() == cost.OVERLAP_LOSS
-    fit = calibration.geomean_abs_log_error(calibration.errors(calibration.FIT).values())
-    held = calibration.geomean_abs_log_error(calibration.errors(calibration.HELD_OUT).values())
-    assert fit < 0.04, fit                 # 2.8% when committed
-    assert held < 0.08, held               # 6.9% when committed (worst: D64 non-causal, 0.88x)
-    for ratio in calibration.errors(calibration.HELD_OUT).values():
-        assert 0.85 < ratio < 1.15
+    """The fitted constants (OVERLAP_LOSS and the H200 terms: CTA launch, the persistent shares, the K/V ring) are
+    what ``calibration.fit_h200`` chooses on every committed H200 timing (search/attention/measured.py); held out
+    shape by shape (fit on the others, predict it), the errors stay near the in-sample ones. Errors: geometric mean
+    of |log(predicted / measured)|, as fractions; regret: the measured time of the model's pick among the kernels
+    one run timed on one shape, over the fastest."""
+    from cutegen.search.attention import cost, measured
+    records = [t for t in measured.load() if not t.decode]
+    assert len(records) >= 220
+    fitted = calibration.fit_h200(records, passes=3)
+    assert fitted == {k: getattr(cost, k) for k in calibration.H200_GRID}
+    held = calibration.heldout_h200(records, passes=1)["heldout"]
+    assert held["absolute"] < 0.05, held               # 4.4% when committed (3 passes; 225 records)
+    assert held["relative"] < 0.04, held               # 3.3%
+    assert held["regret_geomean"] < 1.02, held         # 1.014
+    # without the H200 terms the same records are priced worse (main's model: 16.2%, 4.9%, 1.053)
+    zero = {"CTA_LAUNCH_CLK": 0.0, "PERSISTENT_KV_SHARE": 0.0, "QSEP_KV_SHARE": 0.0, "Q_PREFETCH_KV_SHARE": 0.0,
+            "QUEUE_LOSS": 0.0}
+    bare = calibration.h200_errors(records, calibration._predict_all(records, zero))
+    assert bare["absolute"] > 2 * held["absolute"] and bare["regret_geomean"] > held["regret_geomean"]
+    # the issue's H100 figures of the example's best kernel (the first calibration): the H200 timings of the same
+    # kernels run 10-15% below them, so the H200 model predicts below the H100 figures, never above
+    for ratio in calibration.errors(tuple(calibration.EXAMPLE_88_H100)).values():
+        assert 0.65 < ratio < 1.02, ratio
 
 
 def test_bad_input_is_one_field_error():

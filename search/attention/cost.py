@@ -21,9 +21,9 @@ Per CTA tile (tile_q query rows of one batch and query head) the kernel runs ``t
   its first tile) and the epilogue (O through shared memory and a TMA store).
 
 Tiles over SMs: a persistent kernel assigns tile t to CTA t mod grid (the example's PersistentTileScheduler,
-m-block fastest), priced exactly as the busiest SM's sum; a non-persistent grid is list-scheduled by the
-hardware (ceil(tiles / slots) waves of equal tiles; with the causal mask's unequal tiles, total / slots plus
-half a mean tile, at least the longest). Causal trip counts follow the top-left mask of the problem. A decode-like
+m-block fastest, or cutegen's longest-first walk), priced exactly as the busiest SM's sum; a non-persistent grid is
+list-scheduled by the hardware (ceil(tiles / slots) waves of equal tiles; with the causal mask's unequal tiles, in
+launch order: ``list_schedule_makespan``). Causal trip counts follow the top-left mask of the problem. A decode-like
 grouped problem on BHSD tensors is priced as the C ABI runs it: one (group x seqlen_q)-row problem per KV head.
 
 A split-KV kernel (config ``kv_splits`` > 1, cutegen.ops.attention.splitkv) is priced as it runs: every
@@ -39,10 +39,29 @@ operand's (4 consecutive K values per register). Fitted to one figure: the issue
 with f32 accumulation, 732 TFLOP/s (H100, B4 H32 S4096 D128); held out, the same kernel with an f16 Q K^T
 accumulator (861 measured): the model says about 840. On the H200 (fp8attn runs 1-2) it is 7-25 % optimistic.
 
-Constants are physical figures but two (beside the split-KV ones): FP8_CONVERT_OPS_PER_SCORE (above), and
-OVERLAP_LOSS, fitted (search/attention/calibration.py) to the issue's CUTLASS 88 figures on an H100 (forward fp16 TFLOP/s of the example's best kernel) on the non-causal
-head-dim-128 shapes only; the causal and head-dim-64 shapes are held out (tests/test_attention_search.py
-states both errors). Nothing else was calibrated.
+Constants are physical figures but these (beside the split-KV ones): FP8_CONVERT_OPS_PER_SCORE (above; refitted
+to the same figure, 2.4, when the H200 terms below came in), and four fitted by ``calibration.fit_h200`` on every
+committed H200 timing of a kernel with a known configuration (``search/attention/measured.py``: 124 prefill-like
+records over 25 shapes and 12 runs; leave-one-shape-out errors in NOTES.md and tests/test_attention_search.py):
+
+* OVERLAP_LOSS (0.30; first fitted on the issue's H100 figures, the H200 fit agrees);
+* CTA_LAUNCH_CLK (4000): a non-persistent CTA tile's start before its first load (launch, barrier init,
+  descriptor prefetch), on top of the prologue's TMA latency and Q bytes. With 1 CTA per SM (the K/V ring fills
+  the shared memory) nothing overlaps it; it is what makes short-sequence causal prefill (S 512: 2.5 KV tiles per
+  CTA tile) cost more per FLOP, and what a persistent kernel saves;
+* PERSISTENT_KV_SHARE (0.10): measured, not derived: at the same tile and stages, the example's persistent kernel
+  runs each KV tile about 10 % slower than its non-persistent twin (head 128: +4.6 %, head 256: +4.7 to +11 %
+  end to end; the Nsight profile shows barrier stalls and 66 % against 73 % tensor-pipe busy); the mechanism is
+  not identified, so this is a measured share, not a pipeline term;
+* QUEUE_LOSS (0.3): the producer's loads and the consumers' KV tiles run at nearly the same rate (a KV tile's K
+  and V at the SM's L2 share take about as long as its MMAs), so the ring between them is a finite buffer whose
+  stalls fall with its depth: per KV tile, a share QUEUE_LOSS x balance / (ahead + 2), balance = the slower of
+  loads and MMAs over the faster. It separates 4 from 5 K/V stages (measured 3-12 % apart at head 128).
+
+Tile order (config ``tile_order``): a non-persistent grid is priced by in-order list scheduling
+(``list_schedule_makespan``: block i starts near the work launched before it over the slots), so launching each
+(batch, head)'s longest causal Q block first shortens the tail; a persistent kernel by the exact tile-to-CTA
+assignment of its scheduler (``persistent_m_blocks``), so the longest-first walk's balance is priced.
 """
 from __future__ import annotations
 
@@ -61,11 +80,21 @@ TENSOR_FLOPS_PER_SM_CLK = {16: 4096.0, 8: 8192.0}    # dense, by input bits
 MUFU_PER_SM_CLK = 16.0                               # exp2 (FlashAttention-3, §3.1)
 FP32_PER_SM_CLK = 128.0
 SOFTMAX_OPS_PER_SCORE = 4.0
-FP8_CONVERT_OPS_PER_SCORE = 3.8                      # fitted: the issue's 88 FP8 figure (module docstring)
-OVERLAP_LOSS = 0.30                                  # fitted: calibration.fit_overlap_loss()
+FP8_CONVERT_OPS_PER_SCORE = 2.2                      # fitted: the issue's 88 FP8 figure (module docstring)
+OVERLAP_LOSS = 0.35                                  # fitted: calibration.fit_overlap_loss()
 INTERLEAVE_SHARE = 0.3                               # the softmax share tma's interleaved P V hides
 L2_BYTES_PER_S = 7.0e12
 TMA_LATENCY_CLK = 1200.0
+# Fitted on every committed H200 timing (search/attention/measured.py; leave-one-shape-out in NOTES.md):
+CTA_LAUNCH_CLK = 3000.0          # a non-persistent CTA's start before its first TMA load (launch, barrier init)
+PERSISTENT_KV_SHARE = 0.04       # what a persistent kernel's KV tile costs more than a non-persistent one's
+QSEP_KV_SHARE = 0.04              # ... more with a separate Q load warp (ws_pingpong)
+Q_PREFETCH_KV_SHARE = 0.06        # ... more with Q stages beyond one per consumer warpgroup
+SPILL_HBM_SHARE = 1.0            # of a spilled walk level's K/V bytes, the share that comes from HBM (the rest hits L2)
+TWO_BLOCK_LAUNCH_SHARE = 0.25     # the share of a CTA's launch left exposed when a second block shares the SM
+L2_LATENCY_CLK = 1200.0          # one loaded L2 round trip (the ring's useful depth: Little's law)
+QUEUE_LOSS = 0.3                 # the ring's stall share at balanced load and compute, over (ahead + 2) slots
+
 EPILOGUE_LATENCY_CLK = 800.0
 LAUNCH_US = 3.0
 COMBINE_FIXED_US = 2.0          # the split kernel's second launch (combine) on the same stream: an estimate, not fitted
@@ -79,6 +108,7 @@ SPLIT_WAVE_US = 5.0             # per wave of split CTAs
 ONE_WAVE_IMBALANCE = 0.17       # a one-wave HBM-bound grid waits for its slowest SM by this share of the stream
 HBM_LATENCY_US = 1.05           # loaded HBM latency a CTA's bytes in flight cover (fitted on run 3: 4 vs 5 K/V stages)
 SMEM_PER_SM = 233472
+L2_BYTES = 50 << 20             # the H200's L2 (GH100: 50 MB)
 # A varlen problem is priced at its maximum lengths (its sizes are the maxima; the lengths are device data). On
 # ragged lengths the persistent scheduler's static round robin leaves its busiest SM above the mean, which the
 # hardware's dynamic CTA scheduling does not: measured on the H200 (bench/results/attention/
@@ -145,6 +175,7 @@ def config_cost(problem, config, smem_bytes: int | None = None) -> tuple[float, 
     ws = config.schedule != "tma"
     wgs = config.mma_warpgroups if ws else 1
     persistent = ws and config.persistent
+    order = getattr(config, "tile_order", "forward")
     rate = TENSOR_FLOPS_PER_SM_CLK[bits]
 
     # --- one KV tile of one CTA, in SM clocks ---------------------------------------------------------
@@ -159,29 +190,47 @@ def config_cost(problem, config, smem_bytes: int | None = None) -> tuple[float, 
         softmax *= 0.85          # half the accumulator registers to convert and scan
     two_blocks = (not ws and config.blocks_per_sm == 2 and smem_bytes is not None
                   and 2 * (smem_bytes + 1024) <= SMEM_PER_SM)
-    if ws and wgs >= 2:
-        compute = max(mma, softmax) + OVERLAP_LOSS * min(mma, softmax)
-        overlap = "two consumer warpgroups"
-    elif two_blocks:
-        # two blocks per SM interleave like two warpgroups: each block's KV tile takes the pair's time
-        compute = 2.0 * (max(mma, softmax) + OVERLAP_LOSS * min(mma, softmax))
-        overlap = "two blocks per SM"
-    else:
-        compute = mma + (1.0 - INTERLEAVE_SHARE) * softmax
-        overlap = "one warpgroup (softmax interleaved with P V)"
+    def overlapped(softmax_clk: float) -> float:
+        if ws and wgs >= 2:
+            return max(mma, softmax_clk) + OVERLAP_LOSS * min(mma, softmax_clk)
+        if two_blocks:
+            # two blocks per SM interleave like two warpgroups: each block's KV tile takes the pair's time
+            return 2.0 * (max(mma, softmax_clk) + OVERLAP_LOSS * min(mma, softmax_clk))
+        return mma + (1.0 - INTERLEAVE_SHARE) * softmax_clk
+
+    compute = overlapped(softmax)
+    overlap = ("two consumer warpgroups" if ws and wgs >= 2 else "two blocks per SM" if two_blocks else
+               "one warpgroup (softmax interleaved with P V)")
     clk = SM_CLOCK_HZ
     load_bytes = tkv * (d + dv) * esize
     l2_per_sm_clk = L2_BYTES_PER_S / SMS / clk
     load = load_bytes / l2_per_sm_clk * (2.0 if two_blocks else 1.0)
     ahead = max(0, config.stages_kv - (3 if ws else 2))          # fills in flight beyond what the consumer holds
     exposed = max(0.0, TMA_LATENCY_CLK - ahead / 2.0 * max(compute, load))
-    per_kv = max(compute, load) + exposed
+    # the producer's loads and the consumers' KV tiles are two stages of one stream at nearly the same rate (a
+    # KV tile's bytes at the SM's L2 share take about as long as its MMAs): the ring between them is a finite
+    # buffer, and each stalls the other by a share that falls with the buffer's depth (ahead + 2 slots)
+    balance = min(compute, load) / max(compute, load)
+    # Little's law bounds what depth buys: stages beyond the bytes one loaded L2 round trip covers at the SM's L2
+    # share never fill, so they neither help the stream nor cut the stalls
+    useful_ahead = max(1, math.ceil(L2_LATENCY_CLK * l2_per_sm_clk / (tkv * d * esize)))
+    queue = QUEUE_LOSS * balance / (min(ahead, useful_ahead) + 2)
+    per_kv = max(compute, load) * (1.0 + queue) + exposed
+    if persistent:
+        # measured, not derived (module docstring): a persistent kernel's KV tiles run slower than its
+        # non-persistent twin's, more so with a separate Q load warp or Q stages beyond one per consumer
+        share = PERSISTENT_KV_SHARE
+        share += QSEP_KV_SHARE if config.loads_q_separately else 0.0
+        share += Q_PREFETCH_KV_SHARE if config.stages_q > wgs else 0.0
+        per_kv *= 1.0 + share
 
     # --- one CTA tile ----------------------------------------------------------------------------------
     splits = kv_splits_of(problem, config)
     q_bytes = tq * d * esize
     out_bytes = tq * dv * (4 if splits > 1 else 2)        # a split's partial O is float32
     prologue = TMA_LATENCY_CLK + q_bytes / l2_per_sm_clk
+    # a new CTA: launch, barrier init, before its first load; a co-resident second block computes meanwhile
+    launch = 0.0 if persistent else CTA_LAUNCH_CLK * (TWO_BLOCK_LAUNCH_SHARE if two_blocks else 1.0)
     epilogue = EPILOGUE_LATENCY_CLK + out_bytes / l2_per_sm_clk
     rows, heads = kernel_rows_heads(problem, config)
     heads *= splits                                        # the split index is one more grid mode
@@ -190,15 +239,21 @@ def config_cost(problem, config, smem_bytes: int | None = None) -> tuple[float, 
         q_ahead = config.stages_q >= 2 * wgs
         tile_fixed = (0.25 if q_ahead else 0.5) * prologue + epilogue
     else:
-        tile_fixed = prologue + epilogue
+        tile_fixed = launch + prologue + epilogue
     work_m = tile_fixed + trips * per_kv                         # clocks per m-block
     n_m = len(trips)
     n_tiles = n_m * heads
     slots = SMS * (config.blocks_per_sm if two_blocks else 1)
     if persistent:
         grid = min(n_tiles, SMS)
-        counts, trip_sums = _persistent_assignment(problem, tq, tkv, grid, rows, heads, splits)
-        busiest = float((counts * tile_fixed + trip_sums * per_kv).max()) + 0.5 * prologue
+        group = problem.heads_q // problem.heads_kv if rows == problem.seqlen_q else 1
+        counts, trip_sums, spilled = _persistent_assignment(problem, tq, tkv, grid, rows, heads, splits, order,
+                                                            max(1, heads // group))
+        # a spilled level's K/V comes from HBM, once per (batch, KV head): the group's query heads share it
+        hbm_per_sm_clk = HBM_BYTES_PER_S * HBM_EFFICIENCY / SMS / clk
+        per_kv_spilled = max(per_kv, SPILL_HBM_SHARE * (load_bytes / group) / hbm_per_sm_clk * (1.0 + queue) + exposed)
+        busiest = float((counts * tile_fixed + (trip_sums - spilled) * per_kv + spilled * per_kv_spilled).max()) \
+            + 0.5 * prologue
         schedule = f"persistent: {grid} CTAs, busiest SM {busiest:.0f} clk"
         if problem.varlen:
             busiest *= 1.0 + VARLEN_PERSISTENT_IMBALANCE
@@ -208,9 +263,8 @@ def config_cost(problem, config, smem_bytes: int | None = None) -> tuple[float, 
         busiest = waves * float(work_m[0])
         schedule = f"{waves} wave(s) of {slots} slots"
     else:
-        total = float(work_m.sum()) * heads
-        busiest = max(float(work_m.max()), total / slots + 0.5 * float(work_m.mean()))
-        schedule = f"list-scheduled over {slots} slots (unequal causal tiles)"
+        busiest = list_schedule_makespan(work_m if order == "forward" else work_m[::-1], heads, slots)
+        schedule = f"list-scheduled over {slots} slots in launch order ({order}; unequal causal tiles)"
     t_sm_us = busiest / clk * 1e6
     hbm_us = problem.bytes_min / HBM_BYTES_PER_S * 1e6
     combine_us = 0.0
@@ -237,7 +291,9 @@ def config_cost(problem, config, smem_bytes: int | None = None) -> tuple[float, 
         total_us = (stream_us + split_waves * SPLIT_WAVE_US + imbalance_us + LAUNCH_US + combine_us
                     - min(ahead_bytes, 65536) * 1e-9)
     else:
-        total_us = max(t_sm_us, hbm_us) + LAUNCH_US + combine_us
+        # a tie-breaker only (under 0.01 us): of kernels the model prices alike, the one with fewer K/V stages
+        # (shared memory that buys nothing)
+        total_us = max(t_sm_us, hbm_us) + LAUNCH_US + combine_us + 1e-3 * config.stages_kv * 1e-3
     breakdown = {
         "mma_clk_per_kv_tile": round(mma, 1), "softmax_clk_per_kv_tile": round(softmax, 1),
         "load_clk_per_kv_tile": round(load, 1), "exposed_latency_clk": round(exposed, 1),
@@ -251,17 +307,51 @@ def config_cost(problem, config, smem_bytes: int | None = None) -> tuple[float, 
     return total_us, breakdown
 
 
+def list_schedule_makespan(work_in_launch_order: np.ndarray, heads: int, slots: int) -> float:
+    """Finish time of a non-persistent grid whose (batch, head)s each launch their m-blocks in the given order
+    (blockIdx.x fastest), on ``slots`` equal slots that take the next block as one frees: block i starts near
+    (work launched before it) / slots, so the grid ends at max_i (prefix_i / slots + w_i). The sequence repeats per
+    (batch, head), so the maximum is over the last one's blocks: (heads - 1) W / slots + max_m (P_m / slots + w_m)."""
+    w = np.asarray(work_in_launch_order, dtype=float)
+    before = np.cumsum(w) - w
+    return float((heads - 1) * w.sum() / slots + (before / slots + w).max())
+
+
+def persistent_m_blocks(n_m: int, n_bh: int, order: str = "forward") -> np.ndarray:
+    """The m-block of each persistent tile t = 0 .. n_m x n_bh - 1, as the scheduler decodes it: forward, the
+    example's PersistentTileScheduler (m-block fastest); longest_first, cutegen's (m-block slowest, from the last,
+    over every (batch', head') pair)."""
+    t = np.arange(n_m * n_bh)
+    if order == "forward":
+        return t % n_m
+    return n_m - 1 - t // n_bh
+
+
+def walk_spills_l2(problem, tile_kv: int, trips: np.ndarray, kv_pairs: int) -> np.ndarray:
+    """Per m-block, whether the persistent longest-first walk's K/V working set overflows L2: the walk runs one
+    m-level of every (batch, KV head) at a time, each reading the K and V of its first trips x tile_kv keys, so a
+    level needs kv_pairs x that many bytes resident to serve its next reader from L2 (the forward orders run one
+    head's m-blocks together: their K/V stays in L2)."""
+    esize = 1 if problem.dtype == "e4m3" else 2
+    per_pair = trips * tile_kv * (problem.head_dim + problem.dv) * esize
+    return kv_pairs * per_pair > L2_BYTES
 @lru_cache(maxsize=4096)
 def _persistent_assignment(problem, tile_q: int, tile_kv: int, grid: int, rows: int,
-                           heads: int, splits: int = 1) -> tuple[np.ndarray, np.ndarray]:
-    """Per persistent CTA: how many tiles it takes and their KV trips in total (PersistentTileScheduler: tile t
-    to CTA t mod grid, m-block fastest: fmha_tile_scheduler.hpp get_block_coord)."""
+                           heads: int, splits: int = 1, order: str = "forward",
+                           kv_pairs: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per persistent CTA: how many tiles it takes, their KV trips in total, and the trips of those whose K/V the
+    longest-first walk reads past L2 (tile t to CTA t mod grid; the tile's m-block by ``persistent_m_blocks``:
+    fmha_tile_scheduler.hpp get_block_coord, or cutegen's longest-first scheduler)."""
     trips = trip_counts(problem, tile_q, tile_kv, rows, splits)
     n_m = len(trips)
     t = np.arange(n_m * heads)
     cta = t % grid
+    m = persistent_m_blocks(n_m, heads, order)
+    spills = (walk_spills_l2(problem, tile_kv, trips, kv_pairs) if order != "forward" and kv_pairs
+              else np.zeros(n_m, dtype=bool))
     return (np.bincount(cta, minlength=grid).astype(float),
-            np.bincount(cta, weights=trips[t % n_m].astype(float), minlength=grid))
+            np.bincount(cta, weights=trips[m].astype(float), minlength=grid),
+            np.bincount(cta, weights=(trips * spills)[m].astype(float), minlength=grid))
 
 
 def tflops(problem, us: float) -> float:

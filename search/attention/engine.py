@@ -3,7 +3,7 @@ priced by the pipeline cost model, extracted by egglog.
 
 Terms (``ATTN_SORTS``): a Q K^T tile ``QT(tile_q, tile_kv)``, a schedule ``Sc(code, warpgroups, persistent,
 loads_q_separately)`` (code 0 tma, 1 ws_cooperative, 2 ws_pingpong), stages ``St(stages_q, stages_kv)``, options
-``Op(cluster_m, acc_qk_f16, blocks_per_sm)``; a kernel ``AK(tile, schedule, stages, options)``; the problem
+``Op(cluster_m, acc_qk_f16, blocks_per_sm, kv_splits, tile_order)`` (tile order 0 forward, 1 longest_first); a kernel ``AK(tile, schedule, stages, options)``; the problem
 ``ARoot 0``, and every candidate kernel ``AImpl(AK ...)`` in the root's e-class (all compute the same O).
 
 Rewrites (each an equality, each printed in the explanation of the kernel it reaches):
@@ -36,6 +36,8 @@ from ..cost import SMS
 from .cost import config_cost
 
 SCHEDULE_CODE = {"tma": 0, "ws_cooperative": 1, "ws_pingpong": 2}
+TILE_ORDERS = ("forward", "longest_first")
+TILE_ORDER_CODE = {name: i for i, name in enumerate(TILE_ORDERS)}
 CODE_SCHEDULE = {v: k for k, v in SCHEDULE_CODE.items()}
 TILE_Q = (64, 128, 192, 256)
 TILE_KV = (32, 64, 96, 128, 160, 192, 224, 256)
@@ -48,15 +50,15 @@ ATTN_SORTS = """
 (datatype KvSteps (KvT i64 i64) (KvSplit KvSteps i64))
 (datatype Sched (Sc i64 i64 i64 i64))
 (datatype Stg (St i64 i64))
-(datatype Opt (Op i64 i64 i64 i64))
+(datatype Opt (Op i64 i64 i64 i64 i64))
 (datatype AKernel (AK QKTile Sched Stg Opt) (Combine AKernel i64))
 (datatype Attn (ARoot i64) (AImpl AKernel))
 (relation TileSeed (i64 i64))
 (relation WgSeed (i64))
-(relation Cand (i64 i64 i64 i64 i64 i64 i64 i64 i64 i64 i64 i64))
-(relation StageOk (i64 i64 i64 i64 i64 i64 i64 i64 i64 i64 i64 i64))
-(relation Rejected (i64 i64 i64 i64 i64 i64 i64 i64 i64 i64 i64 i64 i64))
-(relation CostOf (i64 i64 i64 i64 i64 i64 i64 i64 i64 i64 i64 i64 i64))
+(relation Cand (i64 i64 i64 i64 i64 i64 i64 i64 i64 i64 i64 i64 i64))
+(relation StageOk (i64 i64 i64 i64 i64 i64 i64 i64 i64 i64 i64 i64 i64))
+(relation Rejected (i64 i64 i64 i64 i64 i64 i64 i64 i64 i64 i64 i64 i64 i64))
+(relation CostOf (i64 i64 i64 i64 i64 i64 i64 i64 i64 i64 i64 i64 i64 i64))
 (function illegal (AKernel) i64 :merge (| old new))
 (function cost_table_AK (QKTile Sched Stg Opt) i64 :merge (max old new))
 (function cost_table_Combine (AKernel i64) i64 :merge (max old new))
@@ -71,20 +73,20 @@ ATTN_RULES = """
 (ruleset sched)
 (rule ((= s (Sc 2 w 1 1))) ((union s (Sc 1 w 1 1))) :ruleset sched)
 (ruleset expand)
-(rule ((Cand q kv sc w p qs sq skv cm acc bps n))
-      ((union (ARoot 0) (AImpl (AK (QT q kv) (Sc sc w p qs) (St sq skv) (Op cm acc bps n))))) :ruleset expand)
-(rule ((StageOk q kv sc w p qs sq a cm acc bps n) (StageOk q kv sc w p qs sq b cm acc bps n) (< a b))
-      ((union (AK (QT q kv) (Sc sc w p qs) (St sq a) (Op cm acc bps n)) (AK (QT q kv) (Sc sc w p qs) (St sq b) (Op cm acc bps n))))
+(rule ((Cand q kv sc w p qs sq skv cm acc bps n o))
+      ((union (ARoot 0) (AImpl (AK (QT q kv) (Sc sc w p qs) (St sq skv) (Op cm acc bps n o))))) :ruleset expand)
+(rule ((StageOk q kv sc w p qs sq a cm acc bps n o) (StageOk q kv sc w p qs sq b cm acc bps n o) (< a b))
+      ((union (AK (QT q kv) (Sc sc w p qs) (St sq a) (Op cm acc bps n o)) (AK (QT q kv) (Sc sc w p qs) (St sq b) (Op cm acc bps n o))))
       :ruleset expand)
-(rule ((Rejected q kv sc w p qs sq skv cm acc bps n i) (= x (AK (QT q kv) (Sc sc w p qs) (St sq skv) (Op cm acc bps n))))
+(rule ((Rejected q kv sc w p qs sq skv cm acc bps n o i) (= x (AK (QT q kv) (Sc sc w p qs) (St sq skv) (Op cm acc bps n o))))
       ((set (illegal x) (<< 1 (min i 62)))) :ruleset expand)
 (ruleset splitkv)
-(rule ((Cand q kv sc w p qs sq skv cm acc bps n) (> n 1))
-      ((union (AK (QT q kv) (Sc sc w p qs) (St sq skv) (Op cm acc bps n))
-              (Combine (AK (QT q kv) (Sc sc w p qs) (St sq skv) (Op cm acc bps 1)) n))) :ruleset splitkv)
+(rule ((Cand q kv sc w p qs sq skv cm acc bps n o) (> n 1))
+      ((union (AK (QT q kv) (Sc sc w p qs) (St sq skv) (Op cm acc bps n o))
+              (Combine (AK (QT q kv) (Sc sc w p qs) (St sq skv) (Op cm acc bps 1 o)) n))) :ruleset splitkv)
 (ruleset price)
-(rule ((CostOf q kv sc w p qs sq skv cm acc bps n ps))
-      ((set (cost_table_AK (QT q kv) (Sc sc w p qs) (St sq skv) (Op cm acc bps n)) ps)) :ruleset price)
+(rule ((CostOf q kv sc w p qs sq skv cm acc bps n o ps))
+      ((set (cost_table_AK (QT q kv) (Sc sc w p qs) (St sq skv) (Op cm acc bps n o)) ps)) :ruleset price)
 (rule ((= x (AK t s g o)) (= bits (illegal x)) (!= bits 0)) ((set (cost_table_AK t s g o) 1000000000000000)) :ruleset price)
 (rule ((= c (Combine k n))) ((set (cost_table_Combine k n) 1000000000000000)) :ruleset price)
 (rule ((= r (ARoot i))) ((set (cost_table_ARoot i) 1000000000000000)) :ruleset price)
@@ -94,18 +96,19 @@ ATTN_RULES = """
 def key_of(c) -> tuple:
     return (c.tile_q, c.tile_kv, SCHEDULE_CODE[c.schedule], c.mma_warpgroups, int(c.persistent),
             int(c.loads_q_separately), c.stages_q, c.stages_kv, c.cluster_m, int(c.acc_qk == "f16"), c.blocks_per_sm,
-            getattr(c, "kv_splits", 1))
+            getattr(c, "kv_splits", 1), TILE_ORDER_CODE[getattr(c, "tile_order", "forward")])
 
 
 def config_of(key: tuple):
     from cutegen.ops.attention.config import AttentionConfig
-    q, kv, sc, w, p, qs, sq, skv, cm, acc, bps, n = key
+    q, kv, sc, w, p, qs, sq, skv, cm, acc, bps, n, o = key
     schedule = CODE_SCHEDULE[sc]
     if schedule == "ws_cooperative" and p and qs:
         schedule = "ws_pingpong"          # one kernel, two spellings: the builder's name for it
     return AttentionConfig(tile_q=q, tile_kv=kv, schedule=schedule, mma_warpgroups=w, stages_q=sq, stages_kv=skv,
                            persistent=bool(p), loads_q_separately=bool(qs), cluster_m=cm,
-                           acc_qk="f16" if acc else "f32", blocks_per_sm=bps, kv_splits=n)
+                           acc_qk="f16" if acc else "f32", blocks_per_sm=bps, kv_splits=n,
+                           tile_order=TILE_ORDERS[o])
 
 
 class Candidate(NamedTuple):
@@ -123,6 +126,7 @@ class Candidate(NamedTuple):
     acc_qk: str
     blocks_per_sm: int
     kv_splits: int = 1
+    tile_order: str = "forward"
 
     def short_name(self) -> str:
         return config_of(key_of(self)).short_name()
@@ -139,6 +143,9 @@ def candidates(problem) -> list[Candidate]:
     accs = ("f32", "f16") if problem.dtype == "e4m3" or (problem.dtype == "f16" and problem.allow_f16_qk_acc) \
         else ("f32",)
     split_tiles_q = split_q_tiles(problem) if offers_kv_splits(problem) else ()
+    # the tile order changes which Q block a CTA takes; only the causal mask makes blocks unequal, and only the
+    # 16-bit fixed-length warp-specialized kernel renders the longest-first schedulers (ATTN-RENDER-TILE-ORDER)
+    orders = TILE_ORDERS if (problem.causal and not problem.varlen and problem.dtype != "e4m3") else ("forward",)
     for q in TILE_Q:
         for kv in TILE_KV:
             for acc in accs:
@@ -147,11 +154,14 @@ def candidates(problem) -> list[Candidate]:
                         for bps in (1, 2):
                             out.append(Candidate(q, kv, "tma", 1, 1, skv, False, False, cm, acc, bps))
                     out.append(Candidate(q, kv, "ws_cooperative", 1, 1, skv, False, False, 1, acc, 1))
-                    for pers, qsep in ((False, False), (True, False), (False, True)):
-                        for sq in ((2, 4) if pers else (2,)):
-                            out.append(Candidate(q, kv, "ws_cooperative", 2, sq, skv, pers, qsep, 1, acc, 1))
-                    for sq in (2, 4):
-                        out.append(Candidate(q, kv, "ws_pingpong", 2, sq, skv, True, True, 1, acc, 1))
+                    for order in orders:
+                        for pers, qsep in ((False, False), (True, False), (False, True)):
+                            for sq in ((2, 4) if pers else (2,)):
+                                out.append(Candidate(q, kv, "ws_cooperative", 2, sq, skv, pers, qsep, 1, acc, 1,
+                                                     tile_order=order))
+                        for sq in (2, 4):
+                            out.append(Candidate(q, kv, "ws_pingpong", 2, sq, skv, True, True, 1, acc, 1,
+                                                 tile_order=order))
                     if q in split_tiles_q:
                         for n in KV_SPLITS:
                             out.append(Candidate(q, kv, "ws_cooperative", 2, 2, skv, False, False, 1, acc, 1, n))
@@ -255,6 +265,11 @@ def _chain(problem, config, stage_choices: list[int]) -> list[str]:
                      f"cooperative kernel, persistent, with a Q load warp (fmha_kernel_builder.hpp:134-156)")
     if len(stage_choices) > 1:
         steps.append(f"stages_kv in {stage_choices} legal, one e-class; extraction chose {config.stages_kv}")
+    if config.tile_order == "longest_first":
+        steps.append("tile order longest_first: the causal Q blocks with the most KV tiles go out first "
+                     + ("(persistent: L2-sized chunks of (batch, head), m-block slowest; priced by the exact "
+                        "tile-to-CTA assignment)" if config.persistent else
+                        "(blockIdx.x reversed; priced by list scheduling in launch order)"))
     if config.kv_splits > 1:
         steps.append(f"AK(..., splits {config.kv_splits}) = Combine(AK(..., splits 1), {config.kv_splits}): softmax over "
                      f"the whole KV length is the LSE-weighted merge of its chunks' partial softmaxes (flash-decoding)")

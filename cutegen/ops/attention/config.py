@@ -21,8 +21,9 @@ The fields map one to one onto the example's builder and options
   example's): m-block 0 first (fmha_tile_scheduler.hpp: blockIdx.x, or tile t = m-block fastest). ``longest_first``:
   under the causal mask the last Q block of a head runs the most KV tiles, so it is handed out first: the
   non-persistent grid reverses blockIdx.x (the hardware launches blocks in index order, so the short tiles come
-  last and fill the tail); the persistent scheduler walks the tiles with the m-block slowest, from the last one
-  (every CTA takes a mix of long and short tiles instead of one m-block always: tile t to CTA t mod grid). The
+  last and fill the tail); the persistent scheduler walks the tiles with the m-block slowest, from the last one,
+  over every (batch', head') pair (every CTA takes a mix of long and short tiles instead of one m-block always:
+  tile t to CTA t mod grid). The
   per-tile protocol is the example's; only which Q block a CTA computes changes. Left out of the JSON when
   ``forward`` (existing kernels keep their hashes).
 
