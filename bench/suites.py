@@ -739,7 +739,7 @@ def problem_result(entry: dict, build: dict, validation: dict, results: dict | N
         r = results.get(k["id"])
         if b["status"] not in ("built", "cached", "copied", "present"):
             state = "not_built"
-        elif v is None:
+        elif v is None or v["verdict"] == "skipped":      # not reached before the validation deadline
             state = "not_validated"
         elif v["verdict"] != "pass":
             state = "failed_validation"
@@ -850,6 +850,8 @@ def cmd_time(args) -> int:
         try:
             device = timer.device()
         except CutegenError as e:
+            doc["error"] = f"the GPU worker did not start: {e}"
+            _write_json(Path(args.json), doc)
             raise SuitesError(f"time: {e}") from None
         from cutegen.results import device_kind
         doc["device"] = {**device, "kind": device_kind(device.get("name") or "", device.get("sm_count"))}

@@ -362,3 +362,27 @@ def test_build_starts_nothing_after_its_deadline(tmp_path, monkeypatch):
     assert S.main(["build", str(plan_dir), "--jobs", "1", "--deadline", "1e-9", "--json", str(rec)]) == 0
     st = json.loads(rec.read_text())["kernels"]
     assert _FakeBuilder.calls == [] and {v["status"] for v in st.values()} == {"not_built"}
+
+
+@pytest.mark.parametrize("build, verdict, timed, state", [
+    ({"status": "failed", "message": "nvcc: error"}, None, None, "not_built"),
+    ({"status": "not_built", "message": "deadline"}, None, None, "not_built"),
+    ({"status": "built"}, None, None, "not_validated"),
+    ({"status": "built"}, "skipped", None, "not_validated"),        # the validation deadline came first
+    ({"status": "cached"}, "fail", None, "failed_validation"),
+    ({"status": "copied"}, "hang", None, "failed_validation"),
+    ({"status": "built"}, "pass", {"status": "failed_verification", "verify": {"ok": False}}, "failed_verification"),
+    ({"status": "present"}, "pass", {"status": "ok", "median_ms": 0.02, "verify": {"ok": True}}, "ok"),
+])
+def test_each_kernel_is_timed_only_when_built_and_validated(build, verdict, timed, state):
+    k = {"id": "first", "roles": ["first", "search1"], "dir": "s/p/first", "config_name": "c"}
+    entry = {"suite": "s", "name": "p", "problem": _problem(64, 64, 64), "tune": True, "kernels": [k]}
+    validation = {} if verdict is None else {"s/p/first": {"verdict": verdict}}
+    results = {"cublas": {"status": "ok", "median_ms": 0.01}, **({"first": timed} if timed else {})}
+    r = S.problem_result(entry, {"s/p/first": build}, validation, results, {"kernel": "nvjet_x"})
+    assert r["kernels"][0]["status"] == state and r["cublas"]["kernel"] == "nvjet_x"
+    if state == "ok":
+        assert r["first"]["us"] == pytest.approx(20.0) and r["first"]["vs_cublas"] == pytest.approx(0.5)
+        assert r["tuned"]["id"] == "first" and r["tuned"]["roles"] == ["first", "search1"] and r["status"] == "ok"
+    else:
+        assert r["first"]["us"] is None and r["tuned"]["timed"] == 0 and r["status"] == "incomplete"
