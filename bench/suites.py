@@ -366,7 +366,7 @@ def _plan_of_kernel(kernel) -> dict | None:
 
 
 def plan_problem(stem: str, name: str, problem, plan_dir: Path, rank, *, tune: bool, tune_compiles: int,
-                 nvmmh: bool, device: str, say=print) -> dict:
+                 nvmmh: bool, device: str, variants: bool = False, say=print) -> dict:
     """Render one problem's kernels into ``plan_dir/<stem>/<name>/<id>``; returns its plan entry."""
     from cutegen._api import generate
     from cutegen.config import KernelConfig
@@ -409,18 +409,39 @@ def plan_problem(stem: str, name: str, problem, plan_dir: Path, rank, *, tune: b
     except CutegenError as e:   # the default tile breaks a rule of this problem: say so, go on
         entry["notes"].append(f"default: not rendered: {e}")
     if tune:
-        _plan_tune(entry, problem, rank, tune_compiles, nvmmh, device, add, render)
+        _plan_tune(entry, problem, rank, tune_compiles, nvmmh, device, add, render, variants)
     return entry
 
 
-def _plan_tune(entry, problem, rank, tune_compiles, nvmmh, device, add, render) -> None:
+def structure_key(config: dict) -> str:
+    """A configuration without its raster order and swizzle: candidates that differ only there are one structure."""
+    return json.dumps({k: v for k, v in config.items() if k not in ("raster_order", "raster_swizzle")}, sort_keys=True)
+
+
+def tune_order(ranked: list, have: list[dict], variants: bool = False) -> list[int]:
+    """The order in which the search's ``ranked`` candidates (objects with ``.config``) join a problem's tune set
+    that already holds ``have`` (plan kernels with ``config``): without ``variants``, every candidate with a new
+    structure (all but raster order and swizzle) in rank order, then the raster variants of structures already
+    held (each costs a compile and rarely moves the time much); with ``variants``, rank order."""
+    if variants:
+        return list(range(len(ranked)))
+    held = {structure_key(k["config"]) for k in have}
+    first_pass, later = [], []
+    for i, r in enumerate(ranked):
+        key = structure_key(r.config.to_dict())
+        (later if key in held else first_pass).append(i)
+        held.add(key)
+    return first_pass + later
+
+
+def _plan_tune(entry, problem, rank, tune_compiles, nvmmh, device, add, render, variants=False) -> None:
     from cutegen.errors import CutegenError
     from cutegen.search import search
 
-    def distinct() -> int:
-        return len(entry["kernels"])
+    def sources() -> int:
+        return len({k["source_sha256"] for k in entry["kernels"]})
 
-    if nvmmh and distinct() < tune_compiles:
+    if nvmmh and sources() < tune_compiles:
         try:
             from cutegen import nvmmh as nv
             pick = nv.pick(problem, device)
@@ -431,15 +452,19 @@ def _plan_tune(entry, problem, rank, tune_compiles, nvmmh, device, add, render) 
                     pick.chosen.proposal.estimated_us)
         except (CutegenError, ImportError) as e:
             entry["notes"].append(f"nvmmh: {e}")
-    result = search(problem, max(2 * tune_compiles, 12), backend="cutlass", **rank.search_kwargs())
+    result = search(problem, max(4 * tune_compiles, 32), backend="cutlass", **rank.search_kwargs())
     ranked = list(result.ranked)
     first = next(k for k in entry["kernels"] if k["id"] == "first")
     if ranked and ranked[0].config.to_dict() != first["config"]:
         entry["notes"].append(f"the search's rank 1 ({ranked[0].config.short_name()}) is not generate's pick "
                               f"({first['config_name']})")
-    for i, r in enumerate(ranked, 1):
-        if distinct() >= tune_compiles:
+    # rank 1 is the first pick: skip it, then walk the order tune_order gives until the compiles are spent
+    rest = [(i, r) for i, r in enumerate(ranked, 1) if r.config.to_dict() != first["config"]]
+    order = tune_order([r for _, r in rest], entry["kernels"], variants)
+    for j in order:
+        if sources() >= tune_compiles:
             break
+        i, r = rest[j]
         cost = {"model": "search", "predicted_us": r.cost}
         if r.plan is not None:
             cost["launch_plan"] = r.plan.to_dict()
@@ -449,8 +474,8 @@ def _plan_tune(entry, problem, rank, tune_compiles, nvmmh, device, add, render) 
             entry["notes"].append(f"search{i}: not rendered: {e}")
             continue
         add(f"search{i}", "search", kernel, i, r.cost)
-    if distinct() < tune_compiles:
-        entry["notes"].append(f"tune: {distinct()} distinct kernels (the search ranked {len(ranked)})")
+    if sources() < tune_compiles:
+        entry["notes"].append(f"tune: {sources()} distinct sources (the search ranked {len(ranked)})")
 
 
 def cmd_plan(args) -> int:
@@ -514,7 +539,7 @@ def cmd_plan(args) -> int:
     for stem, name, problem in problems:
         tune = problem_key(stem, name) in tune_keys
         e = plan_problem(stem, name, problem, out, rank, tune=tune, tune_compiles=args.tune_compiles,
-                         nvmmh=not args.no_nvmmh, device=args.device)
+                         nvmmh=not args.no_nvmmh, device=args.device, variants=args.tune_raster_variants)
         entries.append(e)
         ks = ", ".join(f"{'/'.join(k['roles'])} {k['config_name']}" for k in e["kernels"])
         print(f"  {stem}:{name}: {ks}" + (f"  [{'; '.join(e['notes'])}]" if e["notes"] else ""), flush=True)
@@ -530,7 +555,9 @@ def cmd_plan(args) -> int:
            "db": args.db or "the committed seed alone (bench/results/seed.sqlite), as a fresh install",
            "search_env": {k: os.environ.get(k) for k in ("CUTEGEN_WAVE_TILES", "CUTEGEN_DEVICE")},
            "commit": _git_commit(), "tune": {"compiles": args.tune_compiles, "nvmmh": not args.no_nvmmh,
-                                             "selection": tune_how},
+                                             "selection": tune_how, "order": "rank order" if
+                                             args.tune_raster_variants else "new structures first, then raster "
+                                             "variants (suites.tune_order)"},
            "estimate": {"kernel_dirs": dirs, "distinct_sources": len(sources), "build_s": est_build,
                         "validate_and_time_s": round(est_time), "note": "16 nvcc jobs on the H200 machine"},
            "problems": entries}
@@ -996,6 +1023,9 @@ def parser() -> argparse.ArgumentParser:
                     help="run JSONs (gpu_suites.sh) or a merged report (suites.py report --json) to rank by")
     pl.add_argument("--tune-compiles", type=int, default=8,
                     help="distinct kernels per tuned problem, first pick and default included [8]")
+    pl.add_argument("--tune-raster-variants", action="store_true",
+                    help="fill the tune set in the search's rank order (default: candidates that differ from one "
+                         "already held only in raster order or swizzle come after every new structure)")
     pl.add_argument("--no-nvmmh", action="store_true", help="leave nvMatmulHeuristics' pick out of the tune set")
     pl.add_argument("--device", default="h200", help="the device kind the first pick is ranked for [h200]")
     pl.add_argument("--db", metavar="PATH", help="a user results database merged with the seed (default: the "
