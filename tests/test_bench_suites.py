@@ -404,3 +404,11 @@ def test_each_kernel_is_timed_only_when_built_and_validated(build, verdict, time
         assert r["tuned"]["id"] == "first" and r["tuned"]["roles"] == ["first", "search1"] and r["status"] == "ok"
     else:
         assert r["first"]["us"] is None and r["tuned"]["timed"] == 0 and r["status"] == "incomplete"
+
+
+def test_targets_name_bf16_and_e4m3_only():
+    s = {"m": {"f16": {"first": S.stats([("a", 0.5)]), "tuned": S.stats([]), "tuned_or_first": S.stats([("a", 0.5)])},
+               "bf16": {"first": S.stats([("b", 1.0)]), "tuned": S.stats([]), "tuned_or_first": S.stats([("b", 1.0)])}}}
+    lines = S.target_lines(s)
+    assert len(lines) == 2 and all(line.startswith("m bf16") for line in lines)
+    assert lines[0].endswith("1.000x over 1 -> MET")           # 1.00x is the bound: met
