@@ -981,7 +981,7 @@ def plot(rows: list[dict], headers: list[dict], path: str) -> None:
     dev = (h.get("device") or {}).get("name", "")
     vers = h.get("versions") or {}
     fig.suptitle(f"cutegen vs cuBLAS, {dev} ({(h.get('date') or '')[:10]}; torch {vers.get('torch', '?')}, "
-                 f"cuBLAS {vers.get('cublas', '?')}, driver {vers.get('driver', '?')}); {h.get('ranking') or ''}",
+                 f"cuBLAS {vers.get('cublas', '?')}, driver {vers.get('driver', '?')})\n{h.get('ranking') or ''}",
                  fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
