@@ -421,20 +421,31 @@ def structure_key(config: dict) -> str:
     return json.dumps({k: v for k, v in config.items() if k not in ("raster_order", "raster_swizzle")}, sort_keys=True)
 
 
+def shape_key(config: dict) -> str:
+    """The tile, orientation and mainloop schedule: what the ranking's errors are mostly about (NOTES.md, suites run 1)."""
+    return json.dumps([config.get("tile_shape"), bool(config.get("swap_ab")), config.get("mainloop_schedule"),
+                       config.get("split_k_slices", 1)])
+
+
 def tune_order(ranked: list, have: list[dict], variants: bool = False) -> list[int]:
     """The order in which the search's ``ranked`` candidates (objects with ``.config``) join a problem's tune set
-    that already holds ``have`` (plan kernels with ``config``): without ``variants``, every candidate with a new
-    structure (all but raster order and swizzle) in rank order, then the raster variants of structures already
-    held (each costs a compile and rarely moves the time much); with ``variants``, rank order."""
+    that already holds ``have`` (plan kernels with ``config``). Without ``variants``, in three passes, each in rank
+    order: a new tile, orientation or mainloop schedule (``shape_key``); then any other new structure (cluster,
+    stages, epilogue, ...: all but raster order and swizzle); then the raster variants of what is held (each costs a
+    compile and rarely moves the time much). With ``variants``: rank order."""
     if variants:
         return list(range(len(ranked)))
+    shapes = {shape_key(k["config"]) for k in have}
     held = {structure_key(k["config"]) for k in have}
-    first_pass, later = [], []
+    passes: tuple[list, list, list] = ([], [], [])
     for i, r in enumerate(ranked):
-        key = structure_key(r.config.to_dict())
-        (later if key in held else first_pass).append(i)
-        held.add(key)
-    return first_pass + later
+        cfg = r.config.to_dict()
+        shape, struct = shape_key(cfg), structure_key(cfg)
+        level = 0 if shape not in shapes else 1 if struct not in held else 2
+        passes[level].append(i)
+        shapes.add(shape)
+        held.add(struct)
+    return passes[0] + passes[1] + passes[2]
 
 
 def _plan_tune(entry, problem, rank, tune_compiles, nvmmh, device, add, render, variants=False) -> None:
@@ -455,7 +466,7 @@ def _plan_tune(entry, problem, rank, tune_compiles, nvmmh, device, add, render, 
                     pick.chosen.proposal.estimated_us)
         except (CutegenError, ImportError) as e:
             entry["notes"].append(f"nvmmh: {e}")
-    result = search(problem, max(4 * tune_compiles, 32), backend="cutlass", **rank.search_kwargs())
+    result = search(problem, max(8 * tune_compiles, 64), backend="cutlass", **rank.search_kwargs())
     ranked = list(result.ranked)
     first = next(k for k in entry["kernels"] if k["id"] == "first")
     if ranked and ranked[0].config.to_dict() != first["config"]:
@@ -559,8 +570,8 @@ def cmd_plan(args) -> int:
            "search_env": {k: os.environ.get(k) for k in ("CUTEGEN_WAVE_TILES", "CUTEGEN_DEVICE")},
            "commit": _git_commit(), "tune": {"compiles": args.tune_compiles, "nvmmh": not args.no_nvmmh,
                                              "selection": tune_how, "order": "rank order" if
-                                             args.tune_raster_variants else "new structures first, then raster "
-                                             "variants (suites.tune_order)"},
+                                             args.tune_raster_variants else "new tiles/orientations/schedules, "
+                                             "then other new structures, then raster variants (suites.tune_order)"},
            "estimate": {"kernel_dirs": dirs, "distinct_sources": len(sources), "build_s": est_build,
                         "validate_and_time_s": round(est_time), "note": "16 nvcc jobs on the H200 machine"},
            "problems": entries}

@@ -130,21 +130,24 @@ def test_worst_ranks_missing_first_picks_first_and_keeps_to_the_suites():
         S.worst(rows, 0)
 
 
-def test_tune_order_puts_new_structures_before_raster_variants():
+def test_tune_order_puts_new_tiles_then_new_structures_then_raster_variants():
     from types import SimpleNamespace
-    base = {"tile_shape": [128, 128, 64], "cluster_shape": [1, 1, 1], "raster_order": "heuristic", "raster_swizzle": 1}
+    base = {"tile_shape": [128, 128, 64], "cluster_shape": [1, 1, 1], "mainloop_schedule": "pingpong",
+            "raster_order": "heuristic", "raster_swizzle": 1}
 
     def cand(**kw):
         cfg = {**base, **kw}
         return SimpleNamespace(config=SimpleNamespace(to_dict=lambda cfg=cfg: cfg))
     have = [{"config": base}]
     ranked = [cand(raster_order="along_m"),                       # 0: the held structure, another raster order
-              cand(tile_shape=[64, 256, 64]),                     # 1: new
-              cand(raster_swizzle=2),                             # 2: the held structure again
-              cand(tile_shape=[64, 256, 64], raster_swizzle=4),   # 3: a variant of 1
-              cand(cluster_shape=[2, 1, 1])]                      # 4: new
-    assert S.tune_order(ranked, have) == [1, 4, 0, 2, 3]
-    assert S.tune_order(ranked, have, variants=True) == [0, 1, 2, 3, 4]
+              cand(cluster_shape=[2, 1, 1]),                      # 1: the held tile, a new cluster
+              cand(tile_shape=[64, 256, 64]),                     # 2: a new tile
+              cand(raster_swizzle=2),                             # 3: the held structure again
+              cand(tile_shape=[64, 256, 64], raster_swizzle=4),   # 4: a raster variant of 2
+              cand(swap_ab=True),                                 # 5: a new orientation
+              cand(mainloop_schedule="cooperative")]              # 6: a new schedule
+    assert S.tune_order(ranked, have) == [2, 5, 6, 1, 0, 3, 4]
+    assert S.tune_order(ranked, have, variants=True) == list(range(7))
     assert S.tune_order([], have) == []
 
 
