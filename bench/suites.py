@@ -160,6 +160,8 @@ def rows_of_run(doc: dict, path: str) -> list[dict]:
             row[f"{role}_config"] = r.get("config_name")
             row[f"{role}_vs_cublas"] = ratio(row["cublas_us"], r.get("us"))
             row[f"{role}_status"] = r.get("status")
+        fk = next((k for k in p.get("kernels") or [] if "first" in (k.get("roles") or [])), {})
+        row["first_predicted_us"] = fk.get("predicted_us")
         t = p.get("tuned") or {}
         row["tuned_us"] = t.get("us") if p.get("tune") else None
         row["tuned_config"] = t.get("config_name") if p.get("tune") else None
@@ -204,7 +206,7 @@ def load_rows(paths: list[str]) -> tuple[list[dict], list[dict]]:
                           "merge one kind at a time")
     merged: dict[str, dict] = {}
     order: list[str] = []
-    primary = ("cublas_us", "cublas_kernel", "status", "date") + tuple(
+    primary = ("cublas_us", "cublas_kernel", "status", "date", "first_predicted_us") + tuple(
         f"{role}_{x}" for role in ROLES for x in ("us", "config", "vs_cublas", "status"))
     for path, doc in sorted(runs, key=lambda x: x[1].get("date") or ""):
         for row in doc.get("_rows") or rows_of_run(doc, path):
@@ -305,6 +307,20 @@ def summary_table(summary: dict) -> list[str]:
             if f["missing"]:
                 lines.append(f"{'':17}no first-pick ratio (not timed): {', '.join(f['missing'])}")
     return lines
+
+
+def model_lines(rows: list[dict], count: int = 6) -> list[str]:
+    """How far the ranking's prediction of each first pick was from its measured time: the geomean of measured over
+    predicted and the ``count`` farthest (what a calibration of the cost model would start from)."""
+    have = [(r, r["first_us"] / r["first_predicted_us"]) for r in rows
+            if r.get("first_us") and r.get("first_predicted_us")]
+    if not have:
+        return []
+    far = sorted(have, key=lambda x: -abs(math.log(x[1])))[:count]
+    return [f"first picks, measured / predicted: geomean {geomean([q for _, q in have]):.3f} over {len(have)}, "
+            f"mean |ln| {sum(abs(math.log(q)) for _, q in have) / len(have):.3f}; farthest: "
+            + ", ".join(f"{r['suite']}:{r['name']} {r['first_config']} {r['first_predicted_us']:.1f} -> "
+                        f"{r['first_us']:.1f} us" for r, _ in far)]
 
 
 def worst(rows: list[dict], count: int, suites: set[str] | None = None) -> list[dict]:
@@ -1006,6 +1022,8 @@ def cmd_report(args) -> int:
         print(line)
     print()
     for line in target_lines(summary):
+        print(line)
+    for line in model_lines(rows):
         print(line)
     if args.json:
         _write_json(Path(args.json), {"schema": REPORT_SCHEMA, "created": _utc_now(), "sources": args.results,

@@ -415,3 +415,13 @@ def test_targets_name_bf16_and_e4m3_only():
     lines = S.target_lines(s)
     assert len(lines) == 2 and all(line.startswith("m bf16") for line in lines)
     assert lines[0].endswith("1.000x over 1 -> MET")           # 1.00x is the bound: met
+
+
+def test_model_lines_name_the_farthest_prediction():
+    rows = [{"suite": "s", "name": "a", "first_us": 20.0, "first_predicted_us": 10.0, "first_config": "x"},
+            {"suite": "s", "name": "b", "first_us": 10.0, "first_predicted_us": 11.0, "first_config": "y"},
+            {"suite": "s", "name": "c", "first_us": None, "first_predicted_us": 11.0, "first_config": "z"}]
+    (line,) = S.model_lines(rows, count=1)
+    assert "over 2" in line and line.endswith("farthest: s:a x 10.0 -> 20.0 us")
+    assert f"geomean {math.sqrt(2.0 * 10 / 11):.3f}" in line
+    assert S.model_lines([rows[2]]) == []
