@@ -261,13 +261,15 @@ def _cost(r) -> float:
 def _costs(records) -> list[float]:
     """``_cost`` of every record, one vectorised cost_arrays call per (problem, device kind) instead of one per
     record (the held-out refits score thousands of records per knob step): the same numbers, element for element.
-    Staged kernels (their copies priced on the caller's problem) go one by one through config_cost."""
+    Staged kernels (their copies priced on the caller's problem) and split-K-reduce kernels (the batched slice GEMM
+    and its reduction) go one by one through config_cost."""
+    from cutegen.split_k_reduce import slices
     from cutegen.staging import staged_operands
 
     out: list[float | None] = [None] * len(records)
     groups: dict = {}
     for i, r in enumerate(records):
-        if staged_operands(r[1]):
+        if staged_operands(r[1]) or slices(r[1]) > 1:     # their own problem (copies, K slices): config_cost
             out[i] = _cost(r)
         else:
             groups.setdefault((r[0], r[5] if len(r) > 5 else None), []).append(i)

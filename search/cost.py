@@ -94,15 +94,17 @@ CLUSTER_WIDE_WAIT_US = 0.3   # a stage multicast to 4 or more CTAs is refilled o
 # 32-byte sectors, 0 excess subtiles, a standard instruction), so none moves a committed price. SECTOR_BYTES (the
 # partial-sector store, module-level below) is structural; the two knobs below are what every fold's fit chose or
 # the neutral value where the fit was not trusted.
-EPILOGUE_SUBTILE_US = 0.0    # per TMA-epilogue subtile beyond ceil(Tile_N / 32) per row block (EpilogueTileAuto takes
-                             # gcd(32, Tile_N) columns: 136 stores 17 subtiles of 8 where 128 stores 4 of 32). Fitted
-                             # 0 on every held-out fold once the partial-sector term is in: the 1.4 us the TMA
-                             # epilogue of 64x136 s8 pp lost to the no-smem one at M = 257 is not a per-subtile cost
-                             # the other shapes confirm
+EPILOGUE_SUBTILE_US = 0.3    # per TMA-epilogue subtile beyond ceil(Tile_N / 32) per row block (EpilogueTileAuto takes
+                             # gcd(32, Tile_N) columns: 176 stores 11 subtiles of 16 per 64 rows where 128 stores 4 of
+                             # 32), part of the epilogue's time. wavecal fitted 0 on large-K data, where ping-pong hid
+                             # it; the mid-size suite's small-K ping-pong wave tiles (128x152/168/176/200/208 at K = 128,
+                             # 264, 384: 1.6-2.8x the model) expose it. Fitted per held-out M fold on the seed's h200
+                             # records + the mid-size runs 1-2 (NOTES.md "Wave tiles repriced"): 0.3 in 20 of 32 folds
 NONSTANDARD_N_EFFICIENCY = 1.0  # factor on the efficiency of a WGMMA whose N is none of 8, 16, 32, 64, 96, 128, 192,
                              # 256 (the full-width instruction of a wave tile). The folds fit 1.1 (the grid's edge),
                              # pulled by the pad run's warm-L2 times (no input rotation); the three bench-harness
                              # full-width records (64x144, 128x208, 128x240) sit within 4% of 1.0: kept at 1.0
+PINGPONG_HIDE_CAPPED = True     # ping-pong hides at most one tile's mainloop of its epilogue (cost_arrays)
 LAST_WAVE_OWN_RATE = False   # price a partial last wave's k-blocks at its own busy CTAs: an experiment, off (it moves
                              # every committed kernel's price; scored on the seed in NOTES.md "Wave tiles priced":
                              # lower error, no better picks)
@@ -110,6 +112,14 @@ MEMORY_OVERLAP_NORM = 4.0    # the mainloop and the DRAM stream overlap as the p
                              # is perfect overlap (the max), p = 1 none (the sum)
 # Resident CTAs by cluster size: a cluster must fit in one GPC, so big clusters strand SMs.
 ACTIVE_CTAS = {1: 132, 2: 132, 4: 128, 8: 120, 16: 112}
+# ... and the fewest: CUTLASS launches cudaOccupancyMaxActiveClusters clusters (KernelHardwareInfo, our ABI's
+# hardware_info), which counts whole clusters per GPC, and a 132-SM part's GPCs hold 14-18 SMs as the chip was
+# harvested: 29-32 clusters of 4. The H200 of 2026-11-22 (seed) kept 32 resident (1024^3 64x128 2x2, 128 tiles: one
+# wave); the H200 of 2026-11-26 (bench/results/suites midsize runs) fewer than 32 and at least 30: 256x144 4x1 with 128
+# tiles ran two rounds (qwen2.5 QKV M = 1000: 93.4 us, 89.4 us, predicted 47.9; phi3m QKV: 134.5, 131.4, 136.8 with
+# 256x152), 64x192x128 1x4 and 2x4 with 120 tiles one. A data-parallel kernel that claims one wave is priced at the
+# mean of its waves on the two (a claim that holds on one chip of two is a coin toss); the busy-CTA terms keep ACTIVE_CTAS
+FEWEST_ACTIVE_CTAS = {4: 120}
 
 SCHEDULES = ("warp_specialized", "cooperative", "pingpong")
 # A schedule code carries the mainloop's load too: code = schedule index + len(SCHEDULES) * load index,
@@ -316,6 +326,12 @@ def cost_arrays(problem, tm, tn, tk, cm, cn, sched, epi, scheduler, stages, rast
         lookup[c] = n if sms == SMS else max(c, (n * sms // SMS) // c * c)
     active_all = lookup[csize]                 # CTAs resident at once on the whole GPU
     active = np.minimum(active_all, np.maximum(tiles, 1.0))
+    # the resident clusters of 4 depend on the chip's GPC harvest (FEWEST_ACTIVE_CTAS): a data-parallel kernel's
+    # waves are the mean of its waves on the two chips measured
+    fewest = lookup.copy()
+    for c, n in FEWEST_ACTIVE_CTAS.items():
+        fewest[c] = n if sms == SMS else max(c, (n * sms // SMS) // c * c)
+    active_fewest = np.minimum(fewest[csize], np.maximum(tiles, 1.0))
 
     # mainloop per k-block
     kblocks = np.ceil(K / tk)
@@ -380,17 +396,27 @@ def cost_arrays(problem, tm, tn, tk, cm, cn, sched, epi, scheduler, stages, rast
     narrow = (epi != 2) & (problem.layout_c == "row") & (seg < SECTOR_BYTES) & wave_tile
     t_epi = np.where(narrow, t_epi * SECTOR_BYTES / np.maximum(seg, 1.0), t_epi)
     t_epi = np.where(epi == 2, t_epi * NOSMEM_EPILOGUE_FACTOR, t_epi)
-    # ping-pong overlaps an asynchronous TMA store with the other warpgroup's mainloop; the no-smem
-    # epilogue's direct stores occupy the math warps and the load/store path, so they stay exposed
-    hidden = np.where((sched == 2) & (epi != 2), PINGPONG_EPILOGUE_HIDDEN, 0.0)
-    t_epi_exposed = t_epi * (1.0 - hidden)
-    # narrow TMA-epilogue subtiles (Tile_N not a multiple of 32): a fixed cost per extra subtile, not hidden by
-    # ping-pong (measured at one tile per CTA, where there is no other warpgroup's mainloop to hide behind)
-    t_epi_exposed = t_epi_exposed + np.where(epi != 2, EPILOGUE_SUBTILE_US * excess_epilogue_subtiles(
+    # narrow TMA-epilogue subtiles (Tile_N not a multiple of 32): a fixed cost per extra subtile (each is a
+    # register-to-smem write, fence, named barrier and TMA store of its own), part of the epilogue's time
+    t_epi = t_epi + np.where(epi != 2, EPILOGUE_SUBTILE_US * excess_epilogue_subtiles(
         tm, tn, sched, DTYPES[problem.dtype_d].bits), 0.0)
+    # ping-pong overlaps an asynchronous TMA store with the other warpgroup's mainloop, so it hides at most that
+    # mainloop (one tile's k-blocks): at small K an epilogue longer than the mainloop stays exposed (4096x4096x264,
+    # 8192x2048x128: 128x168/176/200 ping-pong ran 1.6-2.5x the model that hid 85% of it). The no-smem epilogue's
+    # direct stores occupy the math warps and the load/store path, so they stay exposed
+    pp_tma = (sched == 2) & (epi != 2)
+    if PINGPONG_HIDE_CAPPED:
+        hidden_us = np.where(pp_tma, np.minimum(PINGPONG_EPILOGUE_HIDDEN * t_epi, kblocks * t_k), 0.0)
+    else:
+        hidden_us = np.where(pp_tma, PINGPONG_EPILOGUE_HIDDEN * t_epi, 0.0)
+    t_epi_exposed = t_epi - hidden_us
 
     per_tile = kblocks * t_k + t_epi_exposed + np.where(sched == 0, NON_PERSISTENT_TILE_US, TILE_SWITCH_US)
     waves = np.ceil(tiles / active)
+    # one wave on the chip that holds ACTIVE_CTAS, two on the one that holds FEWEST_ACTIVE_CTAS: the mean. Scope: the
+    # one-wave claim only (the measured case); a many-wave kernel's extra wave on a smaller chip is not priced, so the
+    # committed decode kernels (896 tiles of 1x4, HBM-bound, within noise of their 1x8 rivals) keep their rank
+    waves = np.where(tiles <= active_all, 0.5 * (waves + np.ceil(tiles / active_fewest)), waves)
     fill = TMA_LATENCY_US + t_k                               # first k-block of each CTA
     t_dp = waves * per_tile + fill
     if LAST_WAVE_OWN_RATE:      # an experiment, off (NOTES.md "Wave tiles priced"): a partial last wave's k-blocks

@@ -60,9 +60,11 @@ def _epi(problem, tile, swap=False):
     return costmod.config_cost(p, cfg, 4)[1]["epilogue_us_per_tile"]
 
 
-def test_partial_sector_epilogue_store():
+def test_partial_sector_epilogue_store(monkeypatch):
     """An 8-column subtile of a 16-bit N-contiguous D writes 16-byte row pieces: a whole 32-byte sector each, twice
-    the bytes. 16 columns (32 bytes) and an M-contiguous D (a swap-AB kernel's) store whole sectors."""
+    the bytes. 16 columns (32 bytes) and an M-contiguous D (a swap-AB kernel's) store whole sectors. (The per-subtile
+    cost, the same for both orientations, is set aside: it is tested below.)"""
+    monkeypatch.setattr(costmod, "EPILOGUE_SUBTILE_US", 0.0)
     row232, col232 = _epi(SQ, (128, 232, 64)), _epi(SQ, (128, 232, 64), swap=True)
     assert row232 == pytest.approx(2.0 * col232, rel=1e-3)
     row240, col240 = _epi(SQ, (128, 240, 64)), _epi(SQ, (128, 240, 64), swap=True)
@@ -206,3 +208,65 @@ def test_full_width_even_nonstandard_compiles(tmp_path, tile, sched):
     render.render(SQ, cfg, "cutlass").write(tmp_path / "k")
     summary = build([tmp_path / "k"], jobs=1)
     assert summary.ok, summary.line()
+
+
+# --- the mid-size suite's mispriced picks (NOTES.md "Wave tiles repriced") ------------------------------------------
+SMALL_K = GemmProblem.from_dict({"m": 8192, "n": 2048, "k": 128, "dtype": "bf16", "layout": "tn"})
+PP = (2, 0, 0)        # ping-pong, its TMA epilogue, persistent
+
+
+def _cost(problem, tile, cluster, sched, stages=5):
+    cfg = _make_config(tile, cluster, sched, wgmma_k=16)
+    cfg = render.complete_config(problem, cfg.replace(stages=stages))
+    return costmod.config_cost(problem, cfg, stages)[1]
+
+
+def test_excess_subtiles_cost_their_time(monkeypatch):
+    """EPILOGUE_SUBTILE_US per excess subtile is part of a cooperative tile's (unhidden) epilogue: 128x176 stores 11
+    subtiles of 16 columns where 6 would do (5 excess); 128x192 none, so its epilogue does not move."""
+    def epi(tile, us):
+        monkeypatch.setattr(costmod, "EPILOGUE_SUBTILE_US", us)
+        return _cost(SQ, tile, (2, 1), COOP)["epilogue_us_per_tile"]
+    assert epi((128, 176, 64), 0.3) - epi((128, 176, 64), 0.0) == pytest.approx(5 * 0.3, abs=1e-3)
+    assert epi((128, 192, 64), 0.3) == epi((128, 192, 64), 0.0)
+
+
+def test_excess_subtile_cost_is_the_committed_fit():
+    assert costmod.EPILOGUE_SUBTILE_US == 0.3 and costmod.PINGPONG_HIDE_CAPPED is True
+    assert costmod.FEWEST_ACTIVE_CTAS == {4: 120} and costmod.ACTIVE_CTAS[4] == 128
+
+
+@pytest.mark.parametrize("k, capped_moves", [(128, True), (384, True), (4096, False)])
+def test_pingpong_hides_at_most_the_other_mainloop(monkeypatch, k, capped_moves):
+    """Ping-pong overlaps a tile's epilogue with the other warpgroup's mainloop, so it hides at most that mainloop:
+    128x168 (42 subtiles of 8 columns) at K = 128 and 384 (2 and 6 k-blocks) exposes its epilogue beyond the
+    (1 - PINGPONG_EPILOGUE_HIDDEN) share; at K = 4096 (64 k-blocks) the mainloop covers the hidden share and the
+    price is the uncapped one."""
+    p = SMALL_K.replace(k=k)
+    with_cap = _cost(p, (128, 168, 64), (2, 1), PP)["epilogue_us_per_tile"]
+    monkeypatch.setattr(costmod, "PINGPONG_HIDE_CAPPED", False)
+    without = _cost(p, (128, 168, 64), (2, 1), PP)["epilogue_us_per_tile"]
+    if capped_moves:
+        assert with_cap > 1.5 * without
+    else:
+        assert with_cap == pytest.approx(without, rel=1e-9)
+
+
+QWEN_QKV_1000 = GemmProblem.from_dict({"m": 1000, "n": 4608, "k": 3584, "dtype": "bf16", "layout": "tn"})
+
+
+def test_four_cta_clusters_one_wave_claim_is_priced_for_both_chips():
+    """256x144 in 4x1 clusters over qwen2.5 QKV M = 1000 is 128 tiles: one wave on a chip holding 32 clusters of 4,
+    two on the 2026-11-26 H200 (93.4 us against 47.9 predicted): 1.5 waves. 112 tiles (28 clusters) fit both
+    chips: 1 wave. The same 128 tiles in 2x1 clusters (66 of 2 fit any 132-SM part): 1 wave. Many waves: not
+    scoped (896 tiles of 1x4 stay at ceil(896 / 128) = 7)."""
+    assert _cost(QWEN_QKV_1000, (256, 144, 64), (4, 1), COOP, 4)["waves"] == 1.5
+    assert _cost(QWEN_QKV_1000, (256, 144, 64), (2, 1), COOP, 4)["waves"] == 1.0
+    p112 = QWEN_QKV_1000.replace(n=112 // 4 * 144)           # 4 x 28 tiles
+    assert _cost(p112, (256, 144, 64), (4, 1), COOP, 4)["waves"] == 1.0
+    p120 = QWEN_QKV_1000.replace(n=120 // 4 * 144)           # 4 x 30 tiles: 30 clusters fit the smaller chip
+    assert _cost(p120, (256, 144, 64), (4, 1), COOP, 4)["waves"] == 1.0
+    p124 = QWEN_QKV_1000.replace(n=124 // 4 * 144)           # 31 clusters: one more than the smaller chip holds
+    assert _cost(p124, (256, 144, 64), (4, 1), COOP, 4)["waves"] == 1.5
+    many = GemmProblem.from_dict({"m": 128, "n": 896 * 64, "k": 4096, "dtype": "bf16", "layout": "tn"})
+    assert _cost(many, (128, 64, 64), (1, 4), PP, 6)["waves"] == 7.0
