@@ -1005,10 +1005,13 @@ def plot(rows: list[dict], headers: list[dict], path: str) -> None:
         ax.set_title(f"{suite}: {title}", fontsize=8)
         ax.legend(fontsize=7, loc="upper right")
     h = headers[-1] if headers else {}
+    rankings = list(dict.fromkeys(x.get("ranking") for x in headers if x.get("ranking")))
+    rank_text = rankings[0] if len(rankings) == 1 else \
+        f"{len(rankings)} runs ranked differently (each run's ranking: the report JSON's runs)" if rankings else ""
     dev = (h.get("device") or {}).get("name", "")
     vers = h.get("versions") or {}
     fig.suptitle(f"cutegen vs cuBLAS, {dev} ({(h.get('date') or '')[:10]}; torch {vers.get('torch', '?')}, "
-                 f"cuBLAS {vers.get('cublas', '?')}, driver {vers.get('driver', '?')})\n{h.get('ranking') or ''}",
+                 f"cuBLAS {vers.get('cublas', '?')}, driver {vers.get('driver', '?')})\n{rank_text}",
                  fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
