@@ -134,7 +134,7 @@ def reference_grads(q, k, v, do, causal, scale):
 
 
 def rel_err(x, ref):
-    x = x.float()
+    x, ref = x.detach().float(), ref.detach().float()
     if not bool(_torch().isfinite(x).all()):
         return float("inf")
     return float((x - ref).abs().max()) / max(float(ref.abs().max()), 1e-6)

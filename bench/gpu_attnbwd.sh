@@ -11,7 +11,7 @@
 #
 # On the device (bench/attnbwd_bench.py does the work):
 #   1. build     the plan's 10 kernels (6 backward, 4 forward; 16 nvcc jobs, none past BUILD_END_S)
-#   2. validate  every backward kernel in its own process, 3 at once: ragged lengths, Sq != Skv, batch, BSHD/BHSD,
+#   2. validate  every backward kernel in its own process, all 6 at once: ragged lengths, Sq != Skv, batch, BSHD/BHSD,
 #                GQA/MQA, scale; dQ, dK, dV vs float32 autograd (and SDPA's own bf16 error); ABI refusals;
 #                the first kernel also under torch.compile
 #   3. time      the backward alone of cutegen's op, SDPA cuDNN, SDPA flash (same tensors, one process)
@@ -41,7 +41,7 @@ exec > >(tee "$OUTB/log.txt") 2>&1
 PY=${PYTHON:-python3}
 JOBS=${JOBS:-16}
 BUILD_END_S=${BUILD_END_S:-150}          # every nvcc is killed by then
-VALIDATE_S=${VALIDATE_S:-30}             # no kernel's validation starts after this long (from its phase's start)
+VALIDATE_S=${VALIDATE_S:-45}             # no kernel validation starts after this long (from its phase start)
 TIME_S=${TIME_S:-35}                     # no timing shape starts after this long
 HARD_LIMIT_S=${HARD_LIMIT_S:-235}        # the timing is killed here whatever it is doing
 export PYTHONUNBUFFERED=1
@@ -76,8 +76,8 @@ run_until "$BUILD_END_S" "$PY" "$STAGE/build_all.py" "$JOBS" "$PLAN/dirs.txt" $(
 grep -E "FAILED|LEGALITY BUG|error|spill|built|registers|failed" "$STAGE/build.txt" | head -n 60
 echo "libraries: $(ls "$PLAN"/kernels/*/kernel.so 2> /dev/null | wc -l)"
 
-phase "2. validate (3 at once, none started after ${VALIDATE_S} s)"
-"$PY" bench/attnbwd_bench.py validate "$PLAN" --json "$OUTB/validate.json" --deadline "$VALIDATE_S" --timeout 80 --parallel 3
+phase "2. validate (6 at once, none started after ${VALIDATE_S} s)"
+"$PY" bench/attnbwd_bench.py validate "$PLAN" --json "$OUTB/validate.json" --deadline "$VALIDATE_S" --timeout 75 --parallel 6
 echo "validate exit code $?"
 
 phase "3. time (${TIME_S} s)"

@@ -201,14 +201,17 @@ def test_collective_copy_differs_from_the_example_only_where_it_says():
         "#pragma once", '#include "../collective/fmha_common.hpp"', '#include "../collective/fmha_collective_load.hpp"',
         '#include "../collective/fmha_collective_softmax.hpp"', '#include "../kernel/fmha_options.hpp"',
         "namespace cutlass::fmha::collective {", "}  // namespace cutlass::fmha::collective",
-        "acc_DS(i) = acc_P(i) * params.scale_softmax * (acc_DP(i) - reg_ODO(i));"])
+        "acc_DS(i) = acc_P(i) * params.scale_softmax * (acc_DP(i) - reg_ODO(i));",
+        "pipeline_reducer.consumer_release(smem_pipe_release_reducer);", "++smem_pipe_release_reducer;"])
     assert added == sorted([
         "#ifndef CUTEGEN_FMHA_BWD_COLLECTIVE_SM90_HPP", "#define CUTEGEN_FMHA_BWD_COLLECTIVE_SM90_HPP",
         '#include "collective/fmha_common.hpp"', '#include "collective/fmha_collective_load.hpp"',
         '#include "collective/fmha_collective_softmax.hpp"', '#include "kernel/fmha_options.hpp"',
         "namespace cutegen_bwd {", "using namespace cute;", "using namespace cutlass::fmha::collective;",
         "}  // namespace cutegen_bwd", "#endif  // CUTEGEN_FMHA_BWD_COLLECTIVE_SM90_HPP",
-        "acc_DS(i) = Element(acc_P(i) * params.scale_softmax * (acc_DP(i) - reg_ODO(i)));"])
+        "acc_DS(i) = Element(acc_P(i) * params.scale_softmax * (acc_DP(i) - reg_ODO(i)));",
+        "if (! first) {  // cutegen: release only a stage this warp consumed (a KV block no Q tile reaches consumes none)",
+        "pipeline_reducer.consumer_release(smem_pipe_release_reducer);", "++smem_pipe_release_reducer;", "}"])
 
 
 def test_causal_mask_counts_ceil_q_tiles_and_masks_later_keys():

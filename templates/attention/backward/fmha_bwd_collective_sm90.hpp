@@ -10,6 +10,10 @@
 //   Element, which compiles for cutlass::half_t (the example's fp16) but not for cutlass::bfloat16_t (no
 //   operator=(float): nvcc 13.0, "no operator = matches these operands"). The value is the same conversion
 //   (round to nearest).
+// - the dQ reducer warp releases its last stage only when it consumed one. With a causal mask and seqlen_kv > seqlen_q
+//   a KV block that no Q tile reaches has no inner iteration: the example's reducer still released stage 0, an arrival
+//   with no matching commit, which completes the empty barrier's phase early, so the MMA warpgroups' producer_tail
+//   waits on the next phase forever (the example never meets the case: its causal runs have seqlen_q = seqlen_kv).
 /***************************************************************************************************
  * Copyright (c) 2024 - 2025 NVIDIA CORPORATION & AFFILIATES. All rights reserved.
  * SPDX-License-Identifier: BSD-3-Clause
@@ -583,8 +587,10 @@ struct FmhaBwdMainloopTmaWarpSpecialized {
     if (lane_predicate) {
       tma_store_wait<0>();
     }
-    pipeline_reducer.consumer_release(smem_pipe_release_reducer);
-    ++smem_pipe_release_reducer;
+    if (! first) {  // cutegen: release only a stage this warp consumed (a KV block no Q tile reaches consumes none)
+      pipeline_reducer.consumer_release(smem_pipe_release_reducer);
+      ++smem_pipe_release_reducer;
+    }
   }
 
   template<class BlkCoord, class ProblemShape, class MainloopPipelineReducer, class PipelineStateReducer, class MathWgOrderBarrier>
