@@ -18,7 +18,7 @@ from cutegen.ops.attention.backward import (EXAMPLE_CONFIGS, AttentionBackwardCo
                                             render, render_source)
 from cutegen.ops.attention.problem import AttentionProblem
 from cutegen.ops.attention.torch_op import AttentionKernels, attention_bwd  # noqa: F401  (registers the ops)
-from legality import attention_backward as rules
+from cutegen.legality import attention_backward as rules
 
 Cfg = AttentionBackwardConfig
 
@@ -311,3 +311,24 @@ def test_kernels_pick_backward_by_dtype_head_dim_and_mask():
     assert k.pick_backward("bf16", 64, False) == "/b0.so"
     assert k.pick_backward("bf16", 128, True) is None
     assert k.pick_backward("f16", 64, True) is None
+
+
+# --- the command ---------------------------------------------------------------------------------------------------
+def test_generate_backward_renders_the_example_tile(tmp_path, capsys):
+    from cutegen.cli import main
+    out = tmp_path / "k"
+    assert main(["attention", "generate", "--backward", "--head-dim", "64", "--causal", "--no-build", "-o", str(out)]) == 0
+    man = json.loads((out / "manifest.json").read_text())
+    assert man["config"] == {"pass": "backward", "tile_q": 64, "tile_kv": 128} and man["problem"]["causal"] is True
+    assert (out / "kernel.cu").read_text() == render_source(AttentionProblem(**{
+        k: v for k, v in man["problem"].items() if k != "op"}), Cfg(64, 128))
+    assert "backward bwd_64x128" in capsys.readouterr().out
+
+
+def test_generate_backward_refuses_in_one_line_naming_the_rule(tmp_path, capsys):
+    from cutegen.cli import main
+    code = main(["attention", "generate", "--backward", "--head-dim", "128", "--config",
+                 '{"tile_q": 128, "tile_kv": 128}', "--no-build", "-o", str(tmp_path / "k")])
+    err = capsys.readouterr().err
+    assert code == 2 and "ATTN-BWD-SMEM-CAPACITY" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "k").exists()

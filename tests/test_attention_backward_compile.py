@@ -19,7 +19,7 @@ from cutegen import build as build_mod
 from cutegen.ops.attention import abi
 from cutegen.ops.attention.backward import AttentionBackwardConfig, render
 from cutegen.ops.attention.problem import AttentionProblem
-from legality.attention_backward import shared_memory_bytes
+from cutegen.legality.attention_backward import shared_memory_bytes
 
 pytestmark = pytest.mark.compile
 
