@@ -332,3 +332,19 @@ def test_generate_backward_refuses_in_one_line_naming_the_rule(tmp_path, capsys)
     err = capsys.readouterr().err
     assert code == 2 and "ATTN-BWD-SMEM-CAPACITY" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "k").exists()
+
+
+def test_backward_inputs_are_copied_only_when_the_kernel_cannot_read_them():
+    from cutegen.ops.attention.torch_op import _fit_backward
+    bshd = torch.zeros(2, 40, 3, 64, dtype=torch.bfloat16).transpose(1, 2)        # (B, H, S, D) view of BSHD
+    assert _fit_backward(bshd) is bshd
+    bhsd = torch.zeros(2, 3, 40, 64, dtype=torch.bfloat16)
+    assert _fit_backward(bhsd) is bhsd
+    expanded = torch.ones((), dtype=torch.bfloat16).expand(2, 3, 40, 64)          # the gradient of out.sum()
+    fitted = _fit_backward(expanded)
+    assert fitted is not expanded and fitted.is_contiguous() and fitted.stride()[:3] == (3 * 40 * 64, 40 * 64, 64)
+    sliced = torch.zeros(2, 3, 40, 72, dtype=torch.bfloat16)[..., :64]            # a head-dim slice: not dense
+    assert _fit_backward(sliced) is not sliced and _fit_backward(sliced).is_contiguous()
+    shifted = torch.zeros(2 * 3 * 40 * 64 + 1, dtype=torch.bfloat16)[1:].view(2, 3, 40, 64)   # base 2 bytes off
+    assert shifted.data_ptr() % 16 == 2
+    assert _fit_backward(shifted) is not shifted and _fit_backward(shifted).data_ptr() % 16 == 0
