@@ -159,10 +159,12 @@ def _attention_fwd_train_fake(q, k, v, library, backward_library, scale):
 
 def _fit_backward(t: torch.Tensor) -> torch.Tensor:
     """A (B, H, S, D) tensor as the backward kernel takes it: BHSD- or BSHD-dense (no stride-0 or overlapping
-    modes: a gradient of a sum arrives expanded), 16-byte aligned base and strides; otherwise one contiguous copy."""
+    modes: a gradient of a sum arrives expanded), 16-byte aligned base and strides; otherwise one contiguous copy
+    (a new allocation: 16-byte aligned)."""
     dense = t.is_contiguous() or t.transpose(1, 2).is_contiguous()
     ok = dense and t.data_ptr() % 16 == 0 and all(s * t.element_size() % 16 == 0 for s in t.stride()[:3])
-    return t if ok else t.contiguous()
+    # clone, not contiguous(): a contiguous tensor at a misaligned base would come back as itself
+    return t if ok else t.clone(memory_format=torch.contiguous_format)
 
 
 @torch.library.custom_op("cutegen::attention_bwd", mutates_args=())
