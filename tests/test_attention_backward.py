@@ -348,3 +348,57 @@ def test_backward_inputs_are_copied_only_when_the_kernel_cannot_read_them():
     shifted = torch.zeros(2 * 3 * 40 * 64 + 1, dtype=torch.bfloat16)[1:].view(2, 3, 40, 64)   # base 2 bytes off
     assert shifted.data_ptr() % 16 == 2
     assert _fit_backward(shifted) is not shifted and _fit_backward(shifted).data_ptr() % 16 == 0
+
+
+# --- the kernel's arithmetic on padded tiles, in float64 (what the template relies on for ragged lengths) ---------
+def _tiled_backward(q, k, v, do, causal, scale, tile_q, tile_kv, q_tiles=None):
+    """dQ, dK, dV as the backward kernel computes them: Q, dO, K, V zero-filled to whole tiles (TMA's out-of-bounds
+    fill), the forward's LSE and sum_OdO read as 0 past seqlen_q, no mask on keys past seqlen_kv, the causal mask on
+    (key, query) only, and ``q_tiles`` Q tiles visited (the kernel's trip count); results cropped (the stores clip)."""
+    Sq, Skv, D = q.shape[0], k.shape[0], q.shape[1]
+    nq = -(-Sq // tile_q) if q_tiles is None else q_tiles
+    pq, pk = max(nq * tile_q, Sq), -(-Skv // tile_kv) * tile_kv
+    pad = lambda t, n: torch.cat([t, t.new_zeros(n - t.shape[0], D)])      # noqa: E731
+    Q, dO, K, V = pad(q, pq), pad(do, pq), pad(k, pk), pad(v, pk)
+    s = (q @ k.t()) * scale
+    if causal:
+        s = s.masked_fill(~torch.ones(Sq, Skv, dtype=torch.bool).tril(), float("-inf"))
+    o = torch.softmax(s, -1) @ v
+    lse = torch.cat([torch.logsumexp(s, -1), q.new_zeros(pq - Sq)])
+    sum_odo = torch.cat([(o * do).sum(-1), q.new_zeros(pq - Sq)])
+    S = (K @ Q.t()) * scale                                                    # (key, query)
+    if causal:
+        kk, qq = torch.arange(pk)[:, None], torch.arange(pq)[None, :]
+        S = S.masked_fill(qq < kk, float("-inf"))
+    P = torch.exp(S - lse[None, :])
+    P[:, nq * tile_q:] = 0                                                     # Q tiles the trip count never visits
+    dS = P * ((V @ dO.t()) - sum_odo[None, :]) * scale
+    dV, dK, dQ = P @ dO, dS @ Q, dS.t() @ K
+    return dQ[:Sq], dK[:Skv], dV[:Skv]
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("Sq,Skv", [(13, 200), (200, 333), (333, 200), (1, 3), (130, 130)])
+def test_padded_tiles_give_the_exact_gradients(causal, Sq, Skv):
+    g = torch.Generator().manual_seed(Sq * 1000 + Skv)
+    D, scale = 32, 0.3
+    q, k, v, do = (torch.randn(n, D, generator=g, dtype=torch.float64) for n in (Sq, Skv, Skv, Sq))
+    qr, kr, vr = (t.clone().requires_grad_() for t in (q, k, v))
+    s = (qr @ kr.t()) * scale
+    if causal:
+        s = s.masked_fill(~torch.ones(Sq, Skv, dtype=torch.bool).tril(), float("-inf"))
+    (torch.softmax(s, -1) @ vr).backward(do)
+    got = _tiled_backward(q, k, v, do, causal, scale, 64, 128)
+    for a, b in zip(got, (qr.grad, kr.grad, vr.grad)):
+        assert torch.allclose(a, b, atol=1e-10, rtol=1e-9)
+
+
+def test_the_examples_floor_trip_count_loses_a_ragged_causal_q_tile():
+    # FusionBwdAdapter<CausalFusion>: floor(seqlen_q / tile_q) Q tiles; 200 rows with tile 64 -> 3 tiles (192 rows):
+    # rows 192-199 never reach dK and dV. The template's ceil (4 tiles) is exact (test above).
+    g = torch.Generator().manual_seed(7)
+    q, k, v, do = (torch.randn(n, 32, generator=g, dtype=torch.float64) for n in (200, 200, 200, 200))
+    exact = _tiled_backward(q, k, v, do, True, 0.3, 64, 128)
+    floor = _tiled_backward(q, k, v, do, True, 0.3, 64, 128, q_tiles=200 // 64)
+    assert not torch.allclose(floor[1], exact[1]) and not torch.allclose(floor[2], exact[2])
+    assert torch.equal(_tiled_backward(q, k, v, do, True, 0.3, 64, 128, q_tiles=-(-200 // 64))[1], exact[1])
