@@ -14,6 +14,7 @@
 #   2. validate  every backward kernel in its own process, all 6 at once: ragged lengths, Sq != Skv, batch, BSHD/BHSD,
 #                GQA/MQA, scale; dQ, dK, dV vs float32 autograd (and SDPA's own bf16 error); ABI refusals;
 #                the first kernel also under torch.compile
+#   2a. sanitize compute-sanitizer memcheck of two small calls of the head-128 causal kernel (background)
 #   3. time      the backward alone of cutegen's op, SDPA cuDNN, SDPA flash (same tensors, one process)
 # Files (3, under $OUT/attnbwd/): log.txt, validate.json, time.json.
 set -u -o pipefail
@@ -48,6 +49,7 @@ export PYTHONUNBUFFERED=1
 export CUTEGEN_CACHE=${CUTEGEN_CACHE:-/tmp/cutegen-cache}
 export CUTEGEN_CUTLASS_INCLUDE=${CUTEGEN_CUTLASS_INCLUDE:-$REPO/oracles/.cutlass}
 command -v nvcc > /dev/null || export PATH="$PATH:/usr/local/cuda/bin"
+command -v compute-sanitizer > /dev/null || export PATH="$PATH:/usr/local/cuda/bin"
 GPU_SCRIPT=gpu_attnbwd
 . "$REPO/bench/gpu_lib.sh"   # elapsed, phase, run_until
 . "$REPO/bench/stage_package.sh"
@@ -68,7 +70,7 @@ dirs = [l.strip() for l in open(sys.argv[2]) if l.strip()]
 summary = build(dirs, jobs=int(sys.argv[1]), progress=sys.stdout, timeout=int(sys.argv[3]))
 print(summary.line())
 for r in summary.results:
-    print(r.status, r.name, "registers", (r.stats or {}).get("registers"), "spill", (r.stats or {}).get("spill_bytes"), f"{r.seconds:.0f} s",
+    print(r.status, r.name, "registers", (r.stats or {}).get("max_registers"), "spill", (r.stats or {}).get("spill_bytes"), f"{r.seconds:.0f} s",
           (r.message or "").splitlines()[0][:200] if not r.ok else "")
 PYEOF
 echo "$(wc -l < "$PLAN/dirs.txt") kernel directories"
@@ -76,9 +78,21 @@ run_until "$BUILD_END_S" "$PY" "$STAGE/build_all.py" "$JOBS" "$PLAN/dirs.txt" $(
 grep -E "FAILED|LEGALITY BUG|error|spill|built|registers|failed" "$STAGE/build.txt" | head -n 60
 echo "libraries: $(ls "$PLAN"/kernels/*/kernel.so 2> /dev/null | wc -l)"
 
+phase "2a. compute-sanitizer memcheck (background): the head-128 causal kernel, ragged and MQA calls"
+SAN_KERNEL=kernels/bwd_d128_bf16_causal_64x128
+(
+  timeout "${SANITIZE_TIMEOUT_S:-100}" compute-sanitizer --tool memcheck --error-exitcode 9 \
+    "$PY" bench/attnbwd_bench.py sanitize-case "$PLAN" "$SAN_KERNEL"
+  echo "compute-sanitizer exit code $?"
+) > "$STAGE/sanitize.txt" 2>&1 &
+SAN_PID=$!
+
 phase "2. validate (6 at once, none started after ${VALIDATE_S} s)"
 "$PY" bench/attnbwd_bench.py validate "$PLAN" --json "$OUTB/validate.json" --deadline "$VALIDATE_S" --timeout 75 --parallel 6
 echo "validate exit code $?"
+phase "2b. waiting for compute-sanitizer"
+wait "$SAN_PID"
+grep -vE "^\s*$" "$STAGE/sanitize.txt" | grep -vE "^(TMA Desc|format|dim |gmem_|global|boxDim|elementStrides|interleave|swizzle|l2Promotion|oobFill)" | tail -n 20
 
 phase "3. time (${TIME_S} s)"
 LEFT=$(( HARD_LIMIT_S - $(elapsed) ))
