@@ -20,6 +20,7 @@ from cutegen.ops.attention import abi
 from cutegen.ops.attention.backward import AttentionBackwardConfig, render
 from cutegen.ops.attention.problem import AttentionProblem
 from cutegen.legality.attention_backward import shared_memory_bytes
+from attention_build import build_fresh
 
 pytestmark = pytest.mark.compile
 
@@ -32,13 +33,7 @@ CONFIG = AttentionBackwardConfig(64, 128)
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    cache = tmp_path_factory.mktemp("cutegen-cache")
-    kernel = render(PROBLEM, CONFIG)
-    directory = tmp_path_factory.mktemp("attnbwd") / "kernel"
-    kernel.write(directory)
-    result = build_mod.build([directory], jobs=1, cache=cache, progress=None).results[0]
-    assert result.ok, result.message
-    return kernel, result
+    return build_fresh(tmp_path_factory, PROBLEM, CONFIG, "attnbwd", renderer=render)
 
 
 def test_the_kernel_compiles_with_wgmma(built):
