@@ -79,7 +79,12 @@ def _search(problem, top_k: int, explain: bool = False):
 def _add_generate(p: argparse.ArgumentParser) -> None:
     add_problem_arguments(p)
     p.add_argument("-o", "--output", metavar="DIR", help="kernel directory (default: out/attention/<problem name>)")
-    p.add_argument("--config", metavar="JSON", help="render this AttentionConfig instead of searching")
+    p.add_argument("--config", metavar="JSON", help="render this AttentionConfig instead of searching (with "
+                   "--backward: an AttentionBackwardConfig, {\"tile_q\": 64, \"tile_kv\": 128})")
+    p.add_argument("--backward", action="store_true",
+                   help="the problem's backward kernel (dQ, dK, dV; bf16/f16, head dim 32, 64 or 128): the CUTLASS 88 "
+                        "example's backward tile for the head dim unless --config gives one; no search (rules "
+                        "ATTN-BWD-*, cutegen.ops.attention.backward)")
     p.add_argument("--top-k", type=int, default=5, help="how many ranked configurations to report (default 5)")
     p.add_argument("--no-build", action="store_true", help="render only, even if nvcc is present")
     p.add_argument("--jobs", type=int, help="parallel compiles (default: from cores and memory)")
@@ -91,6 +96,8 @@ def _run_generate(args: argparse.Namespace) -> int:
     problem = problem_from_args(args)
     if args.top_k < 1:
         raise FieldError("--top-k", f"{args.top_k} is below the minimum 1")
+    if args.backward:
+        return _run_generate_backward(args, problem)
     if args.config is not None:
         try:
             config = AttentionConfig.from_dict(loads_json(args.config), where="--config")
@@ -114,6 +121,34 @@ def _run_generate(args: argparse.Namespace) -> int:
     rendered = render(problem, config, cost=cost)
     changed = rendered.write(out)
     print(f"rendered {out} (kernel {rendered.kernel_hash}; {len(changed)} file(s) changed)")
+    if args.no_build:
+        return 0
+    from ..build import build, find_nvcc
+    if find_nvcc() is None:
+        print("nvcc not found: rendered only (cutegen build DIR compiles it where nvcc is)")
+        return 0
+    summary = build([out], jobs=args.jobs, progress=sys.stderr)
+    print(summary.line())
+    if not summary.ok:
+        print(summary.results[0].message, file=sys.stderr)
+        return 1
+    return 0
+
+
+def _run_generate_backward(args: argparse.Namespace, problem) -> int:
+    from ..ops.attention.backward import AttentionBackwardConfig, default_config, render
+    if args.config is not None:
+        try:
+            config = AttentionBackwardConfig.from_dict(loads_json(args.config), where="--config")
+        except json.JSONDecodeError as e:
+            raise FieldError("--config", f"not valid JSON: {e}") from None
+    else:
+        config = default_config(problem)
+    out = Path(args.output or Path("out") / "attention" / f"{problem.name}_bwd")
+    rendered = render(problem, config)
+    changed = rendered.write(out)
+    print(f"{problem.name}: backward {config.short_name()}: rendered {out} (kernel {rendered.kernel_hash}; "
+          f"{len(changed)} file(s) changed)")
     if args.no_build:
         return 0
     from ..build import build, find_nvcc

@@ -5,6 +5,8 @@ rendered with a C ABI, built, validated and benched through the core's seam.
   scale, layout, varlen, log-sum-exp);
 - ``config``: ``AttentionConfig`` (the example's tile, schedule and options);
 - ``render``: the explicit CUTLASS C++ and its C ABI (templates/attention/);
+- ``backward``: the backward kernels (dQ, dK, dV; the example's backward collective, rules
+  legality/attention_backward.py, templates/attention/fmha_bwd_sm90.cu.j2), run by the PyTorch op's autograd;
 - ``rule_sets``/``check``: legality/attention.py; ``search``/``space``/``cost``: the e-graph search and the
   pipeline-priced cost model of search/attention/ (``space.py`` keeps the first, explicit candidate list).
 

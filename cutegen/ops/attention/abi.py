@@ -21,6 +21,13 @@ packed row counts (the tensor maps' row extents). A KV tile of a sequence may re
 sequence's end (the next sequence's, or zeros past total_k): they are masked, but must be finite (0 x NaN is NaN). LSE is float32 (heads_q, total_q) (flash-attention's varlen ``softmax_lse``), or NULL: not written, so
 the workspace is 0 bytes. Causal is bottom-right aligned per sequence.
 
+A backward kernel (templates/attention/fmha_bwd_sm90.cu.j2; ``cutegen.ops.attention.backward``) exports
+``cutegen_attention_backward`` instead: Q, K, V, O, dO (inputs), LSE (the forward's float32 (batch, heads, seqlen_q),
+contiguous), dQ, dK, dV (outputs), each 16-bit tensor with (b, h, s) strides in elements and a contiguous head dim;
+MHA only (heads_q == heads_kv, rule ATTN-BWD-MHA: expand K and V and sum dK, dV over each group, as the PyTorch op
+does); a 256-byte aligned workspace of ``cutegen_attention_backward_workspace_size(batch, heads, seqlen_q,
+head_dim)`` bytes (sum_OdO, the padded LSE copy, the float32 dQ accumulator), never 0.
+
 FP8 (e4m3) kernels export ``cutegen_attention_fp8`` instead of ``cutegen_attention`` (an addition: the other
 symbols are the same). Its V argument is **V^T**: (batch, heads_kv, head_dim, seqlen_kv) with the KV sequence
 contiguous, strides (``stride_vt_b``, ``_h``, ``_d``) in elements, ``stride_vt_d`` >= seqlen_kv and a multiple
@@ -61,6 +68,34 @@ extern "C" int cutegen_attention_fp8(
     float scale, float descale_q, float descale_k, float descale_v,
     void* workspace, size_t workspace_bytes, cudaStream_t stream);
 """
+
+BACKWARD_C_DECLARATIONS = r"""
+extern "C" int cutegen_attention_backward(
+    const void* Q, const void* K, const void* V, const void* O, const void* dO, const float* LSE,
+    void* dQ, void* dK, void* dV,
+    int64_t batch, int64_t heads_q, int64_t heads_kv, int64_t seqlen_q, int64_t seqlen_kv, int64_t head_dim,
+    int64_t stride_q_b, int64_t stride_q_h, int64_t stride_q_s,
+    int64_t stride_k_b, int64_t stride_k_h, int64_t stride_k_s,
+    int64_t stride_v_b, int64_t stride_v_h, int64_t stride_v_s,
+    int64_t stride_o_b, int64_t stride_o_h, int64_t stride_o_s,
+    int64_t stride_do_b, int64_t stride_do_h, int64_t stride_do_s,
+    int64_t stride_dq_b, int64_t stride_dq_h, int64_t stride_dq_s,
+    int64_t stride_dk_b, int64_t stride_dk_h, int64_t stride_dk_s,
+    int64_t stride_dv_b, int64_t stride_dv_h, int64_t stride_dv_s,
+    float scale, void* workspace, size_t workspace_bytes, cudaStream_t stream);
+extern "C" size_t cutegen_attention_backward_workspace_size(int64_t batch, int64_t heads_q, int64_t seqlen_q,
+                                                            int64_t head_dim);
+extern "C" int cutegen_attention_backward_shared_memory_bytes(void);
+"""
+
+BACKWARD_ARGTYPES = (
+    [ctypes.c_void_p] * 9            # Q, K, V, O, dO, LSE, dQ, dK, dV
+    + [ctypes.c_int64] * 6           # batch, heads_q, heads_kv, seqlen_q, seqlen_kv, head_dim
+    + [ctypes.c_int64] * 24          # strides (b, h, s) of Q, K, V, O, dO, dQ, dK, dV
+    + [ctypes.c_float]               # scale
+    + [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]   # workspace, bytes, stream
+)
+
 
 ATTENTION_ARGTYPES = (
     [ctypes.c_void_p] * 5            # Q, K, V, O, LSE
@@ -116,9 +151,24 @@ def is_varlen_library(lib: ctypes.CDLL) -> bool:
     return True
 
 
+def is_backward_library(lib: ctypes.CDLL) -> bool:
+    try:
+        lib.cutegen_attention_backward
+    except AttributeError:
+        return False
+    return True
+
+
 def bind(lib: ctypes.CDLL) -> ctypes.CDLL:
-    """Declare the ABI's argument and result types on a loaded attention library (16-bit, FP8 or varlen)."""
-    if is_varlen_library(lib):
+    """Declare the ABI's argument and result types on a loaded attention library (16-bit, FP8, varlen or backward)."""
+    if is_backward_library(lib):
+        lib.cutegen_attention_backward.argtypes = BACKWARD_ARGTYPES
+        lib.cutegen_attention_backward.restype = ctypes.c_int
+        lib.cutegen_attention_backward_workspace_size.argtypes = [ctypes.c_int64] * 4
+        lib.cutegen_attention_backward_workspace_size.restype = ctypes.c_size_t
+        lib.cutegen_attention_backward_shared_memory_bytes.argtypes = []
+        lib.cutegen_attention_backward_shared_memory_bytes.restype = ctypes.c_int
+    elif is_varlen_library(lib):
         lib.cutegen_attention_varlen.argtypes = VARLEN_ARGTYPES
         lib.cutegen_attention_varlen.restype = ctypes.c_int
         lib.cutegen_attention_varlen_workspace_size.argtypes = [ctypes.c_int64] * 2
@@ -140,9 +190,10 @@ def bind(lib: ctypes.CDLL) -> ctypes.CDLL:
 
 
 def is_attention_library(lib: ctypes.CDLL) -> bool:
-    """A dense (``cutegen_attention``) or varlen (``cutegen_attention_varlen``) attention library."""
+    """A dense (``cutegen_attention``), varlen (``cutegen_attention_varlen``) or backward
+    (``cutegen_attention_backward``) attention library."""
     try:
         lib.cutegen_attention
     except AttributeError:
-        return is_fp8_library(lib) or is_varlen_library(lib)
+        return is_fp8_library(lib) or is_varlen_library(lib) or is_backward_library(lib)
     return True

@@ -29,6 +29,14 @@ A split-KV kernel (config ``kv_splits`` > 1, for decode-like calls: few queries,
 float32 partials in a workspace the op allocates through torch (``cutegen_attention_workspace_size``), and Q
 in an order that reads a group's query heads as rows (BHSD, or one query); other Q strides get one copy.
 
+Backward (autograd): give ``AttentionKernels`` backward kernel directories too (``cutegen.ops.attention.backward``,
+bf16/f16, head dims 32/64/128, causal or not). A call whose q, k or v requires grad (with grad mode on) then runs
+``cutegen::attention_fwd_train``: the same forward kernel, keeping O and the LSE, whose registered autograd formula
+runs ``cutegen::attention_bwd`` (the backward kernel: dQ, dK, dV). GQA/MQA: the backward kernel is MHA, so the op
+expands K and V to the query heads for it and sums dK and dV over each group (in float32). Without a matching
+backward kernel, ``backward()`` raises ATTN-OP-NO-BACKWARD. Dropout, masks and a gradient of the LSE are not
+covered.
+
 The kernel runs behind ``torch.library.custom_op("cutegen::attention_fwd")`` (FP8: ``cutegen::attention_fwd_fp8``): opaque to ``torch.compile``
 (its fake implementation gives the shapes) and capturable in CUDA graphs (it launches on the current stream,
 allocates only through torch, and never synchronizes). The library's dynamic shared-memory attribute is set
@@ -100,6 +108,11 @@ def _fit_strides(t: torch.Tensor, group_merge: bool, heads: int, batch: int) -> 
 def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, library: str,
                   scale: float) -> tuple[torch.Tensor, torch.Tensor]:
     """(O, LSE) of the kernel library at ``library`` for q (B, Hq, Sq, D), k and v (B, Hkv, Skv, D)."""
+    return _forward(q, k, v, library, scale)
+
+
+def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, library: str,
+             scale: float) -> tuple[torch.Tensor, torch.Tensor]:
     lib, desc = load_library(library)
     B, Hq, Sq, D = q.shape
     Hkv, Skv = k.shape[1], k.shape[2]
@@ -129,6 +142,96 @@ def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, library: st
         raise RuntimeError(f"cutegen attention kernel {desc['hash']}: status {status} "
                            f"({abi.STATUS.get(status, '?')}): {lib.cutegen_last_error().decode()}")
     return out, lse
+
+
+@torch.library.custom_op("cutegen::attention_fwd_train", mutates_args=())
+def attention_fwd_train(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, library: str, backward_library: str,
+                        scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """``attention_fwd`` that autograd can differentiate: (O, LSE) of the forward library; its backward runs the
+    backward kernel library at ``backward_library`` (``attention_bwd``)."""
+    return _forward(q, k, v, library, scale)
+
+
+@attention_fwd_train.register_fake
+def _attention_fwd_train_fake(q, k, v, library, backward_library, scale):
+    return _attention_fwd_fake(q, k, v, library, scale)
+
+
+def _fit_backward(t: torch.Tensor) -> torch.Tensor:
+    """A (B, H, S, D) tensor as the backward kernel takes it: BHSD- or BSHD-dense (no stride-0 or overlapping
+    modes: a gradient of a sum arrives expanded), 16-byte aligned base and strides; otherwise one contiguous copy
+    (a new allocation: 16-byte aligned)."""
+    dense = t.is_contiguous() or t.transpose(1, 2).is_contiguous()
+    ok = dense and t.data_ptr() % 16 == 0 and all(s * t.element_size() % 16 == 0 for s in t.stride()[:3])
+    # clone, not contiguous(): a contiguous tensor at a misaligned base would come back as itself
+    return t if ok else t.clone(memory_format=torch.contiguous_format)
+
+
+@torch.library.custom_op("cutegen::attention_bwd", mutates_args=())
+def attention_bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                  lse: torch.Tensor, library: str, scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dQ, dK, dV), contiguous, of the backward kernel library at ``library`` for the forward q (B, Hq, Sq, D),
+    k, v (B, Hkv, Skv, D), its O and float32 LSE (B, Hq, Sq), and dO. GQA: K and V expanded for the (MHA) kernel,
+    dK and dV summed over each group of query heads in float32."""
+    lib, desc = load_library(library)
+    B, Hq, Sq, D = q.shape
+    Hkv, Skv = k.shape[1], k.shape[2]
+    group = Hq // Hkv
+    if group > 1:
+        k = k.repeat_interleave(group, dim=1)
+        v = v.repeat_interleave(group, dim=1)
+    q, k, v, out, dout = (_fit_backward(t) for t in (q, k, v, out, dout))
+    lse = lse.contiguous()
+    dq = torch.empty((B, Hq, Sq, D), dtype=q.dtype, device=q.device)
+    dk = torch.empty((B, Hq, Skv, D), dtype=q.dtype, device=q.device)
+    dv = torch.empty((B, Hq, Skv, D), dtype=q.dtype, device=q.device)
+    ws_bytes = int(lib.cutegen_attention_backward_workspace_size(B, Hq, Sq, D))
+    workspace = torch.empty(ws_bytes, dtype=torch.uint8, device=q.device)   # the caching allocator: 512-byte aligned
+    stream = torch.cuda.current_stream(q.device).cuda_stream
+    with torch.cuda.device(q.device):
+        status = lib.cutegen_attention_backward(
+            q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), dout.data_ptr(), lse.data_ptr(),
+            dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), B, Hq, Hq, Sq, Skv, D,
+            *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3], *dout.stride()[:3],
+            *dq.stride()[:3], *dk.stride()[:3], *dv.stride()[:3], float(scale), workspace.data_ptr(), ws_bytes, stream)
+    if status != 0:
+        raise RuntimeError(f"cutegen attention backward kernel {desc['hash']}: status {status} "
+                           f"({abi.STATUS.get(status, '?')}): {lib.cutegen_last_error().decode()}")
+    if group > 1:
+        dk = dk.view(B, Hkv, group, Skv, D).float().sum(2).to(q.dtype)
+        dv = dv.view(B, Hkv, group, Skv, D).float().sum(2).to(q.dtype)
+    return dq, dk, dv
+
+
+@attention_bwd.register_fake
+def _attention_bwd_fake(dout, q, k, v, out, lse, library, scale):
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+def _train_setup(ctx, inputs, output):
+    q, k, v, library, backward_library, scale = inputs
+    out, lse = output
+    ctx.save_for_backward(q, k, v, out, lse)
+    ctx.backward_library = backward_library
+    ctx.scale = scale
+
+
+def _train_backward(ctx, dout, dlse):
+    q, k, v, out, lse = ctx.saved_tensors
+    dq, dk, dv = torch.ops.cutegen.attention_bwd(dout, q, k, v, out, lse, ctx.backward_library, ctx.scale)
+    return dq, dk, dv, None, None, None
+
+
+attention_fwd_train.register_autograd(_train_backward, setup_context=_train_setup)
+
+
+def _no_backward(ctx, dout, dlse):
+    raise RuntimeError("ATTN-OP-NO-BACKWARD: this call ran a forward kernel with no backward kernel loaded for its "
+                       "dtype, head dim and mask; give AttentionKernels a backward kernel directory "
+                       "(cutegen.ops.attention.backward) to differentiate it")
+
+
+attention_fwd.register_autograd(_no_backward, setup_context=lambda ctx, inputs, output: None)
 
 
 def _vt_strides(shape) -> tuple[int, int, int, int]:
@@ -295,11 +398,22 @@ class AttentionKernels:
 
     def __init__(self, kernels: Iterable[str | os.PathLike]):
         self.entries = []
+        self.backward_entries = []          # backward kernels (describe "pass": "backward")
         for path in kernels:
             _, desc = load_library(path)
-            self.entries.append((_library_path(path), desc))
+            entry = (_library_path(path), desc)
+            (self.backward_entries if desc.get("pass") == "backward" else self.entries).append(entry)
         if not self.entries:
-            raise ValueError("AttentionKernels: no kernel given")
+            raise ValueError("AttentionKernels: no forward kernel given")
+
+    def pick_backward(self, dtype: str, head_dim: int, causal: bool) -> str | None:
+        """The library path of the first backward kernel for (dtype, head dim, mask), or None. Backward kernels are
+        MHA; grouped calls go through the op's K/V expansion."""
+        for path, desc in getattr(self, "backward_entries", ()):
+            p = desc["problem"]
+            if (p["dtype"], p["head_dim"], p["causal"]) == (dtype, head_dim, causal) and not p.get("varlen"):
+                return path
+        return None
 
     def pick(self, dtype: str, head_dim: int, causal: bool, grouped: bool, decode_like: bool | None = None,
              varlen: bool = False) -> str:
@@ -402,6 +516,11 @@ class AttentionKernels:
         from .splitkv import is_decode_like
         library = self.pick(dtype, D, bool(is_causal), Hkv != Hq, is_decode_like(B, Hq, Hkv, Sq, bool(is_causal)))
         s = 1.0 / math.sqrt(D) if scale is None else float(scale)
+        if torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad):
+            backward_library = self.pick_backward(dtype, D, bool(is_causal))
+            if backward_library is not None:
+                out, _ = torch.ops.cutegen.attention_fwd_train(query, key, value, library, backward_library, s)
+                return out
         out, _ = torch.ops.cutegen.attention_fwd(query, key, value, library, s)
         return out
 
