@@ -255,7 +255,12 @@ def _run_op(monkeypatch, config, q, k, v):
     lib = _RecordingLib(lambda b, h, s: splitkv.workspace_bytes(b, h, s, q.shape[-1], config.get("kv_splits", 1)))
     desc = {"hash": "h", "problem": {"grouped": True}, "config": config}
     monkeypatch.setattr(torch_op, "load_library", lambda path: (lib, desc))
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: type("S", (), {"cuda_stream": 0})())
+    monkeypatch.setattr(torch_op, "_KERNELS", {})            # a library's record is made once per path
+    monkeypatch.setattr(torch_op, "_WORKSPACES", {})
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 0, raising=False)
+    monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: 0, raising=False)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
     monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
     torch_op.attention_fwd(q, k, v, "/fake/kernel.so", 0.125)
     (args,) = lib.calls
