@@ -663,6 +663,39 @@ def host_cost_cpu(args) -> int:
     return 0
 
 
+def summarize(args) -> int:
+    """A markdown table of a GPU run's results.json (or time.json): per shape the HBM floor, the best validated
+    cutegen kernel by GPU time (graph replay) and by end-to-end time through the op, SDPA cuDNN and flash, the
+    fractions of the floor and the ratios to cuDNN, and the host microseconds per call."""
+    doc = json.loads(Path(args.results).read_text())
+    doc = doc.get("time", doc)
+    nan = float("nan")
+    print("| shape | floor us | best kernel (graph) | graph us | floor frac | cuDNN graph us (frac) | vs cuDNN (graph) | "
+          "best e2e kernel | e2e us | cuDNN e2e us | vs cuDNN (e2e) | host us: op / custom op / C ABI / cuDNN |")
+    print("|" + "---|" * 12)
+    for row in doc.get("shapes", []):
+        if "contenders" not in row:
+            print(f"| {row.get('name')} | skipped: {row.get('skipped')} |")
+            continue
+        c = row["contenders"]
+        ours = {n: r for n, r in c.items() if not n.startswith("sdpa") and r.get("ok") and r.get("graph_us")}
+        cudnn = c.get("sdpa_cudnn", {})
+        floor = row["hbm_floor_us"]
+        if not ours:
+            print(f"| {row['name']} | {floor:.1f} | none validated |")
+            continue
+        g = min(ours, key=lambda n: ours[n]["graph_us"])
+        e = min(ours, key=lambda n: ours[n].get("us", nan))
+        cg, ce = cudnn.get("graph_us", nan), cudnn.get("us", nan)
+        r = ours[g]
+        print(f"| {row['name']} | {floor:.1f} | {g.split('_', 1)[1].rsplit('_', 1)[0]} | {r['graph_us']:.1f} | "
+              f"{floor / r['graph_us']:.2f} | {cg:.1f} ({floor / cg:.2f}) | {cg / r['graph_us']:.2f}x | "
+              f"{e.split('_', 1)[1].rsplit('_', 1)[0]} | {ours[e]['us']:.1f} | {ce:.1f} | {ce / ours[e]['us']:.2f}x | "
+              f"{ours[e].get('host_us', nan):.1f} / {ours[e].get('host_custom_op_us', nan):.1f} / "
+              f"{ours[e].get('host_abi_us', nan):.1f} / {cudnn.get('host_us', nan):.1f} |")
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -689,13 +722,15 @@ def main(argv=None) -> int:
     p.add_argument("--validated", nargs="*")
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--deadline", type=float, default=60.0)
+    p = sub.add_parser("summarize", help="a markdown table of a GPU run's results.json")
+    p.add_argument("results")
     p = sub.add_parser("host-cost-cpu", help="the op's Python host cost per call, no GPU (a stand-in library)")
     p.add_argument("--calls", type=int, default=2000)
     p.add_argument("--json")
     args = ap.parse_args(argv)
     return {"plan": plan, "validate": validate, "validate-worker": validate_worker, "sanitize-case": sanitize_case,
             "op-checks": op_checks, "time": time_plan,
-            "host-cost-cpu": host_cost_cpu}[args.cmd](args)
+            "host-cost-cpu": host_cost_cpu, "summarize": summarize}[args.cmd](args)
 
 
 if __name__ == "__main__":
