@@ -17,6 +17,14 @@ The fields map one to one onto the example's builder and options
   own CTAs with a partial O and log-sum-exp in the workspace and a combine kernel after ("flash-decoding",
   templates/attention/fmha_sm90_splitkv.cu.j2; ``cutegen.ops.attention.splitkv``). 1 (the default) is the
   example's kernel, unchanged; it is left out of the JSON then, so existing kernels keep their hashes.
+- ``tile_order``: cutegen's own, the order the tile scheduler hands out Q blocks. ``forward`` (the default, the
+  example's): m-block 0 first (fmha_tile_scheduler.hpp: blockIdx.x, or tile t = m-block fastest). ``longest_first``:
+  under the causal mask the last Q block of a head runs the most KV tiles, so it is handed out first: the
+  non-persistent grid reverses blockIdx.x (the hardware launches blocks in index order, so the short tiles come
+  last and fill the tail); the persistent scheduler walks the tiles with the m-block slowest, from the last one
+  (every CTA takes a mix of long and short tiles instead of one m-block always: tile t to CTA t mod grid). The
+  per-tile protocol is the example's; only which Q block a CTA computes changes. Left out of the JSON when
+  ``forward`` (existing kernels keep their hashes).
 
 The defaults are the example's own head-dim-128 kernel ("tma ws cooperative 128x128x128"). Which
 combinations are legal is not this module's business: the hardware rules are in ``legality/attention*``
@@ -34,6 +42,7 @@ from ...errors import FieldError
 SCHEDULES = ("tma", "ws_cooperative", "ws_pingpong")
 ACC_QK = ("f32", "f16")
 TILE_CHOICES = (16, 32, 64, 128, 192, 256)     # multiples of 16 up to 256 are accepted; these are the usual
+TILE_ORDERS = ("forward", "longest_first")
 KV_SPLITS_MAX = 64                             # the combine reads every split's LSE per row; more splits than SMs buy nothing
 
 
@@ -51,6 +60,7 @@ class AttentionConfig(CanonicalConfig):
     acc_qk: str = "f32"
     blocks_per_sm: int = 1
     kv_splits: int = 1
+    tile_order: str = "forward"
 
     def __post_init__(self):
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731
@@ -72,6 +82,7 @@ class AttentionConfig(CanonicalConfig):
             if not isinstance(getattr(self, name), bool):
                 raise FieldError(name, f"expected true or false, got {getattr(self, name)!r}")
         as_choice("acc_qk", self.acc_qk, ACC_QK)
+        as_choice("tile_order", self.tile_order, TILE_ORDERS)
 
     # --- derived -------------------------------------------------------------------------------------
     @property
@@ -79,7 +90,7 @@ class AttentionConfig(CanonicalConfig):
         return self.schedule != "tma"
 
     def short_name(self) -> str:
-        """e.g. ``128x128_wscoop_wg2_q2kv5`` (+ ``_pers``, ``_qsep``, ``_cm2``, ``_accf16``, ``_bps2``, ``_split4``)."""
+        """e.g. ``128x128_wscoop_wg2_q2kv5`` (+ ``_pers``, ``_qsep``, ``_cm2``, ``_accf16``, ``_bps2``, ``_split4``, ``_lf``)."""
         sched = {"tma": "tma", "ws_cooperative": "wscoop", "ws_pingpong": "wspp"}[self.schedule]
         out = f"{self.tile_q}x{self.tile_kv}_{sched}_wg{self.mma_warpgroups}_q{self.stages_q}kv{self.stages_kv}"
         out += "_pers" if self.persistent else ""
@@ -88,6 +99,7 @@ class AttentionConfig(CanonicalConfig):
         out += "_accf16" if self.acc_qk == "f16" else ""
         out += f"_bps{self.blocks_per_sm}" if self.blocks_per_sm != 1 else ""
         out += f"_split{self.kv_splits}" if self.kv_splits != 1 else ""
+        out += "_lf" if self.tile_order == "longest_first" else ""
         return out
 
     # --- JSON ----------------------------------------------------------------------------------------
@@ -95,6 +107,8 @@ class AttentionConfig(CanonicalConfig):
         out = {f.name: getattr(self, f.name) for f in fields(self)}
         if out["kv_splits"] == 1:          # the unsplit kernel: the JSON (and the hash) of before the field existed
             del out["kv_splits"]
+        if out["tile_order"] == "forward":  # the example's order: the JSON (and the hash) of before the field existed
+            del out["tile_order"]
         return out
 
     @classmethod

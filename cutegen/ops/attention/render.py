@@ -82,6 +82,11 @@ REFUSALS = {
     "ATTN-RENDER-SPLIT-CAUSAL": ("kv_splits > 1 renders no causal mask",
                                  "cutegen/ops/attention/splitkv.py CAUSAL_NOTE: top-left causal reads at most "
                                  "ceil((q_block + 1) x tile_q / tile_kv) KV tiles, nothing long to split"),
+    "ATTN-RENDER-TILE-ORDER": ("tile_order longest_first is rendered for the 16-bit, unsplit, fixed-length "
+                               "warp-specialized kernel only",
+                               "templates/attention/fmha_sm90.cu.j2 derives its two schedulers from 88's "
+                               "fmha_tile_scheduler.hpp; fmha_kernel_tma.hpp fixes IndividualTileScheduler, and the "
+                               "varlen, split-KV and FP8 templates keep their own schedulers"),
 }
 
 
@@ -144,6 +149,10 @@ def backend_refusals(problem: AttentionProblem, config: AttentionConfig, backend
         refuse("ATTN-RENDER-SPLIT-SCHEDULE", f"kv_splits {c.kv_splits}, schedule tma")
     if c.kv_splits > 1 and p.causal:
         refuse("ATTN-RENDER-SPLIT-CAUSAL", f"kv_splits {c.kv_splits}, causal true")
+    tile_order = getattr(c, "tile_order", "forward")
+    if tile_order != "forward" and (c.schedule == "tma" or p.varlen or p.dtype == "e4m3" or c.kv_splits > 1):
+        refuse("ATTN-RENDER-TILE-ORDER", f"tile_order {tile_order}, schedule {c.schedule}, varlen "
+                                         f"{str(p.varlen).lower()}, dtype {p.dtype}, kv_splits {c.kv_splits}")
     return out
 
 
@@ -168,6 +177,8 @@ def _config_lines(problem: AttentionProblem, config: AttentionConfig) -> list[st
              f"cluster {c.cluster_m}x1x1, {c.blocks_per_sm} CTA(s) per SM, Q K^T accumulates in {c.acc_qk}"]
     if problem.dtype == "e4m3":
         lines.append(f"e4m3 Q, K, V^T with descale factors, O in {problem.output_dtype}")
+    if c.tile_order != "forward":
+        lines.append(f"tile order {c.tile_order}: the Q blocks with the most causal KV tiles are handed out first")
     if c.kv_splits > 1:
         lines.append(f"KV length split into at most {c.kv_splits} chunks of whole {c.tile_kv}-key tiles, "
                      f"float32 partials combined by LSE")
@@ -189,6 +200,7 @@ def _context(problem: AttentionProblem, config: AttentionConfig) -> dict[str, An
         "stages_q": c.stages_q, "stages_kv": c.stages_kv, "persistent": c.persistent,
         "loads_q_separately": c.loads_q_separately, "cluster_m": c.cluster_m, "blocks_per_sm": c.blocks_per_sm,
         "describe_json": _describe(problem, config, khash), "smem_limit": SMEM_LIMIT, "kv_splits": c.kv_splits,
+        "tile_order": c.tile_order,
     }
 
 
