@@ -250,6 +250,19 @@ def probes(lib, desc):
     res = compare(o, ref_l, ref_o, ref_l)
     out.append({"probe": "no LSE, exact workspace", "status": st, "want_status": 0, "ok": st == 0 and res["ok"],
                 "err_o": res["err_o"], "workspace_bytes": need})
+    # the C ABI keeps the last call's launch (LaunchMemo): the same arguments again launch the kept Params (new K
+    # values in the same memory must be read, not remembered); another scale, then another O, must rebuild them
+    _abi(lib, q, k, v, o, lse, s, ws.data_ptr(), need)              # the launch the next call repeats
+    for name, scale2, o2 in (("repeat call (kept launch)", s, o), ("repeat call, other scale", 0.3, o),
+                             ("repeat call, other O", 0.3, torch.empty_like(q))):
+        k.copy_(make_tensor(2, 2, 1000, D, "bhsd", dtype, len(out) + 40))
+        o2.zero_()
+        st = _abi(lib, q, k, v, o2, lse, scale2, ws.data_ptr(), need)
+        torch.cuda.synchronize()
+        ref_o, ref_l = reference(q, k, v, scale2)
+        res = compare(o2, lse, ref_o, ref_l)
+        out.append({"probe": name, "status": st, "want_status": 0, "ok": st == 0 and res["ok"], "err_o": res["err_o"],
+                    "err_lse": res["err_lse"]})
     return out
 
 

@@ -121,3 +121,65 @@ def test_a_mutated_consumer_count_in_the_decode_kernel_is_caught():
     src = render_source(DECODE, TWO_CTAS)
     bad = src.replace("Option<Tag::kNumMmaWarpGroups, Int<1>>", "Option<Tag::kNumMmaWarpGroups, Int<2>>")
     assert any(m.startswith("consumers:") for m in mismatches(DECODE, TWO_CTAS, bad))
+
+
+def test_the_kept_launch_is_keyed_on_every_argument_but_the_stream():
+    src = render_source(DECODE, TWO_CTAS)
+    sig = src[src.index("int attention(const void* Q"):]
+    params = re.findall(r"(?:int64_t|float|void\*|const void\*|size_t|float\*|cudaStream_t) (\w+)", sig[:sig.index(")")])
+    assert params[-1] == "stream" and len(params) == 27
+    key = sig[sig.index("CallKey key;"):sig.index("if (g_memo.valid")]
+    for name in params[:-1]:
+        assert re.search(rf"\b{name}\b", key), name                 # every argument but the stream is in the key
+    assert not re.search(r"\bstream\b", key)
+    # the kept launch is trusted only after a launch that succeeded; a miss invalidates it before any check
+    body = sig[sig.index("if (g_memo.valid"):]
+    assert body.index("g_memo.valid = false;") < body.index("ATTN-ABI-EXTENTS")
+    assert body.index("if (int s = launch(m, stream)) return s;") < body.index("m.valid = device_id >= 0;")
+
+
+# --- the search and its price ---------------------------------------------------------------------------------
+def test_search_offers_the_decode_kernel_only_where_the_packed_rows_fit_one_64_row_tile():
+    from cutegen.search.attention.engine import candidates
+
+    def decode_kernels(p):
+        return [c for c in candidates(p) if c.mma_warpgroups == 1 and c.kv_splits > 1]
+    assert decode_kernels(DECODE)                                            # group 4 x 1 query: 4 rows
+    assert {c.blocks_per_sm for c in decode_kernels(DECODE)} == {1, 2}
+    assert decode_kernels(DECODE.replace(heads_q=64, seqlen_q=8))            # 64 rows: one tile
+    assert not decode_kernels(DECODE.replace(heads_q=64, seqlen_q=9))        # 72 rows: two tiles would read KV twice
+    assert not decode_kernels(DECODE.replace(seqlen_q=4096))                 # prefill: no splits at all
+
+
+def test_two_cta_decode_grid_of_at_most_one_cta_per_sm_is_priced_as_alone():
+    from cutegen.search.attention.cost import config_cost
+    b1 = DECODE.replace(batch=1, seqlen_kv=32768)                            # 8 problems
+    for splits, paired in ((16, False), (32, True)):                         # 128 CTAs <= 132 SMs < 256
+        c = TWO_CTAS.replace(kv_splits=splits)
+        br = config_cost(b1, c, AttentionContext(b1, c).smem_bytes)[1]
+        assert (br["overlap"] == "two blocks per SM") == paired, br["overlap"]
+
+
+def test_the_model_picks_the_measured_fastest_split_kernels():
+    """H200 decode2 run 1 (CUDA-graph times of every validated split kernel, 10 shapes): the model's fastest measured
+    kernel per shape is within 1 % of the measured fastest, and its mean |ln(model / measured)| is below 0.1."""
+    import json
+    import math
+    from cutegen.search.attention.cost import config_cost
+    root = Path(__file__).resolve().parents[1]
+    doc = json.loads((root / "bench/results/decode/2026-11-26-h200-decode2-run1-results.json").read_text())
+    errs = []
+    for row in doc["time"]["shapes"]:
+        p = AttentionProblem(**row["problem"], layout="bhsd")
+        got = []
+        for name, r in row["contenders"].items():
+            if name.startswith("sdpa") or "graph_us" not in r:
+                continue
+            c = AttentionConfig.from_dict(r["config"])
+            us = config_cost(p, c, AttentionContext(p, c).smem_bytes)[0]
+            errs.append(abs(math.log(us / r["graph_us"])))
+            got.append((us, r["graph_us"], c.short_name()))
+        best = min(m for _, m, _ in got)
+        pick = min(got)
+        assert pick[1] <= 1.01 * best, (row["name"], pick, best)
+    assert sum(errs) / len(errs) < 0.1
