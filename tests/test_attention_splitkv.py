@@ -335,10 +335,13 @@ def test_both_templates_encode_tma_descriptors_without_a_lookup_per_call():
 
 
 def test_split_cost_charges_waves_and_a_one_wave_grid():
-    # run 2 on the H200 (B8 Hq32/Hkv8 D128 Skv 32768): 4 splits (2 waves) beat 2 (one wave) and 32 (16 waves)
+    # B8 Hq32/Hkv8 D128 Skv 32768, the 128-row kernel: every wave past the second costs (CUDA-graph times, H200 run 3:
+    # 4, 8, 16, 32 splits 253, 263, 281, 319 us); 2 splits (one wave of 128 CTAs) and 4 (two waves) are priced within
+    # 3 % (measured 260 vs 283 in decode2 run 1, 4 splits 253 in run 3: the two runs disagree by more than that)
     p = DECODE.replace(seqlen_kv=32768)
-    cost = {n: config_cost(p, AttentionConfig(kv_splits=n))[0] for n in (2, 4, 8, 32)}
-    assert cost[4] < cost[2] and cost[4] < cost[8] < cost[32]
+    cost = {n: config_cost(p, AttentionConfig(kv_splits=n))[0] for n in (2, 4, 8, 16, 32)}
+    assert cost[4] < cost[8] < cost[16] < cost[32]
+    assert abs(cost[2] / cost[4] - 1) < 0.03
     b2, b4 = config_cost(p, AttentionConfig(kv_splits=2))[1], config_cost(p, AttentionConfig(kv_splits=4))[1]
     assert (b2["split_waves"], b4["split_waves"]) == (1, 2)
     assert config_cost(p, AttentionConfig())[1]["split_waves"] is None
