@@ -94,7 +94,23 @@ SWEEP2 = {
          ("wg1-bps2-split4", dict(_WG1, stages_kv=5, blocks_per_sm=2, kv_splits=4)),
          ("wg1-bps2-split16", dict(_WG1, stages_kv=5, blocks_per_sm=2, kv_splits=16))],
 }
-SETS = {"decode": (SHAPES, SWEEP), "decode2": (SHAPES2, SWEEP2)}
+# decode2 round 2: round 1's fastest kernels per shape class again (their C ABI now keeps the last call's launch),
+# and more K/V bytes in flight per SM: 6 stages of 128 keys with one CTA per SM, 6 stages of 64 keys with two, 12 of
+# 64 with one (round 1: the 5- and 3-stage kernels stream at 0.80 of the floor at B8 KV 8k, 0.68 at B1 KV 32k)
+SWEEP2_R2 = {
+    128: [("r1-b8", dict(_WG1, stages_kv=3, blocks_per_sm=2, kv_splits=4)),
+          ("r1-b1", dict(_WG1, stages_kv=5, kv_splits=16)),
+          ("r1-b8-wg2", dict(tile_q=128, tile_kv=128, schedule="ws_cooperative", stages_kv=5, kv_splits=2)),
+          ("kv6-split2", dict(_WG1, stages_kv=6, kv_splits=2)),
+          ("kv6-split16", dict(_WG1, stages_kv=6, kv_splits=16)),
+          ("t64-kv6-bps2-split4", dict(_WG1, tile_kv=64, stages_kv=6, blocks_per_sm=2, kv_splits=4)),
+          ("t64-kv6-bps2-split32", dict(_WG1, tile_kv=64, stages_kv=6, blocks_per_sm=2, kv_splits=32)),
+          ("t64-kv12-split16", dict(_WG1, tile_kv=64, stages_kv=12, kv_splits=16)),
+          ("t64-kv12-split2", dict(_WG1, tile_kv=64, stages_kv=12, kv_splits=2))],
+    64: [("r1-b8", dict(_WG1, stages_kv=5, blocks_per_sm=2, kv_splits=4)),
+         ("kv6-bps2-split2", dict(_WG1, stages_kv=6, blocks_per_sm=2, kv_splits=2))],
+}
+SETS = {"decode": (SHAPES, SWEEP), "decode2": (SHAPES2, SWEEP2), "decode2-r2": (SHAPES2, SWEEP2_R2)}
 
 
 def _key_problem(head_dim):
@@ -717,7 +733,7 @@ def main(argv=None) -> int:
     p.add_argument("--no-search", action="store_true", help="render the sweep only")
     p.add_argument("--set", choices=sorted(SETS), default="decode",
                    help="decode: H200 runs 1-3's shapes and sweep; decode2: Llama-8B/70B decode steps and the "
-                        "one-consumer-warpgroup kernels (bench/gpu_decode2.sh)")
+                        "one-consumer-warpgroup kernels (bench/gpu_decode2.sh round 1); decode2-r2: round 2")
     p = sub.add_parser("validate", help="every built kernel against float32 (GPU)")
     p.add_argument("plan")
     p.add_argument("--json", required=True)
