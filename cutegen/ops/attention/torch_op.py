@@ -29,6 +29,12 @@ A split-KV kernel (config ``kv_splits`` > 1, for decode-like calls: few queries,
 float32 partials in a workspace the op allocates through torch (``cutegen_attention_workspace_size``), and Q
 in an order that reads a group's query heads as rows (BHSD, or one query); other Q strides get one copy.
 
+Eager calls of ``AttentionKernels.scaled_dot_product_attention`` on plain tensors (no tracing, no dispatch or
+torch-function mode, no autograd) skip the custom op's dispatcher and reuse a call plan per input signature (shapes,
+strides, dtypes, device, scale): about 20 us of host time per call on the H200's host instead of 40-65 through the
+custom op; set ``AttentionKernels.eager_fast_path = False`` to always go through the custom op. The split-KV workspace
+is kept per (device, stream) between eager calls (never under CUDA-graph capture, where torch's graph pool allocates).
+
 The kernel runs behind ``torch.library.custom_op("cutegen::attention_fwd")`` (FP8: ``cutegen::attention_fwd_fp8``): opaque to ``torch.compile``
 (its fake implementation gives the shapes) and capturable in CUDA graphs (it launches on the current stream,
 allocates only through torch, and never synchronizes). The library's dynamic shared-memory attribute is set
