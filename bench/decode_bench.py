@@ -68,6 +68,50 @@ SWEEP = {
 }
 MAX_KERNELS = 16                    # one round of 16 nvcc jobs on the device
 
+# --set decode2 (bench/gpu_decode2.sh): Llama-3.1-8B (Hq 32 / Hkv 8) and 70B (Hq 64 / Hkv 8) decode steps, one query
+# per sequence, B1 and B8, KV 8k and 32k; plus head dim 64 and one 16-query call.
+SHAPES2 = {
+    f"{model}_b{b}_q1_kv{kv}": dict(batch=b, heads_q=hq, heads_kv=8, seqlen_q=1, seqlen_kv=kv, head_dim=128)
+    for model, hq in (("llama8b", 32), ("llama70b", 64)) for b in (1, 8) for kv in (8192, 32768)
+}
+SHAPES2["b8_hq32_hkv8_q1_kv8192_d64"] = dict(batch=8, heads_q=32, heads_kv=8, seqlen_q=1, seqlen_kv=8192, head_dim=64)
+SHAPES2["llama8b_b8_q16_kv8192"] = dict(batch=8, heads_q=32, heads_kv=8, seqlen_q=16, seqlen_kv=8192, head_dim=128)
+_WG1 = dict(tile_q=64, tile_kv=128, schedule="ws_cooperative", mma_warpgroups=1, stages_q=1)
+# run 3's best split kernels (128-row tiles, two consumer warpgroups), and the one-consumer-warpgroup decode kernel
+# (DecodeFmhaKernel: 64-row tiles) with one CTA per SM (5 K/V stages) or two (3 stages)
+SWEEP2 = {
+    128: [("split4", dict(tile_q=128, tile_kv=128, schedule="ws_cooperative", stages_kv=5, kv_splits=4)),
+          ("split16", dict(tile_q=128, tile_kv=128, schedule="ws_cooperative", stages_kv=5, kv_splits=16)),
+          ("split2", dict(tile_q=128, tile_kv=128, schedule="ws_cooperative", stages_kv=5, kv_splits=2)),
+          ("wg1-split4", dict(_WG1, stages_kv=5, kv_splits=4)),
+          ("wg1-split16", dict(_WG1, stages_kv=5, kv_splits=16)),
+          ("wg1-bps2-split2", dict(_WG1, stages_kv=3, blocks_per_sm=2, kv_splits=2)),
+          ("wg1-bps2-split4", dict(_WG1, stages_kv=3, blocks_per_sm=2, kv_splits=4)),
+          ("wg1-bps2-split8", dict(_WG1, stages_kv=3, blocks_per_sm=2, kv_splits=8)),
+          ("wg1-bps2-split16", dict(_WG1, stages_kv=3, blocks_per_sm=2, kv_splits=16)),
+          ("wg1-bps2-split32", dict(_WG1, stages_kv=3, blocks_per_sm=2, kv_splits=32))],
+    64: [("split2", dict(tile_q=128, tile_kv=128, schedule="ws_cooperative", stages_kv=5, kv_splits=2)),
+         ("wg1-bps2-split4", dict(_WG1, stages_kv=5, blocks_per_sm=2, kv_splits=4)),
+         ("wg1-bps2-split16", dict(_WG1, stages_kv=5, blocks_per_sm=2, kv_splits=16))],
+}
+# decode2 round 2: round 1's fastest kernels per shape class again (their C ABI now keeps the last call's launch),
+# and more K/V bytes in flight per SM: 6 stages of 128 keys with one CTA per SM, 6 stages of 64 keys with two, 12 of
+# 64 with one (round 1: the 5- and 3-stage kernels stream at 0.80 of the floor at B8 KV 8k, 0.68 at B1 KV 32k)
+SWEEP2_R2 = {
+    128: [("r1-b8", dict(_WG1, stages_kv=3, blocks_per_sm=2, kv_splits=4)),
+          ("r1-b1", dict(_WG1, stages_kv=5, kv_splits=16)),
+          ("r1-b8-wg2", dict(tile_q=128, tile_kv=128, schedule="ws_cooperative", stages_kv=5, kv_splits=2)),
+          ("kv6-split2", dict(_WG1, stages_kv=6, kv_splits=2)),
+          ("kv6-split16", dict(_WG1, stages_kv=6, kv_splits=16)),
+          ("t64-kv6-bps2-split4", dict(_WG1, tile_kv=64, stages_kv=6, blocks_per_sm=2, kv_splits=4)),
+          ("t64-kv6-bps2-split32", dict(_WG1, tile_kv=64, stages_kv=6, blocks_per_sm=2, kv_splits=32)),
+          ("t64-kv12-split16", dict(_WG1, tile_kv=64, stages_kv=12, kv_splits=16)),
+          ("t64-kv12-split2", dict(_WG1, tile_kv=64, stages_kv=12, kv_splits=2))],
+    64: [("r1-b8", dict(_WG1, stages_kv=5, blocks_per_sm=2, kv_splits=4)),
+         ("kv6-bps2-split2", dict(_WG1, stages_kv=6, blocks_per_sm=2, kv_splits=2))],
+}
+SETS = {"decode": (SHAPES, SWEEP), "decode2": (SHAPES2, SWEEP2), "decode2-r2": (SHAPES2, SWEEP2_R2)}
+
 
 def _key_problem(head_dim):
     from cutegen.ops.attention.problem import AttentionProblem
@@ -95,13 +139,14 @@ def plan(args) -> int:
             kernels[name]["roles"].append(role)
         return name
 
-    for head_dim, entries in SWEEP.items():
+    shapes, sweep = SETS[args.set]
+    for head_dim, entries in sweep.items():
         for role, fields in entries:
             add(head_dim, role, AttentionConfig(**fields))
     picks = {}
     if not args.no_search:
         from cutegen.core.search import search
-        for shape, fields in SHAPES.items():
+        for shape, fields in shapes.items():
             p = AttentionProblem(**fields, layout="bhsd")
             t0 = time.time()
             try:
@@ -116,7 +161,7 @@ def plan(args) -> int:
             picks[shape] = {"dir": kernels[add(p.head_dim, "cutegen", cfg)]["dir"], "config": cfg.to_dict(),
                             "search_s": round(time.time() - t0, 3)}
             print(f"{shape}: search picks {cfg.short_name()} ({picks[shape]['search_s']} s)")
-    doc = {"shapes": SHAPES, "kernels": kernels, "search_picks": picks}
+    doc = {"set": args.set, "shapes": shapes, "kernels": kernels, "search_picks": picks}
     (out / "plan.json").write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
     (out / "dirs.txt").write_text("".join(f"{out / k['dir']}\n" for k in kernels.values()))
     print(f"{len(kernels)} kernels in {out}")
@@ -221,6 +266,19 @@ def probes(lib, desc):
     res = compare(o, ref_l, ref_o, ref_l)
     out.append({"probe": "no LSE, exact workspace", "status": st, "want_status": 0, "ok": st == 0 and res["ok"],
                 "err_o": res["err_o"], "workspace_bytes": need})
+    # the C ABI keeps the last call's launch (LaunchMemo): the same arguments again launch the kept Params (new K
+    # values in the same memory must be read, not remembered); another scale, then another O, must rebuild them
+    _abi(lib, q, k, v, o, lse, s, ws.data_ptr(), need)              # the launch the next call repeats
+    for name, scale2, o2 in (("repeat call (kept launch)", s, o), ("repeat call, other scale", 0.3, o),
+                             ("repeat call, other O", 0.3, torch.empty_like(q))):
+        k.copy_(make_tensor(2, 2, 1000, D, "bhsd", dtype, len(out) + 40))
+        o2.zero_()
+        st = _abi(lib, q, k, v, o2, lse, scale2, ws.data_ptr(), need)
+        torch.cuda.synchronize()
+        ref_o, ref_l = reference(q, k, v, scale2)
+        res = compare(o2, lse, ref_o, ref_l)
+        out.append({"probe": name, "status": st, "want_status": 0, "ok": st == 0 and res["ok"], "err_o": res["err_o"],
+                    "err_lse": res["err_lse"]})
     return out
 
 
@@ -232,6 +290,8 @@ def validate_kernel(kdir: str) -> dict:
     dtype = torch.bfloat16 if key["dtype"] == "bf16" else torch.float16
     D = key["head_dim"]
     rec = {"kernel": kdir, "hash": desc["hash"], "config": desc["config"], "cases": []}
+    from cutegen.ops.attention.torch_op import AttentionKernels
+    op = AttentionKernels([kdir])
     t0 = time.time()
     for i, (B, Hq, Hkv, Sq, Skv, layout, scale) in enumerate(CASES):
         q = make_tensor(B, Hq, Sq, D, layout, dtype, 10 * i + 1)
@@ -244,6 +304,13 @@ def validate_kernel(kdir: str) -> dict:
             torch.cuda.synchronize()
             ref_o, ref_l = reference(q, k, v, s)
             case.update(compare(o, lse, ref_o, ref_l))
+            # the SDPA-style op's eager fast path: its first call (torch_op._run) and its second (the call plan)
+            for which in ("op_first", "op_plan"):
+                o2 = op(q, k, v, scale=s, enable_gqa=True)
+                torch.cuda.synchronize()
+                got = compare(o2, ref_l, ref_o, ref_l)
+                case[which] = {"err_o": got["err_o"], "ok": got["ok"]}
+                case["ok"] = case["ok"] and got["ok"]
         except Exception as e:  # noqa: BLE001 - a refusal or CUDA error is this case's result
             case.update({"ok": False, "error": f"{type(e).__name__}: {e}"[:400]})
         rec["cases"].append(case)
@@ -411,6 +478,45 @@ def _graph_us(fn, calls=20, replays=5):
     return statistics.median(per)
 
 
+def _host_us(fn, calls=20, rounds=5):
+    """Host microseconds per call: ``calls`` calls issued back to back (their launches queue; the GPU runs them
+    after), wall clock, best of ``rounds``; the GPU drained between rounds."""
+    torch = _torch()
+    best = float("inf")
+    for _ in range(rounds):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        best = min(best, (time.perf_counter() - t0) / calls)
+    torch.cuda.synchronize()
+    return {"host_us": best * 1e6}
+
+
+def _bare_call(lib_path, q, k, v, scale):
+    """The kernel's C ABI call with every argument worked out beforehand (O, workspace allocated once): the host
+    cost of the C side alone (checks, TMA descriptor encodes, two launches) plus ctypes."""
+    torch = _torch()
+    from cutegen.ops.attention.torch_op import _kernel
+    kern = _kernel(lib_path)
+    B, Hq, Sq, D = q.shape
+    o = torch.empty_like(q)
+    lse = torch.empty((B, Hq, Sq), dtype=torch.float32, device=q.device)
+    ws_bytes = int(kern.workspace_size(B, Hq, Sq))
+    ws = torch.empty(max(ws_bytes, 1), dtype=torch.uint8, device=q.device)
+    stream = torch.cuda.current_stream().cuda_stream
+    args = (q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr(), B, Hq, k.shape[1], Sq, k.shape[2], D,
+            *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3], float(scale), ws.data_ptr(), ws_bytes,
+            stream)
+    call = kern.call
+
+    def run():
+        if call(*args) != 0:
+            raise RuntimeError(kern.lib.cutegen_last_error().decode())
+        return o, lse, ws                     # keeps the buffers alive while the closure lives
+    return run
+
+
 def time_plan(args) -> int:
     torch = _torch()
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -484,6 +590,14 @@ def time_plan(args) -> int:
             ms = statistics.median(r[name] for r in rounds)
             row["contenders"][name].update({"ms": ms, "us": ms * 1e3, "tflops": p.flops / (ms * 1e-3) / 1e12,
                                             "hbm_fraction": floor_us / (ms * 1e3)})
+        for name, fn in usable.items():        # host time per call: issue 20 calls back to back (the GPU queue absorbs them)
+            row["contenders"][name].update(_host_us(fn))
+        for name, entry in plan_doc["kernels"].items():
+            if name in usable:                 # the same kernel through the custom op and through the bare C ABI
+                lib_path = str(plan_dir / entry["dir"] / "kernel.so")
+                row["contenders"][name]["host_custom_op_us"] = _host_us(
+                    lambda: torch.ops.cutegen.attention_fwd(q, k, v, lib_path, scale))["host_us"]
+                row["contenders"][name]["host_abi_us"] = _host_us(_bare_call(lib_path, q, k, v, scale))["host_us"]
         for name, fn in usable.items():        # GPU time alone: the same calls replayed from a CUDA graph
             try:
                 us = _graph_us(fn)
@@ -502,12 +616,112 @@ def time_plan(args) -> int:
             row["search_pick"] = Path(pick["dir"]).name
         doc["shapes"].append(row)
         cells = "  ".join(f"{n}: {r['us']:.1f} us {r['hbm_fraction']:.2f} (graph {r.get('graph_us', float('nan')):.1f} us "
-                          f"{r.get('graph_hbm_fraction', float('nan')):.2f})" for n, r in row["contenders"].items()
-                          if r.get("ms"))
+                          f"{r.get('graph_hbm_fraction', float('nan')):.2f}; host {r.get('host_us', float('nan')):.1f} us)"
+                          for n, r in row["contenders"].items() if r.get("ms"))
         print(f"{shape} (floor {floor_us:.1f} us): {cells}", flush=True)
         q = k = v = o = fns = usable = None
         torch.cuda.empty_cache()
+        Path(args.json).write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")   # each shape: a kill keeps the rest
     Path(args.json).write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    return 0
+
+
+STUB_C = r"""
+#include <stdint.h>
+#include <stddef.h>
+static const char* desc = "{\"hash\":\"stub\",\"problem\":{\"op\":\"attention\",\"dtype\":\"bf16\",\"head_dim\":128,"
+    "\"causal\":false,\"varlen\":false,\"grouped\":true},\"config\":{\"kv_splits\":16}}";
+int cutegen_attention(const void* q, const void* k, const void* v, void* o, float* lse, int64_t b, int64_t hq,
+    int64_t hkv, int64_t sq, int64_t skv, int64_t d, int64_t s1, int64_t s2, int64_t s3, int64_t s4, int64_t s5,
+    int64_t s6, int64_t s7, int64_t s8, int64_t s9, int64_t s10, int64_t s11, int64_t s12, float scale, void* ws,
+    size_t wsb, void* stream) { return 0; }
+size_t cutegen_attention_workspace_size(int64_t b, int64_t h, int64_t s) { return (size_t)(b * h * s * 16 * 129 * 4 + 512); }
+const char* cutegen_describe(void) { return desc; }
+const char* cutegen_last_error(void) { return ""; }
+"""
+
+
+def host_cost_cpu(args) -> int:
+    """The op's Python host cost per call on this machine, without a GPU: a stand-in library (same C signature,
+    returns 0, compiled with cc) and CPU tensors of a decode call (B1, Hq 32 / Hkv 8, Sq 1, Skv 4096, D 128; the
+    CUDA-only calls of the hot path answered by stubs). Times: the custom op (``torch.ops.cutegen.attention_fwd``),
+    the SDPA-style op through it (``eager_fast_path`` off), the op's eager fast path, and the bare ctypes call."""
+    import tempfile
+    import timeit
+    from unittest import mock
+    torch = _torch()
+    from cutegen.ops.attention import torch_op
+    tmp = Path(tempfile.mkdtemp(prefix="cutegen-stub-"))
+    (tmp / "stub.c").write_text(STUB_C)
+    subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", str(tmp / "kernel.so"), str(tmp / "stub.c")], check=True)
+    lib_path = str(tmp / "kernel.so")
+    q = torch.randn(1, 32, 1, 128).to(torch.bfloat16)
+    k = torch.randn(1, 8, 4096, 128).to(torch.bfloat16)
+    v = torch.randn(1, 8, 4096, 128).to(torch.bfloat16)
+    op = torch_op.AttentionKernels([lib_path])
+    kern = torch_op._kernel(lib_path)
+    fixed = (q.data_ptr(), k.data_ptr(), v.data_ptr(), q.data_ptr(), None, 1, 32, 8, 1, 4096, 128,
+             *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *q.stride()[:3], 0.088, None, 0, 0)
+    n = args.calls
+    out = {"machine": os.uname().nodename, "cpus": os.cpu_count(), "torch": torch.__version__, "calls": n}
+    with mock.patch.object(torch._C, "_cuda_getCurrentRawStream", lambda i: 0, create=True), \
+            mock.patch.object(torch._C, "_cuda_getDevice", lambda: 0, create=True), \
+            mock.patch.object(torch.cuda, "current_device", lambda: 0), \
+            mock.patch.object(torch.cuda, "is_current_stream_capturing", lambda: False):
+        cases = {
+            "custom_op": lambda: torch.ops.cutegen.attention_fwd(q, k, v, lib_path, 0.088),
+            "op_through_custom_op": None,
+            "op_fast_path": lambda: op(q, k, v, enable_gqa=True),
+            "ctypes_call": lambda: kern.call(*fixed),
+        }
+
+        def through():
+            op.eager_fast_path = False
+            try:
+                return op(q, k, v, enable_gqa=True)
+            finally:
+                op.eager_fast_path = True
+        cases["op_through_custom_op"] = through
+        for name, fn in cases.items():
+            fn()
+            best = min(timeit.repeat(fn, number=n, repeat=5)) / n
+            out[name + "_us"] = round(best * 1e6, 2)
+            print(f"{name}: {best * 1e6:.1f} us per call", flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
+    return 0
+
+
+def summarize(args) -> int:
+    """A markdown table of a GPU run's results.json (or time.json): per shape the HBM floor, the best validated
+    cutegen kernel by GPU time (graph replay) and by end-to-end time through the op, SDPA cuDNN and flash, the
+    fractions of the floor and the ratios to cuDNN, and the host microseconds per call."""
+    doc = json.loads(Path(args.results).read_text())
+    doc = doc.get("time", doc)
+    nan = float("nan")
+    print("| shape | floor us | best kernel (graph) | graph us | floor frac | cuDNN graph us (frac) | vs cuDNN (graph) | "
+          "best e2e kernel | e2e us | cuDNN e2e us | vs cuDNN (e2e) | host us: op / custom op / C ABI / cuDNN |")
+    print("|" + "---|" * 12)
+    for row in doc.get("shapes", []):
+        if "contenders" not in row:
+            print(f"| {row.get('name')} | skipped: {row.get('skipped')} |")
+            continue
+        c = row["contenders"]
+        ours = {n: r for n, r in c.items() if not n.startswith("sdpa") and r.get("ok") and r.get("graph_us")}
+        cudnn = c.get("sdpa_cudnn", {})
+        floor = row["hbm_floor_us"]
+        if not ours:
+            print(f"| {row['name']} | {floor:.1f} | none validated |")
+            continue
+        g = min(ours, key=lambda n: ours[n]["graph_us"])
+        e = min(ours, key=lambda n: ours[n].get("us", nan))
+        cg, ce = cudnn.get("graph_us", nan), cudnn.get("us", nan)
+        r = ours[g]
+        print(f"| {row['name']} | {floor:.1f} | {g.split('_', 1)[1].rsplit('_', 1)[0]} | {r['graph_us']:.1f} | "
+              f"{floor / r['graph_us']:.2f} | {cg:.1f} ({floor / cg:.2f}) | {cg / r['graph_us']:.2f}x | "
+              f"{e.split('_', 1)[1].rsplit('_', 1)[0]} | {ours[e]['us']:.1f} | {ce:.1f} | {ce / ours[e]['us']:.2f}x | "
+              f"{ours[e].get('host_us', nan):.1f} / {ours[e].get('host_custom_op_us', nan):.1f} / "
+              f"{ours[e].get('host_abi_us', nan):.1f} / {cudnn.get('host_us', nan):.1f} |")
     return 0
 
 
@@ -517,6 +731,9 @@ def main(argv=None) -> int:
     p = sub.add_parser("plan", help="render the sweep and the search's picks (CPU)")
     p.add_argument("--out", default="out/decode-plan")
     p.add_argument("--no-search", action="store_true", help="render the sweep only")
+    p.add_argument("--set", choices=sorted(SETS), default="decode",
+                   help="decode: H200 runs 1-3's shapes and sweep; decode2: Llama-8B/70B decode steps and the "
+                        "one-consumer-warpgroup kernels (bench/gpu_decode2.sh round 1); decode2-r2: round 2")
     p = sub.add_parser("validate", help="every built kernel against float32 (GPU)")
     p.add_argument("plan")
     p.add_argument("--json", required=True)
@@ -534,9 +751,15 @@ def main(argv=None) -> int:
     p.add_argument("--validated", nargs="*")
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--deadline", type=float, default=60.0)
+    p = sub.add_parser("summarize", help="a markdown table of a GPU run's results.json")
+    p.add_argument("results")
+    p = sub.add_parser("host-cost-cpu", help="the op's Python host cost per call, no GPU (a stand-in library)")
+    p.add_argument("--calls", type=int, default=2000)
+    p.add_argument("--json")
     args = ap.parse_args(argv)
     return {"plan": plan, "validate": validate, "validate-worker": validate_worker, "sanitize-case": sanitize_case,
-            "op-checks": op_checks, "time": time_plan}[args.cmd](args)
+            "op-checks": op_checks, "time": time_plan,
+            "host-cost-cpu": host_cost_cpu, "summarize": summarize}[args.cmd](args)
 
 
 if __name__ == "__main__":

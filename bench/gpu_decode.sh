@@ -19,13 +19,16 @@ set -u -o pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$REPO"
 PLAN=${PLAN:-out/decode-plan}
+SET=${SET:-decode}                      # decode_bench.py's shape and kernel set (bench/gpu_decode2.sh: decode2)
+SUBDIR=${SUBDIR:-decode}                # files go to $OUT/$SUBDIR
+SAN_PATTERN=${SAN_PATTERN:-*split*}     # the kernel directory the sanitizer and the op checks take (first match)
 
 if [ "${1:-}" = "--plan" ]; then
   PY=${PYTHON:-$( [ -x "$REPO/.venv/bin/python" ] && echo "$REPO/.venv/bin/python" || echo python3 )}
   . "$REPO/bench/stage_package.sh"      # this tree's cutegen first on PYTHONPATH, whatever PY has installed
   "$PY" -c "import jinja2, cutegen.ops.attention.render" || { echo "gpu_decode --plan: needs jinja2; set PYTHON"; exit 2; }
   rm -rf "$PLAN"
-  "$PY" bench/decode_bench.py plan --out "$PLAN" ${NO_SEARCH:+--no-search}
+  "$PY" bench/decode_bench.py plan --out "$PLAN" --set "$SET" ${NO_SEARCH:+--no-search}
   rc=$?
   rm -rf "$STAGE"
   exit $rc
@@ -33,7 +36,7 @@ fi
 
 T0=$(date +%s)
 OUT=${OUT:-$REPO/out/gpu-decode}
-D="$OUT/decode"
+D="$OUT/$SUBDIR"
 mkdir -p "$D"
 exec > >(tee "$D/log.txt") 2>&1
 
@@ -49,7 +52,7 @@ export CUTEGEN_CACHE=${CUTEGEN_CACHE:-/tmp/cutegen-cache}
 export CUTEGEN_CUTLASS_INCLUDE=${CUTEGEN_CUTLASS_INCLUDE:-$REPO/oracles/.cutlass}
 command -v nvcc > /dev/null || export PATH="$PATH:/usr/local/cuda/bin"
 command -v compute-sanitizer > /dev/null || export PATH="$PATH:/usr/local/cuda/bin"
-GPU_SCRIPT=gpu_decode
+GPU_SCRIPT=${GPU_SCRIPT:-gpu_decode}
 . "$REPO/bench/gpu_lib.sh"   # elapsed, phase, run_until
 . "$REPO/bench/stage_package.sh"
 
@@ -77,7 +80,7 @@ grep -E "FAILED|error|spill|built [0-9]|failed" "$STAGE/build.txt" | tail -n 30
 echo "libraries: $(ls "$PLAN"/kernels/*/kernel.so 2> /dev/null | wc -l)"
 
 phase "2. compute-sanitizer memcheck and op checks (background)"
-SAN_KERNEL=$(ls -d "$PLAN"/kernels/*split*/ 2> /dev/null | while read -r k; do [ -f "$k/kernel.so" ] && echo "${k%/}" && break; done)
+SAN_KERNEL=$(ls -d "$PLAN"/kernels/$SAN_PATTERN/ 2> /dev/null | while read -r k; do [ -f "$k/kernel.so" ] && echo "${k%/}" && break; done)
 SAN_PID=""
 if [ -n "$SAN_KERNEL" ]; then
   echo "sanitizing $SAN_KERNEL"

@@ -51,6 +51,7 @@ THREADS_PER_WARPGROUP = 128
 SMEM_PER_BLOCK = smem.SM90_SMEM_CAPACITY          # 232,448 B (rulebook D02)
 SMEM_PER_SM = 233472                              # 228 KiB per SM; the driver reserves 1 KiB per block
 SMEM_RESERVED_PER_BLOCK = 1024
+DECODE_SETMAXNREG_CAP = 240                         # DecodeFmhaKernel (split template): the 2-warpgroup kernels' value
 REGISTERS_PER_SM = 65536
 LOAD_REGISTER_REQUIREMENT = 40 - 2 * 8            # fmha_kernel_tma_warpspecialized.hpp:131
 SS_OP_N = (256, 192, 128, 96, 64, 32, 16, 8)      # cute ss_op_selector without extended shapes
@@ -112,8 +113,20 @@ class AttentionContext:
         """setmaxnreg of the consumer warpgroups (fmha_kernel_tma_warpspecialized.hpp:131-133); None for tma."""
         if not self.ws:
             return None
+        if self.decode_kernel:
+            # templates/attention/fmha_sm90_splitkv.cu.j2 DecodeFmhaKernel: its own launch bounds (blocks_per_sm)
+            # and the consumer's setmaxnreg capped at 240 (the two-warpgroup kernels' value)
+            blocks = self.config.blocks_per_sm
+            supply = (REGISTERS_PER_SM // self.threads // blocks // 8) * 8 * self.threads // THREADS_PER_WARPGROUP
+            return min(DECODE_SETMAXNREG_CAP, ((supply - LOAD_REGISTER_REQUIREMENT) // self.mma_wgs // 8) * 8)
         supply = (REGISTERS_PER_SM // self.threads // 1 // 8) * 8 * self.threads // THREADS_PER_WARPGROUP
         return ((supply - LOAD_REGISTER_REQUIREMENT) // self.mma_wgs // 8) * 8
+
+    @property
+    def decode_kernel(self) -> bool:
+        """The split-KV template's one-consumer-warpgroup kernel (DecodeFmhaKernel): warp-specialized, kv_splits > 1,
+        mma_warpgroups 1. It sets its own launch bounds (blocks_per_sm 1 or 2) and setmaxnreg."""
+        return self.ws and self.kv_splits > 1 and self.mma_wgs == 1
 
     @cached_property
     def register_budget(self) -> int:
@@ -373,9 +386,11 @@ def _epi_tile(c: AttentionContext):
 
 
 @_r("ATTN-SETMAXNREG-RANGE", rulebook="B18", source=f"PTX ISA 9.1 §9.7.19.5 (setmaxnreg: 24..256, multiple of 8); "
-    f"{_KERN_WS}:131-133 (MmaRegisterRequirement); EMP:jit setmaxnreg 264 -> INVALID_PTX",
-    summary="the consumer warpgroups' setmaxnreg, ((65536 / threads / 8) * 8 * threads / 128 - 24) / mma_warpgroups "
-            "rounded down to 8, is in [24, 256]")
+    f"{_KERN_WS}:131-133 (MmaRegisterRequirement); EMP:jit setmaxnreg 264 -> INVALID_PTX; "
+    f"templates/attention/fmha_sm90_splitkv.cu.j2 DecodeFmhaKernel (its own blocks_per_sm and a cap of 240)",
+    summary="the consumer warpgroups' setmaxnreg, ((65536 / threads / blocks / 8) * 8 * threads / 128 - 24) / "
+            "mma_warpgroups rounded down to 8 (blocks 1; the split-KV one-warpgroup kernel: its blocks_per_sm, "
+            "capped at 240), is in [24, 256]")
 def _setmaxnreg(c: AttentionContext):
     r = c.mma_register_requirement
     if r is not None and not 24 <= r <= 256:
@@ -427,9 +442,10 @@ def _serialized(c: AttentionContext):
 @_r("ATTN-BLOCKS-PER-SM-SMEM", rulebook="D03", enforced=False,
     source=f"{_KERN_TMA}:51,108 (kBlocksPerSM: __launch_bounds__ min blocks); CUDA PG §20.8.3 (228 KiB per SM, "
            f"1 KiB reserved per block)",
-    summary="blocks_per_sm=2 (tma) only if two blocks fit an SM: 2 x (sizeof(SharedStorage) + 1024) <= 233,472")
+    summary="blocks_per_sm=2 (tma, or the split-KV one-warpgroup kernel) only if two blocks fit an SM: "
+            "2 x (sizeof(SharedStorage) + 1024) <= 233,472")
 def _bps_smem(c: AttentionContext):
-    if c.ws or c.config.blocks_per_sm != 2 or c.smem_bytes is None:
+    if (c.ws and not c.decode_kernel) or c.config.blocks_per_sm != 2 or c.smem_bytes is None:
         return None
     need = 2 * (c.smem_bytes + SMEM_RESERVED_PER_BLOCK)
     if need > SMEM_PER_SM:
@@ -499,11 +515,15 @@ def _ws_cluster(c: AttentionContext):
 
 
 @_f("ATTN-WS-BLOCKS-PER-SM", source=f"{_KERN_WS}:127 (MinBlocksPerMultiprocessor = 1; kBlocksPerSM is read only "
-    f"by {_KERN_TMA}:51)",
-    summary="the warp-specialized schedules run one block per SM: blocks_per_sm == 1")
+    f"by {_KERN_TMA}:51); templates/attention/fmha_sm90_splitkv.cu.j2 DecodeFmhaKernel (MinBlocksPerMultiprocessor = "
+    f"blocks_per_sm)",
+    summary="the warp-specialized schedules run one block per SM: blocks_per_sm == 1, except the split-KV kernel "
+            "with one consumer warpgroup (kv_splits > 1, mma_warpgroups 1), whose launch bounds take blocks_per_sm")
 def _ws_bps(c: AttentionContext):
-    if c.ws and c.config.blocks_per_sm != 1:
-        return f"{c.config.schedule} with blocks_per_sm={c.config.blocks_per_sm}: the kernel's launch bounds say 1"
+    if c.ws and c.config.blocks_per_sm != 1 and not c.decode_kernel:
+        return (f"{c.config.schedule} with blocks_per_sm={c.config.blocks_per_sm}, mma_warpgroups={c.mma_wgs}, "
+                f"kv_splits={c.kv_splits}: the kernel's launch bounds say 1 (only the split-KV one-warpgroup kernel "
+                f"sets its own)")
     return None
 
 

@@ -255,7 +255,12 @@ def _run_op(monkeypatch, config, q, k, v):
     lib = _RecordingLib(lambda b, h, s: splitkv.workspace_bytes(b, h, s, q.shape[-1], config.get("kv_splits", 1)))
     desc = {"hash": "h", "problem": {"grouped": True}, "config": config}
     monkeypatch.setattr(torch_op, "load_library", lambda path: (lib, desc))
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: type("S", (), {"cuda_stream": 0})())
+    monkeypatch.setattr(torch_op, "_KERNELS", {})            # a library's record is made once per path
+    monkeypatch.setattr(torch_op, "_WORKSPACES", {})
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 0, raising=False)
+    monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: 0, raising=False)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
     monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
     torch_op.attention_fwd(q, k, v, "/fake/kernel.so", 0.125)
     (args,) = lib.calls
@@ -330,10 +335,13 @@ def test_both_templates_encode_tma_descriptors_without_a_lookup_per_call():
 
 
 def test_split_cost_charges_waves_and_a_one_wave_grid():
-    # run 2 on the H200 (B8 Hq32/Hkv8 D128 Skv 32768): 4 splits (2 waves) beat 2 (one wave) and 32 (16 waves)
+    # B8 Hq32/Hkv8 D128 Skv 32768, the 128-row kernel: every wave past the second costs (CUDA-graph times, H200 run 3:
+    # 4, 8, 16, 32 splits 253, 263, 281, 319 us); 2 splits (one wave of 128 CTAs) and 4 (two waves) are priced within
+    # 3 % (measured 260 vs 283 in decode2 run 1, 4 splits 253 in run 3: the two runs disagree by more than that)
     p = DECODE.replace(seqlen_kv=32768)
-    cost = {n: config_cost(p, AttentionConfig(kv_splits=n))[0] for n in (2, 4, 8, 32)}
-    assert cost[4] < cost[2] and cost[4] < cost[8] < cost[32]
+    cost = {n: config_cost(p, AttentionConfig(kv_splits=n))[0] for n in (2, 4, 8, 16, 32)}
+    assert cost[4] < cost[8] < cost[16] < cost[32]
+    assert abs(cost[2] / cost[4] - 1) < 0.03
     b2, b4 = config_cost(p, AttentionConfig(kv_splits=2))[1], config_cost(p, AttentionConfig(kv_splits=4))[1]
     assert (b2["split_waves"], b4["split_waves"]) == (1, 2)
     assert config_cost(p, AttentionConfig())[1]["split_waves"] is None

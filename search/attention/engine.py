@@ -43,6 +43,9 @@ TILE_Q = (64, 128, 192, 256)
 TILE_KV = (32, 64, 96, 128, 160, 192, 224, 256)
 STAGES_KV = tuple(range(2, 9))
 KV_SPLITS = (2, 3, 4, 6, 8, 12, 16, 32)      # split-KV counts offered for decode-like problems (offers_kv_splits)
+# The one-consumer-warpgroup split kernel's Q tile (templates/attention/fmha_sm90_splitkv.cu.j2 DecodeFmhaKernel):
+# offered when a problem's packed rows fit one 64-row tile (more rows would read each KV tile once per Q tile)
+DECODE_TILE_Q = 64
 
 ATTN_SORTS = """
 (datatype QKTile (QT i64 i64))
@@ -146,6 +149,7 @@ def candidates(problem) -> list[Candidate]:
     # the tile order changes which Q block a CTA takes; only the causal mask makes blocks unequal, and only the
     # 16-bit fixed-length warp-specialized kernel renders the longest-first schedulers (ATTN-RENDER-TILE-ORDER)
     orders = TILE_ORDERS if (problem.causal and not problem.varlen and problem.dtype != "e4m3") else ("forward",)
+    decode_rows = bool(split_tiles_q) and packed_rows(problem) <= DECODE_TILE_Q
     for q in TILE_Q:
         for kv in TILE_KV:
             for acc in accs:
@@ -166,6 +170,11 @@ def candidates(problem) -> list[Candidate]:
                         for n in KV_SPLITS:
                             out.append(Candidate(q, kv, "ws_cooperative", 2, 2, skv, False, False, 1, acc, 1, n))
                             out.append(Candidate(q, kv, "ws_pingpong", 2, 2, skv, True, True, 1, acc, 1, n))
+                    if q == DECODE_TILE_Q and decode_rows:
+                        # the split template's one-consumer-warpgroup kernel (DecodeFmhaKernel), one or two CTAs per SM
+                        for n in KV_SPLITS:
+                            for bps in (1, 2):
+                                out.append(Candidate(q, kv, "ws_cooperative", 1, 1, skv, False, False, 1, acc, bps, n))
     return out
 
 
@@ -176,6 +185,11 @@ def offers_kv_splits(problem) -> bool:
     search) is the unsplit one."""
     from cutegen.ops.attention.splitkv import is_decode_like
     return is_decode_like(problem.batch, problem.heads_q, problem.heads_kv, problem.seqlen_q, problem.causal, SMS)
+
+
+def packed_rows(problem) -> int:
+    """Rows of one split-KV problem: the group's query heads x seqlen_q (PackGQA)."""
+    return (problem.heads_q // problem.heads_kv) * problem.seqlen_q
 
 
 def split_q_tiles(problem) -> tuple:

@@ -64,8 +64,10 @@ REFUSALS = {
                             "88 fmha_collective_tma.hpp: LayoutQKV is fixed to (int, _1, (int, int))"),
     "ATTN-RENDER-WS-CLUSTER": ("warp-specialized schedules run without clusters",
                                "88 fmha_collective_tma_warpspecialized.hpp: ClusterShape = Shape<_1,_1,_1>"),
-    "ATTN-RENDER-WS-BLOCKS-PER-SM": ("warp-specialized schedules run one CTA per SM",
-                                     "88 fmha_kernel_tma_warpspecialized.hpp: MinBlocksPerMultiprocessor = 1"),
+    "ATTN-RENDER-WS-BLOCKS-PER-SM": ("warp-specialized schedules run one CTA per SM, except the split-KV kernel with "
+                                     "one consumer warpgroup",
+                                     "88 fmha_kernel_tma_warpspecialized.hpp: MinBlocksPerMultiprocessor = 1; "
+                                     "templates/attention/fmha_sm90_splitkv.cu.j2 DecodeFmhaKernel sets its own"),
     "ATTN-RENDER-PINGPONG-OPTIONS": ("ws_pingpong is persistent and loads Q separately",
                                      "88 fmha_kernel_builder.hpp: the Pingpong builder adds kIsPersistent and kLoadsQSeparately"),
     "ATTN-RENDER-ONE-SPELLING": ("ws_cooperative with persistent and loads_q_separately is the ws_pingpong kernel",
@@ -132,8 +134,9 @@ def backend_refusals(problem: AttentionProblem, config: AttentionConfig, backend
     else:
         if c.cluster_m != 1:
             refuse("ATTN-RENDER-WS-CLUSTER", f"cluster_m {c.cluster_m}")
-        if c.blocks_per_sm != 1:
-            refuse("ATTN-RENDER-WS-BLOCKS-PER-SM", f"blocks_per_sm {c.blocks_per_sm}")
+        if c.blocks_per_sm != 1 and not (c.kv_splits > 1 and c.mma_warpgroups == 1):
+            refuse("ATTN-RENDER-WS-BLOCKS-PER-SM", f"blocks_per_sm {c.blocks_per_sm}, mma_warpgroups "
+                                                   f"{c.mma_warpgroups}, kv_splits {c.kv_splits}")
         if c.schedule == "ws_pingpong" and not (c.persistent and c.loads_q_separately):
             refuse("ATTN-RENDER-PINGPONG-OPTIONS", f"persistent={c.persistent}, loads_q_separately={c.loads_q_separately}")
         if c.schedule == "ws_cooperative" and c.persistent and c.loads_q_separately:
