@@ -121,18 +121,7 @@ def _run_generate(args: argparse.Namespace) -> int:
     rendered = render(problem, config, cost=cost)
     changed = rendered.write(out)
     print(f"rendered {out} (kernel {rendered.kernel_hash}; {len(changed)} file(s) changed)")
-    if args.no_build:
-        return 0
-    from ..build import build, find_nvcc
-    if find_nvcc() is None:
-        print("nvcc not found: rendered only (cutegen build DIR compiles it where nvcc is)")
-        return 0
-    summary = build([out], jobs=args.jobs, progress=sys.stderr)
-    print(summary.line())
-    if not summary.ok:
-        print(summary.results[0].message, file=sys.stderr)
-        return 1
-    return 0
+    return _build_rendered(out, args)
 
 
 def _run_generate_backward(args: argparse.Namespace, problem) -> int:
@@ -149,6 +138,11 @@ def _run_generate_backward(args: argparse.Namespace, problem) -> int:
     changed = rendered.write(out)
     print(f"{problem.name}: backward {config.short_name()}: rendered {out} (kernel {rendered.kernel_hash}; "
           f"{len(changed)} file(s) changed)")
+    return _build_rendered(out, args)
+
+
+def _build_rendered(out: Path, args: argparse.Namespace) -> int:
+    """Compile a rendered kernel directory unless --no-build (or where nvcc is missing: rendered only)."""
     if args.no_build:
         return 0
     from ..build import build, find_nvcc
